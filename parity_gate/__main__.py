@@ -1,0 +1,3 @@
+from parity_gate.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,119 @@
+"""Manifest → module jobs with their planned cases (stable ids), and case selection.
+
+A module is the unit of export and of isolation: one job per module goes to a
+worker, and every case it is expected to produce is known up front, so cases a
+crashed or hung worker never reached still appear in the reports.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from parity_gate.fixtures import batch_sizes_for
+from parity_gate.manifest import Manifest, ModuleSpec, ProviderSettings, Settings, resolve_settings
+from parity_gate.outcomes import Outcome
+from parity_gate.results import CaseKey, CaseResult
+from parity_gate.runtime import availability
+
+
+@dataclass
+class ModuleJob:
+    """Everything a worker needs for one module; picklable, no torch objects."""
+
+    module: ModuleSpec
+    settings: Settings
+    fixtures: dict[str, Any]
+    providers: dict[str, ProviderSettings]
+    seed: int
+    base_dir: Path
+    python_path: list[Path]
+    cases: list[CaseKey] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.module.name
+
+    def execute(self, emit: Callable[[str, Any], None]) -> None:
+        from parity_gate.execute import run_job
+
+        run_job(self, emit)
+
+    @property
+    def timeout_s(self) -> float:
+        return float(self.settings.timeout_s or 600.0)
+
+
+@dataclass
+class Plan:
+    jobs: list[ModuleJob]
+    skipped: list[CaseResult]
+
+    @property
+    def total(self) -> int:
+        return sum(len(j.cases) for j in self.jobs) + len(self.skipped)
+
+
+def all_case_keys(manifest: Manifest, module: ModuleSpec, settings: Settings) -> list[CaseKey]:
+    keys: list[CaseKey] = []
+    for dtype in settings.dtypes or []:
+        for fixture_name in module.fixtures:
+            fixture = manifest.fixtures[fixture_name]
+            for batch in batch_sizes_for(fixture, settings.batch_sizes or []):
+                for provider in settings.providers or []:
+                    keys.append(CaseKey(module.name, dtype, fixture_name, batch, provider))
+    return keys
+
+
+def matches(key: CaseKey, patterns: list[str]) -> bool:
+    """`--select` patterns are globs on case ids; `module` alone selects the whole module."""
+    if not patterns:
+        return True
+    return any(fnmatch.fnmatchcase(key.id, p) or fnmatch.fnmatchcase(key.id, p + "/*")
+               for p in patterns)
+
+
+def plan(manifest: Manifest, manifest_path: Path, available: list[str],
+         select: list[str] | None = None) -> Plan:
+    """Split the manifest into worker jobs and cases that are skipped without running."""
+    base = manifest_path.resolve().parent
+    jobs: list[ModuleJob] = []
+    skipped: list[CaseResult] = []
+    for module in manifest.modules:
+        settings = resolve_settings(manifest, module)
+        job = ModuleJob(
+            module=module,
+            settings=settings,
+            fixtures={name: manifest.fixtures[name] for name in module.fixtures},
+            providers=dict(manifest.providers),
+            seed=manifest.seed,
+            base_dir=base,
+            python_path=[(base / p).resolve() for p in manifest.python_path] + [base],
+        )
+        for key in all_case_keys(manifest, module, settings):
+            if not matches(key, select or []):
+                continue
+            reason = _skip_reason(module, key.provider, available)
+            if reason:
+                skipped.append(CaseResult(key, Outcome.SKIPPED, reason=reason))
+            else:
+                job.cases.append(key)
+        if job.cases:
+            jobs.append(job)
+    return Plan(jobs, skipped)
+
+
+def _skip_reason(module: ModuleSpec, provider: str, available: list[str]) -> str:
+    if module.skip:
+        return f"module skipped: {module.skip}"
+    status = availability(provider, available)
+    return "" if status.available else status.reason
+
+
+def missing_required_providers(manifest: Manifest, available: list[str]) -> list[str]:
+    """Required providers this machine cannot run: a configuration error before any work."""
+    return [name for name, p in manifest.providers.items()
+            if p.required and not availability(name, available).available]

@@ -1,0 +1,397 @@
+"""Inside a worker: build one module, compute eager references, export, run, compare.
+
+Runs in the worker process only (it imports torch). Results stream out through
+`emit` one case at a time, so when the process dies the parent still has every
+case finished before the crash.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import random
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from parity_gate import compare as cmp
+from parity_gate.cases import ModuleJob
+from parity_gate.exporting import ExportedModel, ExportFailure, export_module
+from parity_gate.fixtures import (
+    FixtureError,
+    batch_sizes_for,
+    derive_seed,
+    generate,
+)
+from parity_gate.manifest import EdgeFixture, output_names
+from parity_gate.outcomes import Outcome
+from parity_gate.results import CaseKey, CaseResult, Finding
+from parity_gate.runtime import (
+    ProviderFallback,
+    classify_load_error,
+    classify_run_error,
+    create_session,
+    first_line,
+)
+
+Emit = Callable[[str, Any], None]
+
+
+@dataclass
+class _Reference:
+    """Eager outputs of one (fixture, batch) across samples, or why there are none."""
+
+    inputs: list[dict[str, np.ndarray]] = field(default_factory=list)
+    outputs: list[list[np.ndarray]] = field(default_factory=list)
+    error: CaseResult | None = None
+    eager_s: float = 0.0
+
+
+class _Ctx:
+    """Per-job state shared by the steps below."""
+
+    def __init__(self, job: ModuleJob, emit: Emit) -> None:
+        self.job = job
+        self.emit = emit
+        self.pending = list(job.cases)
+
+    def step(self, text: str) -> None:
+        self.emit("step", text)
+
+    def result(self, result: CaseResult) -> None:
+        if result.key in self.pending:
+            self.pending.remove(result.key)
+            self.emit("case", result.to_dict())
+
+    def fail_all(self, keys: list[CaseKey], outcome: Outcome, reason: str, detail: str = "",
+                 **extra: Any) -> None:
+        for key in list(keys):
+            self.result(CaseResult(key, outcome, reason=reason, detail=detail, **extra))
+
+    def finding(self, kind: str, message: str, severity: str = "warning") -> None:
+        self.emit("finding", Finding(self.job.name, kind, message, severity).to_dict())
+
+
+def run_job(job: ModuleJob, emit: Emit) -> None:
+    """Produce a CaseResult for every planned case of `job` (never raises)."""
+    ctx = _Ctx(job, emit)
+    try:
+        _run(ctx)
+    except Exception:  # a bug in parity-gate must not lose the other cases
+        ctx.fail_all(ctx.pending, Outcome.CRASH, "internal error in parity-gate worker "
+                     "(please report)", traceback.format_exc()[-4000:])
+
+
+def _run(ctx: _Ctx) -> None:
+    import torch
+
+    job = ctx.job
+    settings = job.settings
+    _seed_everything(torch, derive_seed(job.seed, job.name))
+    ctx.step("building module")
+    try:
+        module = _build(job)
+    except Exception as exc:
+        ctx.fail_all(ctx.pending, Outcome.EAGER_ERROR,
+                     f"factory {job.module.factory} failed: {first_line(f'{exc!r}')}",
+                     traceback.format_exc()[-4000:])
+        return
+    if not isinstance(module, torch.nn.Module):
+        ctx.fail_all(ctx.pending, Outcome.EAGER_ERROR,
+                     f"factory {job.module.factory} returned {type(module).__name__}, "
+                     "expected a torch.nn.Module")
+        return
+    if module.training:
+        ctx.finding("training_mode", f"factory {job.module.factory} returned the module in "
+                    "training mode (dropout/batch-norm statistics would be exported); "
+                    "parity-gate called .eval()")
+    module.eval()
+    device = settings.reference_device or "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        ctx.fail_all(ctx.pending, Outcome.EAGER_ERROR,
+                     "reference_device: cuda, but torch sees no CUDA device on this machine")
+        return
+    for dtype in settings.dtypes or []:
+        keys = [k for k in ctx.pending if k.dtype == dtype]
+        if keys:
+            _run_dtype(ctx, torch, module, dtype, device, keys)
+
+
+def _run_dtype(ctx: _Ctx, torch: Any, module: Any, dtype: str, device: str,
+               keys: list[CaseKey]) -> None:
+    job = ctx.job
+    settings = job.settings
+    ctx.step(f"casting to {dtype}")
+    typed = copy.deepcopy(module).to(getattr(torch, dtype))
+    refs: dict[tuple[str, int], _Reference] = {}
+    for fixture_name in dict.fromkeys(k.fixture for k in keys):
+        fixture = job.fixtures[fixture_name]
+        for batch in batch_sizes_for(fixture, settings.batch_sizes or []):
+            if any(k.fixture == fixture_name and k.batch_size == batch for k in keys):
+                ctx.step(f"eager {dtype}/{fixture_name}/b{batch}")
+                refs[(fixture_name, batch)] = _reference(ctx, torch, typed, dtype, device,
+                                                         fixture_name, batch)
+    for (fixture_name, batch), ref in refs.items():
+        if ref.error is not None:
+            hit = [k for k in keys if k.fixture == fixture_name and k.batch_size == batch]
+            for k in hit:
+                ctx.result(CaseResult(k, ref.error.outcome, ref.error.reason, ref.error.detail,
+                                      reference_device=device))
+    live = [k for k in keys if k in ctx.pending]
+    if not live:
+        return
+    export_batch = _export_batch(settings.export.batch_size, settings.batch_sizes or [])
+    example = _example(ctx, dtype, export_batch)
+    ctx.step(f"exporting {dtype}")
+    t0 = time.perf_counter()
+    names = output_names(job.module, len(next(iter(r.outputs[0] for r in refs.values()
+                                                   if r.outputs), [])))
+    exporter = settings.export.exporter
+    try:
+        example_t = [_to_torch(torch, example[i.name], device) for i in job.module.inputs]
+        exported = export_module(typed.to(device), example_t, job.module.inputs, names,
+                                 settings.export)
+    except ExportFailure as failure:
+        ctx.fail_all(live, failure.outcome, failure.reason, failure.detail, exporter=exporter,
+                     reference_device=device)
+        return
+    except FixtureError as exc:
+        ctx.fail_all(live, Outcome.EAGER_ERROR, f"fixture: {exc}", reference_device=device)
+        return
+    export_s = time.perf_counter() - t0
+    _export_findings(ctx, dtype, exported, export_batch)
+    ctx.step(f"checking {dtype} model")
+    t0 = time.perf_counter()
+    problem = _check(exported.model)
+    check_s = time.perf_counter() - t0
+    if problem:
+        ctx.fail_all(live, Outcome.INVALID_MODEL, f"onnx.checker: {first_line(problem)}",
+                     problem[-4000:], exporter=exporter, reference_device=device)
+        return
+    for provider in dict.fromkeys(k.provider for k in live):
+        pkeys = [k for k in live if k.provider == provider]
+        shared = {"export_s": export_s, "check_s": check_s}
+        _run_provider(ctx, exported, provider, pkeys, refs, export_batch, shared, dtype, device)
+
+
+def _run_provider(ctx: _Ctx, exported: ExportedModel, provider: str, keys: list[CaseKey],
+                  refs: dict[tuple[str, int], _Reference], export_batch: int,
+                  shared: dict[str, float], dtype: str, device: str) -> None:
+    job = ctx.job
+    exporter = job.settings.export.exporter
+    ctx.step(f"loading {dtype} model on {provider}")
+    t0 = time.perf_counter()
+    try:
+        session = create_session(exported.model, provider, job.providers[provider].options)
+    except ProviderFallback as exc:
+        ctx.fail_all(keys, Outcome.RUNTIME_ERROR, str(exc), exporter=exporter,
+                     reference_device=device)
+        return
+    except Exception as exc:
+        msg = str(exc)
+        ctx.fail_all(keys, classify_load_error(msg), f"onnxruntime load: {first_line(msg)}",
+                     msg[-4000:], exporter=exporter, reference_device=device)
+        return
+    timings = {**shared, "session_s": time.perf_counter() - t0}
+    feed_names = {i.name for i in session.get_inputs()}
+    for key in keys:
+        ref = refs[(key.fixture, key.batch_size)]
+        ctx.step(f"running {key.id}")
+        ctx.result(_run_case(job, session, key, ref, feed_names, export_batch, dict(timings),
+                             exporter, device))
+
+
+def _run_case(job: ModuleJob, session: Any, key: CaseKey, ref: _Reference, feed_names: set[str],
+              export_batch: int, timings: dict[str, float], exporter: str,
+              device: str) -> CaseResult:
+    """Run every sample of one case, then compare each output over all samples at once."""
+    meta = {"exporter": exporter, "reference_device": device, "samples": len(ref.inputs)}
+    got_all: list[list[np.ndarray]] = []
+    t0 = time.perf_counter()
+    for inputs in ref.inputs:
+        feeds = {k: v for k, v in inputs.items() if k in feed_names}
+        try:
+            got_all.append(list(session.run(None, feeds)))
+        except Exception as exc:
+            msg = str(exc)
+            outcome = classify_run_error(msg, key.batch_size, export_batch)
+            reason = first_line(msg)
+            if outcome is Outcome.BAKED_SHAPE:
+                reason = (f"batch {key.batch_size} fails on the model exported at batch "
+                          f"{export_batch} while eager works: {reason}")
+            timings["run_s"] = time.perf_counter() - t0
+            return CaseResult(key, outcome, reason, msg[-4000:], timings=timings, **meta)
+    timings["run_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    result = _judge(job, key, ref, got_all, meta)
+    timings["compare_s"] = time.perf_counter() - t0
+    timings["eager_s"] = ref.eager_s
+    result.timings = timings
+    return result
+
+
+def _judge(job: ModuleJob, key: CaseKey, ref: _Reference, got_all: list[list[np.ndarray]],
+           meta: dict[str, Any]) -> CaseResult:
+    n_ref, n_got = len(ref.outputs[0]), len(got_all[0])
+    if n_ref != n_got:
+        return CaseResult(key, Outcome.SHAPE_MISMATCH,
+                          f"exported model returns {n_got} output(s), eager returns {n_ref}",
+                          **meta)
+    names = output_names(job.module, n_ref)
+    specs = {o.name: o for o in job.module.outputs or []}
+    comparisons = []
+    for i, name in enumerate(names):
+        spec = specs.get(name)
+        tol = _tolerance(job, key.dtype, spec)
+        reference = _stack([outs[i] for outs in ref.outputs])
+        actual = _stack([outs[i] for outs in got_all])
+        if reference is None or actual is None:
+            per = [cmp.compare(r[i], g[i], tol, name=name) for r, g in zip(ref.outputs, got_all)]
+            comparisons.append(next((c for c in per if not c.passed), per[0]))
+            continue
+        comparisons.append(cmp.compare(
+            reference, actual, tol, name=name,
+            task=spec.task if spec else None,
+            min_top1_agreement=spec.min_top1_agreement if spec else 1.0,
+        ))
+    failing = [c for c in comparisons if not c.passed]
+    if not failing:
+        return CaseResult(key, Outcome.PASS, "", comparisons=comparisons, **meta)
+    verdicts = {c.verdict for c in failing}
+    outcome = (Outcome.SHAPE_MISMATCH if cmp.Verdict.SHAPE in verdicts
+               else Outcome.DTYPE_MISMATCH if cmp.Verdict.DTYPE in verdicts
+               else Outcome.MISMATCH)
+    worst = max(failing, key=lambda c: c.verdict in (cmp.Verdict.SHAPE, cmp.Verdict.DTYPE))
+    reason = f"{worst.name}: {worst.reason}"
+    return CaseResult(key, outcome, reason, comparisons=comparisons, **meta)
+
+
+def _stack(arrays: list[np.ndarray]) -> np.ndarray | None:
+    """Samples side by side on a new leading axis, so index[0] names the sample."""
+    first = arrays[0]
+    if all(a.shape == first.shape and a.dtype == first.dtype for a in arrays):
+        return np.stack(arrays) if len(arrays) > 1 else first[None]
+    return None
+
+
+def _tolerance(job: ModuleJob, dtype: str, spec: Any) -> cmp.Tolerance:
+    table = dict(job.settings.tolerances or {})
+    if spec is not None and spec.tolerances:
+        table.update(spec.tolerances)
+    tol = table.get(dtype) or table["float32"]
+    return cmp.Tolerance(atol=tol.atol, rtol=tol.rtol)
+
+
+def _reference(ctx: _Ctx, torch: Any, module: Any, dtype: str, device: str,
+               fixture_name: str, batch: int) -> _Reference:
+    job = ctx.job
+    fixture = job.fixtures[fixture_name]
+    ref = _Reference()
+    names = [i.name for i in job.module.inputs]
+    t0 = time.perf_counter()
+    try:
+        for sample in range(fixture.samples):
+            inputs = generate(fixture_name, fixture, names, batch, dtype, sample,
+                              seed=job.seed, base_dir=job.base_dir)
+            with torch.inference_mode():
+                out = module(*(_to_torch(torch, inputs[n], device) for n in names))
+            ref.inputs.append(inputs)
+            ref.outputs.append([_to_numpy(torch, t) for t in _leaves(torch, out)])
+    except FixtureError as exc:
+        ref.error = CaseResult(CaseKey("", "", "", 0, ""), Outcome.EAGER_ERROR,
+                               f"fixture {fixture_name!r}: {exc}")
+    except Exception as exc:
+        tb = traceback.format_exc()[-4000:]
+        if batch == 0:
+            ref.error = CaseResult(CaseKey("", "", "", 0, ""), Outcome.SKIPPED,
+                                   f"eager rejects an empty batch: {first_line(repr(exc))}", tb)
+        else:
+            ref.error = CaseResult(CaseKey("", "", "", 0, ""), Outcome.EAGER_ERROR,
+                                   f"eager forward failed: {first_line(repr(exc))}", tb)
+    ref.eager_s = time.perf_counter() - t0
+    return ref
+
+
+def _example(ctx: _Ctx, dtype: str, batch: int) -> dict[str, np.ndarray]:
+    """Export example from a plain (non-edge) fixture set when there is one."""
+    job = ctx.job
+    names = [i.name for i in job.module.inputs]
+    ordered = sorted(job.module.fixtures,
+                     key=lambda n: isinstance(job.fixtures[n], EdgeFixture))
+    name = ordered[0]
+    return generate(name, job.fixtures[name], names, batch, dtype, 0, seed=job.seed,
+                    base_dir=job.base_dir)
+
+
+def _export_batch(configured: int | None, batch_sizes: list[int]) -> int:
+    if configured:
+        return configured
+    return min((b for b in batch_sizes if b >= 2), default=2)
+
+
+def _export_findings(ctx: _Ctx, dtype: str, exported: ExportedModel, export_batch: int) -> None:
+    for name, index, symbol, value in exported.baked_dims:
+        ctx.finding("baked_shape", f"{dtype}: input {name!r} dim {index} was declared dynamic "
+                    f"({symbol!r}) but the exported graph fixes it to {value} (exported at "
+                    f"batch {export_batch}); other sizes will fail", "error")
+    for text in exported.warnings[:5]:
+        ctx.finding("export_warning", f"{dtype}: {text}")
+
+
+def _check(model: bytes) -> str:
+    import onnx
+
+    try:
+        onnx.checker.check_model(onnx.load_from_string(model), full_check=True)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return ""
+
+
+def _build(job: ModuleJob) -> Any:
+    for path in reversed(job.python_path):
+        if str(path) not in sys.path:
+            sys.path.insert(0, str(path))
+    module_name, attr = job.module.factory.split(":", 1)
+    target: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        target = getattr(target, part)
+    return target(**job.module.kwargs)
+
+
+def _seed_everything(torch: Any, seed: int) -> None:
+    seed32 = seed % (2**32)
+    random.seed(seed32)
+    np.random.seed(seed32)
+    torch.manual_seed(seed32)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+
+
+def _leaves(torch: Any, out: Any) -> list[Any]:
+    from torch.utils._pytree import tree_leaves
+
+    return [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+
+
+def _to_torch(torch: Any, array: np.ndarray, device: str) -> Any:
+    import ml_dtypes
+
+    if array.dtype == ml_dtypes.bfloat16:
+        return torch.from_numpy(array.astype(np.float32)).to(torch.bfloat16).to(device)
+    return torch.from_numpy(array.copy()).to(device)
+
+
+def _to_numpy(torch: Any, tensor: Any) -> np.ndarray:
+    import ml_dtypes
+
+    t = tensor.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        return t.float().numpy().astype(ml_dtypes.bfloat16)
+    return t.numpy().copy()

@@ -1,0 +1,210 @@
+"""Fixture sets → numpy input tensors for one (batch size, dtype, sample).
+
+Seeds derive from names, not from run order, so a case gets the same tensors
+whether it runs alone, in a shard or in the full run, and float32 and float16
+cases of a module see the same underlying data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from parity_gate.manifest import (
+    FLOAT_DTYPES,
+    EdgeFixture,
+    FileFixture,
+    RandomFixture,
+    TensorSpec,
+)
+
+NUMPY_DTYPES: dict[str, Any] = {
+    "float32": np.float32,
+    "float64": np.float64,
+    "float16": np.float16,
+    "bfloat16": ml_dtypes.bfloat16,
+    "int8": np.int8,
+    "int16": np.int16,
+    "int32": np.int32,
+    "int64": np.int64,
+    "uint8": np.uint8,
+    "bool": np.bool_,
+}
+
+FLOAT_SPECIALS = ("nan", "inf", "-inf", "zero", "neg_zero", "denormal", "tiny", "huge")
+INT_SPECIALS = ("int_min", "int_max", "zero")
+
+
+class FixtureError(Exception):
+    """A fixture that cannot produce tensors (missing key in a file, bad rank)."""
+
+
+def derive_seed(*parts: object) -> int:
+    digest = hashlib.sha256("/".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
+def is_float_dtype(name: str) -> bool:
+    return name in FLOAT_DTYPES
+
+
+def batch_sizes_for(fixture: Any, batch_sizes: Sequence[int]) -> list[int]:
+    """Edge sets add an empty batch, the input class most often mishandled."""
+    sizes = list(dict.fromkeys(batch_sizes))
+    if isinstance(fixture, EdgeFixture) and fixture.empty and 0 not in sizes:
+        sizes.append(0)
+    return sizes
+
+
+def sample_count(fixture: Any) -> int:
+    return fixture.samples
+
+
+def generate(
+    name: str,
+    fixture: RandomFixture | EdgeFixture | FileFixture,
+    input_names: Sequence[str],
+    batch_size: int,
+    dtype: str,
+    sample: int,
+    *,
+    seed: int,
+    base_dir: Path,
+) -> dict[str, np.ndarray]:
+    """Tensors for every input, with floating inputs cast to the module dtype `dtype`."""
+    if isinstance(fixture, FileFixture):
+        return _from_file(fixture, input_names, batch_size, dtype, sample, base_dir)
+    set_seed = fixture.seed if fixture.seed is not None else seed
+    out: dict[str, np.ndarray] = {}
+    for input_name in input_names:
+        spec = fixture.inputs[input_name]
+        shape = tuple(batch_size if d == "batch" else fixture.dims.get(d, d) for d in spec.shape)
+        rng = np.random.default_rng(derive_seed(set_seed, name, input_name, batch_size, sample))
+        target = dtype if is_float_dtype(spec.dtype) else spec.dtype
+        array = _random(spec, shape, rng)
+        if isinstance(fixture, EdgeFixture):
+            specials = spec.specials if spec.specials is not None else fixture.specials
+            array = _mix_specials(array, target, specials, fixture.fraction, rng)
+        out[input_name] = cast(array, target)
+    return out
+
+
+def cast(array: np.ndarray, dtype: str) -> np.ndarray:
+    return np.ascontiguousarray(array.astype(NUMPY_DTYPES[dtype], copy=False))
+
+
+def _random(spec: TensorSpec, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    dist = spec.distribution or (
+        "normal" if is_float_dtype(spec.dtype) else "bernoulli" if spec.dtype == "bool"
+        else "randint"
+    )
+    if dist == "normal":
+        return rng.normal(spec.mean, spec.std, size=shape)
+    if dist == "uniform":
+        return rng.uniform(spec.low if spec.low is not None else 0.0,
+                           spec.high if spec.high is not None else 1.0, size=shape)
+    if dist == "bernoulli":
+        return rng.random(size=shape) < spec.p
+    info = np.iinfo(NUMPY_DTYPES[spec.dtype]) if not is_float_dtype(spec.dtype) else None
+    low = int(spec.low) if spec.low is not None else (0 if info is None else max(info.min, -100))
+    high = int(spec.high) if spec.high is not None else (
+        100 if info is None else min(int(info.max) + 1, 101))
+    return rng.integers(low, high, size=shape, dtype=np.int64)
+
+
+def special_values(dtype: str, which: Sequence[str] | None) -> list[float | int | bool]:
+    """The special values of one dtype, so float16 gets float16's denormals, not float32's."""
+    if dtype == "bool":
+        return [True, False]
+    if is_float_dtype(dtype):
+        fi = ml_dtypes.finfo(NUMPY_DTYPES[dtype]) if dtype == "bfloat16" else np.finfo(
+            NUMPY_DTYPES[dtype])
+        table: dict[str, float] = {
+            "nan": float("nan"), "inf": float("inf"), "-inf": float("-inf"), "zero": 0.0,
+            "neg_zero": -0.0, "denormal": float(fi.smallest_subnormal) * 3,
+            "tiny": float(fi.tiny), "huge": float(fi.max) / 2,
+        }
+        names = [w for w in (which if which is not None else FLOAT_SPECIALS) if w in table]
+        return [table[n] for n in names]
+    ii = np.iinfo(NUMPY_DTYPES[dtype])
+    itable = {"int_min": int(ii.min), "int_max": int(ii.max), "zero": 0}
+    names = [w for w in (which if which is not None else INT_SPECIALS) if w in itable]
+    return [itable[n] for n in names]
+
+
+def _mix_specials(array: np.ndarray, dtype: str, which: Sequence[str] | None, fraction: float,
+                  rng: np.random.Generator) -> np.ndarray:
+    values = special_values(dtype, which)
+    if array.size == 0 or not values:
+        return array
+    count = max(len(values), round(array.size * fraction))
+    count = min(count, array.size)
+    positions = rng.choice(array.size, size=count, replace=False)
+    holder = array.astype(np.float64 if is_float_dtype(dtype) else object).reshape(-1)
+    for k, pos in enumerate(positions):
+        holder[pos] = values[k % len(values)]
+    if dtype == "bool":
+        return holder.astype(bool).reshape(array.shape)
+    if not is_float_dtype(dtype):
+        return holder.astype(NUMPY_DTYPES[dtype]).reshape(array.shape)
+    return holder.reshape(array.shape)
+
+
+_FILE_CACHE: dict[Path, dict[str, np.ndarray]] = {}
+
+
+def load_arrays(path: Path) -> dict[str, np.ndarray]:
+    """Read a fixture file without unpickling anything."""
+    if path in _FILE_CACHE:
+        return _FILE_CACHE[path]
+    if path.suffix == ".npy":
+        arrays = {"": np.load(path, allow_pickle=False)}
+    elif path.suffix == ".npz":
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    else:
+        import torch
+
+        obj = torch.load(path, weights_only=True, map_location="cpu")
+        if isinstance(obj, torch.Tensor):
+            obj = {"": obj}
+        if not isinstance(obj, dict):
+            raise FixtureError(f"{path.name}: expected a tensor or a dict of tensors")
+        arrays = {str(k): _tensor_to_numpy(v) for k, v in obj.items()}
+    _FILE_CACHE[path] = arrays
+    return arrays
+
+
+def _tensor_to_numpy(t: Any) -> np.ndarray:
+    import torch
+
+    if t.dtype == torch.bfloat16:
+        return t.float().numpy().astype(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def _from_file(fixture: FileFixture, input_names: Sequence[str], batch_size: int, dtype: str,
+               sample: int, base_dir: Path) -> dict[str, np.ndarray]:
+    arrays = load_arrays(base_dir / fixture.path)
+    out: dict[str, np.ndarray] = {}
+    for input_name in input_names:
+        key = fixture.keys.get(input_name, input_name)
+        if key not in arrays and len(arrays) == 1 and len(input_names) == 1:
+            key = next(iter(arrays))
+        if key not in arrays:
+            raise FixtureError(
+                f"{fixture.path}: no array {key!r} for input {input_name!r} "
+                f"(has: {', '.join(sorted(arrays)) or 'nothing'})")
+        pool = arrays[key]
+        if pool.ndim == 0 or pool.shape[0] == 0:
+            raise FixtureError(f"{fixture.path}: array {key!r} needs rows along axis 0")
+        rows = (sample * batch_size + np.arange(batch_size)) % pool.shape[0]
+        chosen = pool[rows]
+        target = dtype if chosen.dtype.kind == "f" or chosen.dtype == ml_dtypes.bfloat16 else None
+        out[input_name] = cast(chosen, target) if target else np.ascontiguousarray(chosen)
+    return out

@@ -1,0 +1,293 @@
+"""The `parity.yml` schema and its resolution into per-module settings.
+
+The pydantic models are the single source of truth: validation, the JSON Schema
+shipped for editors (`parity-gate schema`) and the README's key reference all
+come from them. Loading with line numbers lives in `manifest_loader`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+FloatDType = Literal["float32", "float16", "bfloat16", "float64"]
+TensorDType = Literal[
+    "float32", "float16", "bfloat16", "float64",
+    "int8", "int16", "int32", "int64", "uint8", "bool",
+]
+ProviderName = Literal["cpu", "cuda", "tensorrt"]
+Special = Literal[
+    "nan", "inf", "-inf", "zero", "neg_zero", "denormal", "tiny", "huge",
+    "int_min", "int_max",
+]
+Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-]+$", min_length=1, max_length=100)]
+
+FLOAT_DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16", "float64")
+
+# Starting points from the field (see README "Tolerances"): CPU fp32 is tight,
+# half precisions lean on rtol. A team overrides them per module and output.
+DEFAULT_TOLERANCES: dict[str, tuple[float, float]] = {
+    "float32": (1e-5, 1e-3),
+    "float64": (1e-7, 1e-5),
+    "float16": (1e-2, 1e-2),
+    "bfloat16": (1e-2, 2e-2),
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class Tolerance(_Strict):
+    """Elementwise bound `|got - ref| <= atol + rtol * |ref|`."""
+
+    atol: float = Field(ge=0, description="absolute floor, matters near zero")
+    rtol: float = Field(ge=0, description="relative part, scales with |reference|")
+
+
+ToleranceTable = dict[FloatDType, Tolerance]
+
+
+class ExportSettings(_Strict):
+    """How `torch.onnx.export` is called."""
+
+    exporter: Literal["dynamo", "torchscript"] = Field(
+        "dynamo", description="dynamo: torch.export + onnxscript (default); torchscript: legacy"
+    )
+    opset: int | None = Field(
+        None, ge=7, le=25, description="ONNX opset; default: the exporter's own default"
+    )
+    batch_size: int | None = Field(
+        None, ge=2,
+        description="batch size of the example used for the one export per module and dtype "
+        "(default: smallest tested batch size >= 2, else 2; 1 would let torch.export "
+        "specialise the batch dim)",
+    )
+    optimize: bool = Field(True, description="dynamo only: run the onnxscript graph optimizer")
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="extra keyword arguments passed to torch.onnx.export"
+    )
+
+
+class Settings(_Strict):
+    """Settings a module inherits from `defaults` and may override."""
+
+    batch_sizes: list[Annotated[int, Field(ge=1)]] | None = Field(
+        None, min_length=1, description="batch sizes every fixture set is run at"
+    )
+    dtypes: list[FloatDType] | None = Field(
+        None, min_length=1,
+        description="dtypes the module and its floating inputs are cast to, one export each",
+    )
+    tolerances: ToleranceTable | None = Field(
+        None, description="per-dtype tolerance; merged over the built-in defaults"
+    )
+    export: ExportSettings | None = None
+    timeout_s: float | None = Field(
+        None, gt=0, description="wall-clock limit for one module's export and all its runs"
+    )
+    reference_device: Literal["cpu", "cuda"] | None = Field(
+        None, description="where eager computes the reference (default cpu)"
+    )
+    providers: list[ProviderName] | None = Field(
+        None, min_length=1,
+        description="subset of the manifest's providers this module runs on",
+    )
+
+
+class InputSpec(_Strict):
+    name: Name = Field(description="graph input name, in forward()'s argument order")
+    dynamic: dict[int, Name] = Field(
+        default_factory=lambda: {0: "batch"},
+        description="dims exported as dynamic: index → symbol (default {0: batch}; {} for static)",
+    )
+
+
+class OutputSpec(_Strict):
+    name: Name
+    task: Literal["classification"] | None = Field(
+        None, description="classification: also check top-1 agreement over the last axis"
+    )
+    min_top1_agreement: float = Field(1.0, ge=0, le=1)
+    tolerances: ToleranceTable | None = None
+
+
+class TensorSpec(_Strict):
+    """One input tensor of a generated fixture set."""
+
+    shape: list[int | str] = Field(
+        description="dims: integers, `batch` (the batch size) or a symbol from `dims`"
+    )
+    dtype: TensorDType = Field(
+        "float32", description="floating inputs are cast to the module dtype under test"
+    )
+    distribution: Literal["normal", "uniform", "randint", "bernoulli"] | None = Field(
+        None, description="default: normal for floats, randint for ints, bernoulli for bool"
+    )
+    mean: float = 0.0
+    std: float = Field(1.0, ge=0)
+    low: float | None = Field(None, description="uniform/randint lower bound (inclusive)")
+    high: float | None = Field(None, description="uniform/randint upper bound (exclusive)")
+    p: float = Field(0.5, ge=0, le=1, description="bernoulli probability of True/1")
+    specials: list[Special] | None = Field(
+        None,
+        description="edge sets: special values for this input (overrides the set's; [] for "
+        "index inputs such as token ids that must stay in range)",
+    )
+
+    @model_validator(mode="after")
+    def _bounds(self) -> TensorSpec:
+        if self.low is not None and self.high is not None and self.high <= self.low:
+            raise ValueError(f"high ({self.high}) must be greater than low ({self.low})")
+        return self
+
+
+class _Generated(_Strict):
+    inputs: dict[Name, TensorSpec] = Field(min_length=1)
+    samples: int = Field(1, ge=1, le=1000, description="samples per batch size")
+    seed: int | None = Field(None, description="default: the manifest seed")
+    dims: dict[Name, Annotated[int, Field(ge=0)]] = Field(
+        default_factory=dict, description="sizes of the symbols used in shapes"
+    )
+
+
+class RandomFixture(_Generated):
+    """Seeded random tensors."""
+
+    kind: Literal["random"]
+
+
+class EdgeFixture(_Generated):
+    """Normal data with the dtype's special values mixed in."""
+
+    kind: Literal["edge"]
+    specials: list[Special] | None = Field(
+        None,
+        description="special values to mix in (default: all that apply to each dtype)",
+    )
+    fraction: float = Field(
+        0.05, gt=0, le=1, description="share of elements replaced by special values"
+    )
+    empty: bool = Field(True, description="also run an empty batch (batch size 0)")
+
+
+class FileFixture(_Strict):
+    """Recorded inputs from `.npy`, `.npz` or `.pt` (loaded with weights_only=True)."""
+
+    kind: Literal["file"]
+    path: str = Field(description="relative to the manifest's folder")
+    keys: dict[Name, str] = Field(
+        default_factory=dict,
+        description="input name → array key in the file (default: the input name)",
+    )
+    samples: int = Field(
+        1, ge=1, le=1000,
+        description="samples per batch size; rows are taken in order along axis 0 and wrap",
+    )
+
+
+FixtureSet = Annotated[RandomFixture | EdgeFixture | FileFixture, Field(discriminator="kind")]
+
+
+class ProviderSettings(_Strict):
+    required: bool = Field(
+        False, description="true: an unavailable provider is an error, not a skip"
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="ONNX Runtime provider options"
+    )
+
+
+class ModuleSpec(Settings):
+    name: Name = Field(description="unique; the first part of every case id")
+    factory: str = Field(
+        pattern=r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$",
+        description="`package.module:callable` returning the nn.Module",
+    )
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="factory keyword arguments")
+    inputs: list[InputSpec] = Field(min_length=1)
+    outputs: list[OutputSpec] | None = Field(
+        None, description="names (and checks) of the outputs, in order; default output0, ..."
+    )
+    fixtures: list[Name] = Field(min_length=1, description="fixture sets to run")
+    skip: str | None = Field(None, description="skip every case of this module, with this reason")
+
+
+class Manifest(_Strict):
+    """Top level of `parity.yml`."""
+
+    version: Literal[1] = 1
+    python_path: list[str] = Field(
+        default_factory=list,
+        description="folders (relative to the manifest) added to sys.path for factories",
+    )
+    seed: int = Field(0, description="base seed for fixtures and torch")
+    defaults: Settings = Field(default_factory=Settings)
+    providers: dict[ProviderName, ProviderSettings] = Field(
+        default_factory=lambda: {"cpu": ProviderSettings(required=True)}, min_length=1
+    )
+    fixtures: dict[Name, FixtureSet] = Field(min_length=1)
+    modules: list[ModuleSpec] = Field(min_length=1)
+
+
+# ---------------------------------------------------------------------------
+# Resolution: defaults + module overrides → what the worker needs.
+
+BUILTIN_SETTINGS = Settings(
+    batch_sizes=[1, 4, 7],
+    dtypes=["float32"],
+    tolerances={k: Tolerance(atol=a, rtol=r) for k, (a, r) in DEFAULT_TOLERANCES.items()},
+    export=ExportSettings(),
+    timeout_s=600.0,
+    reference_device="cpu",
+)
+
+
+def merge_tolerances(*tables: ToleranceTable | None) -> dict[str, Tolerance]:
+    out: dict[str, Tolerance] = {}
+    for table in tables:
+        out.update(table or {})
+    return out
+
+
+def merge_export(*layers: ExportSettings | None) -> ExportSettings:
+    """Field-wise merge: a module overriding `opset` keeps the defaults' `exporter`."""
+    data: dict[str, Any] = {}
+    for layer in layers:
+        if layer is not None:
+            data.update({k: getattr(layer, k) for k in layer.model_fields_set})
+    return ExportSettings(**data)
+
+
+def resolve_settings(manifest: Manifest, module: ModuleSpec) -> Settings:
+    """The effective settings of one module (every field set)."""
+    layers = (BUILTIN_SETTINGS, manifest.defaults, module)
+
+    def pick(attr: str) -> Any:
+        value = None
+        for layer in layers:
+            v = getattr(layer, attr)
+            if v is not None:
+                value = v
+        return value
+
+    return Settings(
+        batch_sizes=pick("batch_sizes"),
+        dtypes=pick("dtypes"),
+        tolerances=merge_tolerances(*(layer.tolerances for layer in layers)),
+        export=merge_export(*(layer.export for layer in layers)),
+        timeout_s=pick("timeout_s"),
+        reference_device=pick("reference_device"),
+        providers=pick("providers") or list(manifest.providers),
+    )
+
+
+def output_names(module: ModuleSpec, count: int) -> list[str]:
+    named = [o.name for o in module.outputs or []]
+    return named + [f"output{i}" for i in range(len(named), count)]
+
+
+def manifest_dir(path: Path) -> Path:
+    return path.resolve().parent

@@ -1,0 +1,86 @@
+"""Every case outcome, declared once.
+
+Reports, exit codes and (later) the baseline gate read these records instead of
+testing outcome names in `if` chains, so a new outcome is one line here.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class OutcomeInfo:
+    """How one outcome is reported.
+
+    `junit` is the JUnit element (`failure`, `error`, `skipped`) or None for a
+    pass; `severity` orders outcomes from benign to worst, which the gate uses
+    to tell "got worse" (mismatch → crash) from "still failing the same way".
+    """
+
+    junit: str | None
+    severity: int
+    failed: bool
+    description: str
+
+
+class Outcome(str, enum.Enum):
+    """The outcome of one case; the value is the name used in every report."""
+
+    PASS = "pass"
+    SKIPPED = "skipped"
+    MISMATCH = "mismatch"
+    SHAPE_MISMATCH = "shape_mismatch"
+    DTYPE_MISMATCH = "dtype_mismatch"
+    BAKED_SHAPE = "baked_shape"
+    RUNTIME_ERROR = "runtime_error"
+    NO_KERNEL = "no_kernel"
+    INVALID_MODEL = "invalid_model"
+    UNSUPPORTED_OP = "unsupported_op"
+    EXPORT_ERROR = "export_error"
+    EAGER_ERROR = "eager_error"
+    TIMEOUT = "timeout"
+    CRASH = "crash"
+
+    @property
+    def info(self) -> OutcomeInfo:
+        return _INFO[self]
+
+    @property
+    def failed(self) -> bool:
+        return self.info.failed
+
+    @property
+    def severity(self) -> int:
+        return self.info.severity
+
+
+_INFO: dict[Outcome, OutcomeInfo] = {
+    Outcome.PASS: OutcomeInfo(None, 0, False, "matches eager within tolerance"),
+    Outcome.SKIPPED: OutcomeInfo("skipped", 0, False, "not run (reason given)"),
+    Outcome.MISMATCH: OutcomeInfo("failure", 10, True, "values differ beyond tolerance"),
+    Outcome.SHAPE_MISMATCH: OutcomeInfo("failure", 20, True, "output shape differs from eager"),
+    Outcome.DTYPE_MISMATCH: OutcomeInfo("failure", 20, True, "output dtype differs from eager"),
+    Outcome.BAKED_SHAPE: OutcomeInfo(
+        "failure", 30, True,
+        "a batch size eager accepts fails on the exported model: a dim was baked in",
+    ),
+    Outcome.NO_KERNEL: OutcomeInfo(
+        "error", 35, True, "valid graph, but the provider has no kernel for a type"
+    ),
+    Outcome.RUNTIME_ERROR: OutcomeInfo("error", 40, True, "ONNX Runtime failed while running"),
+    Outcome.INVALID_MODEL: OutcomeInfo(
+        "error", 50, True, "onnx.checker or ONNX Runtime refused to load the graph"
+    ),
+    Outcome.UNSUPPORTED_OP: OutcomeInfo(
+        "error", 55, True, "the exporter has no translation for an operator (feature request)"
+    ),
+    Outcome.EXPORT_ERROR: OutcomeInfo("error", 60, True, "torch.onnx.export failed"),
+    Outcome.EAGER_ERROR: OutcomeInfo(
+        "error", 60, True, "building the module or running it eagerly failed"
+    ),
+    Outcome.TIMEOUT: OutcomeInfo("error", 70, True, "the worker exceeded the module's timeout"),
+    Outcome.CRASH: OutcomeInfo("error", 80, True, "the worker process died (signal or exit)"),
+}
+assert set(_INFO) == set(Outcome), "every outcome needs an OutcomeInfo record"

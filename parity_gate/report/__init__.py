@@ -1,0 +1,1 @@
+"""Report writers; each is a function of a RunResult and never re-runs anything."""

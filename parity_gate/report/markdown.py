@@ -1,0 +1,113 @@
+"""The markdown summary: verdict first, failing cases as a table, passes folded away."""
+
+from __future__ import annotations
+
+from parity_gate.gate import GateDecision
+from parity_gate.report.fmt import num, seconds
+from parity_gate.results import CaseResult, RunResult
+
+STEP_SUMMARY_LIMIT = 1024 * 1024 - 4096  # GitHub rejects step summaries over 1 MiB
+
+
+def _headline(run: RunResult, decision: GateDecision) -> str:
+    total = len(run.cases)
+    failed = len(run.failures)
+    skipped = sum(1 for c in run.cases if c.outcome.value == "skipped")
+    ran = total - skipped
+    tail = f" ({skipped} skipped)" if skipped else ""
+    if run.interrupted:
+        return f"## ⚠️ parity-gate: interrupted after {ran} of {total} cases{tail}"
+    if failed == 0:
+        return f"## ✅ parity-gate: all {ran} cases match eager{tail}"
+    word = "blocking" if not decision.passed else "not blocking"
+    return f"## ❌ parity-gate: {failed} of {ran} cases differ from eager ({word}){tail}"
+
+
+def _cell(text: str, limit: int = 160) -> str:
+    text = " ".join(text.split()).replace("|", "\\|")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _failure_row(case: CaseResult) -> str:
+    worst = case.worst()
+    if worst is not None and not worst.passed:
+        figures = (f"{num(worst.max_abs)} | {num(worst.max_rel)} | "
+                   f"{worst.ulp if worst.ulp is not None else 'n/a'}")
+        why = f"{worst.name}: {worst.reason}"
+    else:
+        figures = "n/a | n/a | n/a"
+        why = case.reason
+    return f"| `{case.id}` | **{case.outcome.value}** | {figures} | {_cell(why)} |"
+
+
+def _passing_row(case: CaseResult) -> str:
+    worst = case.worst()
+    abs_err = num(worst.max_abs) if worst else "n/a"
+    rel_err = num(worst.max_rel) if worst else "n/a"
+    return f"| `{case.id}` | {case.outcome.value} | {abs_err} | {rel_err} | {_cell(case.reason)} |"
+
+
+def render(run: RunResult, decision: GateDecision) -> str:
+    lines = [_headline(run, decision), ""]
+    counts = ", ".join(f"{k}: {v}" for k, v in run.counts().items())
+    versions = ", ".join(f"{k} {run.versions[k]}" for k in ("torch", "onnx", "onnxscript",
+                                                           "onnxruntime", "onnxruntime-gpu")
+                         if k in run.versions)
+    lines.append(f"**Outcomes:** {counts or 'no cases'} · **Time:** {seconds(run.duration_s)}")
+    if versions:
+        lines.append(f"**Versions:** {versions}")
+    gpu = run.versions.get("gpu")
+    if isinstance(gpu, dict):
+        lines.append(f"**GPU:** {gpu.get('name')} (driver {gpu.get('driver')}, "
+                     f"CUDA {gpu.get('cuda')})")
+    lines.append("")
+    failures = run.failures
+    if failures:
+        lines += ["### Failing cases", "",
+                  "| case | outcome | max abs | max rel | ULP | why |",
+                  "|---|---|---|---|---|---|"]
+        lines += [_failure_row(c) for c in failures]
+        lines.append("")
+        lines += _failure_details(failures)
+    if run.findings:
+        lines += ["### Findings", ""]
+        for f in run.findings:
+            icon = "❗" if f.severity == "error" else "⚠️"
+            lines.append(f"- {icon} `{f.module}` **{f.kind}**: {_cell(f.message, 400)}")
+        lines.append("")
+    others = [c for c in sorted(run.cases, key=lambda c: c.key) if not c.failed]
+    if others:
+        lines += [f"<details><summary>{len(others)} passing or skipped cases</summary>", "",
+                  "| case | outcome | max abs | max rel | note |", "|---|---|---|---|---|"]
+        lines += [_passing_row(c) for c in others]
+        lines += ["", "</details>", ""]
+    return "\n".join(lines)
+
+
+def _failure_details(failures: list[CaseResult]) -> list[str]:
+    """One compact block per failing comparison: the evidence a reviewer reads first."""
+    out: list[str] = []
+    for case in failures[:50]:
+        bad = [c for c in case.comparisons if not c.passed]
+        if not bad:
+            continue
+        out.append(f"<details><summary><code>{case.id}</code>: {case.outcome.value}"
+                   "</summary>\n")
+        for c in bad:
+            out.append(f"- **{c.name}**: {_cell(c.headline(), 400)}")
+            hist = getattr(c, "histogram", None)
+            if hist:
+                out.append("  - error histogram: " + ", ".join(f"{k}: {v}"
+                                                               for k, v in hist.items() if v))
+        out += ["", "</details>", ""]
+    return out
+
+
+def trim(text: str, limit: int = STEP_SUMMARY_LIMIT) -> str:
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text
+    cut = data[:limit].decode("utf-8", "ignore")
+    cut = cut[: cut.rfind("\n")] if "\n" in cut else cut
+    return cut + "\n\n_(summary trimmed to fit GitHub's 1 MiB step-summary limit; the full " \
+                 "report is in the JSON artifact)_\n"

@@ -1,0 +1,118 @@
+"""ONNX Runtime sessions per provider, and what their errors mean.
+
+Provider availability comes from `onnxruntime.get_available_providers()`; a
+GPU provider that silently falls back to CPU at session creation is caught
+here, because a "CUDA pass" that really ran on CPU proves nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from parity_gate.outcomes import Outcome
+
+EXECUTION_PROVIDERS: dict[str, str] = {
+    "cpu": "CPUExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "tensorrt": "TensorrtExecutionProvider",
+}
+
+# Strict parity reads: TF32 off on CUDA matches eager with TF32 disabled.
+DEFAULT_PROVIDER_OPTIONS: dict[str, dict[str, Any]] = {
+    "cuda": {"use_tf32": 0},
+    "tensorrt": {},
+    "cpu": {},
+}
+
+
+@dataclass(frozen=True)
+class Availability:
+    available: bool
+    reason: str = ""
+
+
+def available_providers() -> list[str]:
+    import onnxruntime as ort
+
+    return list(ort.get_available_providers())
+
+
+def availability(name: str, available: list[str]) -> Availability:
+    """Whether provider `name` can run here, and if not, a reason a user can act on."""
+    ep = EXECUTION_PROVIDERS[name]
+    if ep in available:
+        return Availability(True)
+    hint = {
+        "cuda": "install onnxruntime-gpu and run on a machine with an NVIDIA GPU",
+        "tensorrt": "install onnxruntime-gpu with TensorRT libraries on a GPU machine",
+    }.get(name, "reinstall onnxruntime")
+    return Availability(
+        False, f"{ep} not available (onnxruntime offers: {', '.join(available)}; {hint})"
+    )
+
+
+def provider_chain(name: str, options: dict[str, Any]) -> list[Any]:
+    """The providers list for a session: the EP under test, then its usual fallbacks."""
+    merged = {**DEFAULT_PROVIDER_OPTIONS.get(name, {}), **options}
+    if name == "cpu":
+        return [("CPUExecutionProvider", merged)]
+    if name == "cuda":
+        return [("CUDAExecutionProvider", merged), "CPUExecutionProvider"]
+    return [
+        ("TensorrtExecutionProvider", merged),
+        ("CUDAExecutionProvider", DEFAULT_PROVIDER_OPTIONS["cuda"]),
+        "CPUExecutionProvider",
+    ]
+
+
+def create_session(model: bytes, provider: str, options: dict[str, Any],
+                   *, optimization: str = "all") -> Any:
+    """One session per (model, provider), reused for every batch size and sample."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.graph_optimization_level = {
+        "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    }[optimization]
+    session = ort.InferenceSession(model, so, providers=provider_chain(provider, options))
+    wanted = EXECUTION_PROVIDERS[provider]
+    if wanted not in session.get_providers():
+        raise ProviderFallback(
+            f"{wanted} failed to initialise; the session fell back to "
+            f"{', '.join(session.get_providers())}"
+        )
+    return session
+
+
+class ProviderFallback(RuntimeError):
+    """The requested EP did not come up; running would silently test the CPU instead."""
+
+
+_NO_KERNEL = re.compile(r"NOT_IMPLEMENTED|Could not find an implementation for", re.I)
+_BAD_DIMS = re.compile(r"Got invalid dimensions for input|invalid dimensions", re.I)
+
+
+def classify_load_error(message: str) -> Outcome:
+    """A session that will not load: missing kernel (runtime gap) or an invalid graph."""
+    return Outcome.NO_KERNEL if _NO_KERNEL.search(message) else Outcome.INVALID_MODEL
+
+
+def classify_run_error(message: str, batch_size: int, export_batch: int) -> Outcome:
+    """A run that fails at a batch size other than the exported one is a baked shape."""
+    if batch_size != export_batch and _BAD_DIMS.search(message):
+        return Outcome.BAKED_SHAPE
+    if _NO_KERNEL.search(message):
+        return Outcome.NO_KERNEL
+    return Outcome.RUNTIME_ERROR
+
+
+def first_line(message: str, limit: int = 300) -> str:
+    text = " ".join(line.strip() for line in message.strip().splitlines() if line.strip())
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
