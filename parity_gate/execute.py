@@ -251,7 +251,8 @@ def _judge(job: ModuleJob, key: CaseKey, ref: _Reference, got_all: list[list[np.
         reference = _stack([outs[i] for outs in ref.outputs])
         actual = _stack([outs[i] for outs in got_all])
         if reference is None or actual is None:
-            per = [cmp.compare(r[i], g[i], tol, name=name) for r, g in zip(ref.outputs, got_all)]
+            per = [cmp.compare(r[i], g[i], tol, name=name)
+                   for r, g in zip(ref.outputs, got_all, strict=True)]
             comparisons.append(next((c for c in per if not c.passed), per[0]))
             continue
         comparisons.append(cmp.compare(

@@ -9,6 +9,7 @@ input coverage, files on disk) are checked here too, with the same locations.
 from __future__ import annotations
 
 import difflib
+import re
 import importlib.util
 from pathlib import Path
 from typing import Any
@@ -17,12 +18,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from parity_gate.errors import UserError
-from parity_gate.manifest import (
-    EdgeFixture,
-    FileFixture,
-    Manifest,
-    RandomFixture,
-)
+from parity_gate.manifest import EdgeFixture, FileFixture, Manifest, RandomFixture
 
 Loc = tuple[Any, ...]
 
@@ -66,9 +62,9 @@ class _Locator:
             for k, v in node.value:
                 if _scalar(k) == part or (isinstance(part, int) and _scalar(k) == str(part)):
                     return v
-        if isinstance(node, yaml.SequenceNode) and isinstance(part, int):
-            if 0 <= part < len(node.value):
-                return node.value[part]
+        if isinstance(node, yaml.SequenceNode) and isinstance(part, int) \
+                and 0 <= part < len(node.value):
+            return node.value[part]
         return None
 
 
@@ -99,13 +95,16 @@ class ManifestProblems:
         self.locator = locator
         self.items: list[tuple[int, int, str]] = []
 
-    def add(self, loc: Loc, message: str, *, at_key: bool = False) -> None:
-        node, path, found = self.locator.find(loc)
-        if at_key:
-            node = self.locator.key_node(loc) or node
+    def add(self, loc: Loc, message: str, *, at_key: bool = False,
+            node: yaml.Node | None = None) -> None:
+        found_node, path, _found = self.locator.find(loc)
+        if node is not None:
             path = list(loc)
-        elif not found:
-            path = [p for p in path]
+        elif at_key:
+            node = self.locator.key_node(loc) or found_node
+            path = list(loc)
+        else:
+            node = found_node
         line, col = (node.start_mark.line + 1, node.start_mark.column + 1) if node else (1, 1)
         text = f"{self.display}:{line}:{col}: {format_path(path)}: {message}"
         entry = (line, col, text)
@@ -136,15 +135,15 @@ def load_manifest(path: str | Path) -> Manifest:
         problems.add((), "expected a mapping with `fixtures` and `modules` keys")
         problems.raise_if_any()
     _check_duplicate_keys(root, problems, ())
+    manifest: Manifest | None = None
     try:
         manifest = Manifest.model_validate(data)
     except ValidationError as e:
         for loc, message, at_key in _translate(e, data):
             problems.add(loc, message, at_key=at_key)
-        problems.raise_if_any()
-        raise  # unreachable: a ValidationError always has errors
-    _check_references(manifest, p.resolve().parent, problems)
+    _check_references(data, p.resolve().parent, problems)
     problems.raise_if_any()
+    assert manifest is not None  # no problems means the schema accepted it
     return manifest
 
 
@@ -154,7 +153,7 @@ def _check_duplicate_keys(node: yaml.Node | None, problems: ManifestProblems, lo
         for k, v in node.value:
             key = _scalar(k)
             if key in seen:
-                problems.add((*loc, key), "duplicate key (expected each key once)", at_key=True)
+                problems.add((*loc, key), "duplicate key (expected each key once)", node=k)
             seen.add(key)
             _check_duplicate_keys(v, problems, (*loc, key))
     elif isinstance(node, yaml.SequenceNode):
@@ -167,6 +166,8 @@ def _translate(error: ValidationError, data: Any) -> list[tuple[Loc, str, bool]]
     grouped: dict[Loc, list[dict[str, Any]]] = {}
     for err in error.errors(include_url=False):
         loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and _is_tag(p)))
+        if err["loc"] and err["loc"][-1] == "[key]":
+            err = {**err, "at_key": True}
         grouped.setdefault(loc, []).append(err)
     out: list[tuple[Loc, str, bool]] = []
     for loc, errs in grouped.items():
@@ -176,7 +177,8 @@ def _translate(error: ValidationError, data: Any) -> list[tuple[Loc, str, bool]]
             out.append((loc, f"got {_show(errs[0]['input'])} (expected {kinds})", False))
             continue
         for err in errs:
-            out.append(_one(loc, err, error.title, data))
+            loc2, message, at_key = _one(loc, err, error.title, data)
+            out.append((loc2, message, at_key or bool(err.get("at_key"))))
     return out
 
 
@@ -194,8 +196,7 @@ def _one(loc: Loc, err: dict[str, Any], title: str, data: Any) -> tuple[Loc, str
     if kind == "missing":
         return loc, f"required key `{loc[-1]}` is missing (expected it here)", False
     if kind == "literal_error":
-        options = [o.strip().strip("'") for o in str(ctx.get("expected", "")).split(",")]
-        options = [o.replace(" or ", "").strip().strip("'") for o in options]
+        options = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
         hint = _did_you_mean(str(got), options)
         return loc, f"invalid value {_show(got)}{hint} (expected {ctx.get('expected')})", False
     if kind == "union_tag_invalid":
@@ -306,88 +307,130 @@ def _unwrap(tp: Any, node: Any) -> Any:
         return tp
 
 
-def _check_references(manifest: Manifest, base: Path, problems: ManifestProblems) -> None:
-    """What the schema alone cannot check: names, coverage, files, importability."""
+def _check_references(data: dict[str, Any], base: Path, problems: ManifestProblems) -> None:
+    """What the schema alone cannot check: names, coverage, files, importability.
+
+    Works on the raw YAML data (skipping parts the schema already rejected) so
+    these problems are reported in the same pass as schema errors.
+    """
+    fixtures = data.get("fixtures") if isinstance(data.get("fixtures"), dict) else {}
+    providers = data.get("providers")
+    declared = list(providers) if isinstance(providers, dict) else ["cpu"]
+    python_path = [p for p in _as_list(data.get("python_path")) if isinstance(p, str)]
     seen: dict[str, int] = {}
-    for i, module in enumerate(manifest.modules):
+    for i, module in enumerate(_as_list(data.get("modules"))):
+        if not isinstance(module, dict):
+            continue
         mloc: Loc = ("modules", i)
-        if module.name in seen:
-            problems.add((*mloc, "name"), f"duplicate module name {module.name!r} "
-                         f"(expected unique names; first at modules[{seen[module.name]}])")
-        seen.setdefault(module.name, i)
-        input_names = [inp.name for inp in module.inputs]
-        for j, name in enumerate(input_names):
-            if name in input_names[:j]:
-                problems.add((*mloc, "inputs", j, "name"),
-                             f"duplicate input {name!r} (expected unique input names)")
-        outs = [o.name for o in module.outputs or []]
-        for j, name in enumerate(outs):
-            if name in outs[:j]:
-                problems.add((*mloc, "outputs", j, "name"),
-                             f"duplicate output {name!r} (expected unique output names)")
-        for j, fname in enumerate(module.fixtures):
-            floc = (*mloc, "fixtures", j)
-            fixture = manifest.fixtures.get(fname)
-            if fixture is None:
-                hint = _did_you_mean(fname, list(manifest.fixtures))
-                problems.add(floc, f"unknown fixture set {fname!r}{hint} "
-                             f"(expected one of: {', '.join(manifest.fixtures)})")
+        name = module.get("name")
+        if isinstance(name, str):
+            if name in seen:
+                problems.add((*mloc, "name"), f"duplicate module name {name!r} (expected "
+                             f"unique names; first at modules[{seen[name]}])")
+            seen.setdefault(name, i)
+        input_names = _unique_names(module.get("inputs"), (*mloc, "inputs"), "input", problems)
+        _unique_names(module.get("outputs"), (*mloc, "outputs"), "output", problems)
+        for j, fname in enumerate(_as_list(module.get("fixtures"))):
+            if not isinstance(fname, str):
                 continue
-            _check_coverage(fname, fixture, input_names, floc, problems)
-        for prov_i, prov in enumerate(module.providers or []):
-            if prov not in manifest.providers:
-                problems.add((*mloc, "providers", prov_i),
+            floc = (*mloc, "fixtures", j)
+            if fname not in fixtures:
+                hint = _did_you_mean(fname, list(fixtures))
+                problems.add(floc, f"unknown fixture set {fname!r}{hint} "
+                             f"(expected one of: {', '.join(fixtures) or 'none defined'})")
+            else:
+                _check_coverage(fname, fixtures[fname], input_names, floc, problems)
+        for k, prov in enumerate(_as_list(module.get("providers"))):
+            if isinstance(prov, str) and prov in ("cpu", "cuda", "tensorrt") \
+                    and prov not in declared:
+                problems.add((*mloc, "providers", k),
                              f"provider {prov!r} is not declared in the top-level `providers` "
-                             f"(expected one of: {', '.join(manifest.providers)})")
-        _check_factory(module.factory, manifest, base, (*mloc, "factory"), problems)
-    for name, fixture in manifest.fixtures.items():
-        floc: Loc = ("fixtures", name)
-        if isinstance(fixture, FileFixture):
-            target = base / fixture.path
-            if not target.is_file():
-                problems.add((*floc, "path"), f"file {fixture.path!r} not found next to the "
-                             "manifest (expected an existing .npy, .npz or .pt file)")
-            elif target.suffix not in (".npy", ".npz", ".pt", ".pth"):
-                problems.add((*floc, "path"), f"unsupported file type {target.suffix!r} "
-                             "(expected .npy, .npz or .pt)")
-        else:
-            for iname, spec in fixture.inputs.items():
-                for k, dim in enumerate(spec.shape):
-                    if isinstance(dim, str) and dim != "batch" and dim not in fixture.dims:
-                        problems.add((*floc, "inputs", iname, "shape", k),
-                                     f"unknown dim symbol {dim!r} (expected an integer, "
-                                     f"`batch` or a key of this fixture set's `dims`)")
-                    if isinstance(dim, int) and dim < 0:
-                        problems.add((*floc, "inputs", iname, "shape", k),
-                                     f"got {dim} (expected a size >= 0)")
-    for i, entry in enumerate(manifest.python_path):
+                             f"(expected one of: {', '.join(declared)})")
+        factory = module.get("factory")
+        if isinstance(factory, str) and ":" in factory:
+            _check_factory(factory, python_path, base, (*mloc, "factory"), problems)
+    for name, fixture in fixtures.items():
+        if isinstance(fixture, dict):
+            _check_fixture(str(name), fixture, base, problems)
+    for i, entry in enumerate(python_path):
         if not (base / entry).is_dir():
             problems.add(("python_path", i), f"folder {entry!r} not found (expected a folder "
                          "relative to the manifest)")
 
 
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _unique_names(entries: Any, loc: Loc, what: str, problems: ManifestProblems) -> list[str]:
+    names: list[str] = []
+    for j, entry in enumerate(_as_list(entries)):
+        name = entry.get("name") if isinstance(entry, dict) else None
+        if not isinstance(name, str):
+            continue
+        if name in names:
+            problems.add((*loc, j, "name"),
+                         f"duplicate {what} {name!r} (expected unique {what} names)")
+        names.append(name)
+    return names
+
+
+def _check_fixture(name: str, fixture: dict[str, Any], base: Path,
+                   problems: ManifestProblems) -> None:
+    floc: Loc = ("fixtures", name)
+    if fixture.get("kind") == "file":
+        path = fixture.get("path")
+        if not isinstance(path, str):
+            return
+        target = base / path
+        if target.suffix not in (".npy", ".npz", ".pt", ".pth"):
+            problems.add((*floc, "path"), f"unsupported file type {target.suffix or path!r} "
+                         "(expected .npy, .npz or .pt)")
+        elif not target.is_file():
+            problems.add((*floc, "path"), f"file {path!r} not found next to the manifest "
+                         "(expected an existing .npy, .npz or .pt file)")
+        return
+    inputs = fixture.get("inputs")
+    dims = fixture.get("dims") if isinstance(fixture.get("dims"), dict) else {}
+    if not isinstance(inputs, dict):
+        return
+    for iname, spec in inputs.items():
+        shape = spec.get("shape") if isinstance(spec, dict) else None
+        for k, dim in enumerate(_as_list(shape)):
+            if isinstance(dim, str) and dim != "batch" and dim not in dims:
+                hint = _did_you_mean(dim, ["batch", *dims])
+                problems.add((*floc, "inputs", iname, "shape", k),
+                             f"unknown dim symbol {dim!r}{hint} (expected an integer, `batch` "
+                             "or a key of this fixture set's `dims`)")
+            elif isinstance(dim, int) and not isinstance(dim, bool) and dim < 0:
+                problems.add((*floc, "inputs", iname, "shape", k),
+                             f"got {dim} (expected a size >= 0)")
+
+
 def _check_coverage(fname: str, fixture: Any, input_names: list[str], loc: Loc,
                     problems: ManifestProblems) -> None:
-    if isinstance(fixture, FileFixture):
-        return  # keys are checked when the file is read, in the worker
-    provided = set(fixture.inputs)
+    if not isinstance(fixture, dict) or not isinstance(fixture.get("inputs"), dict):
+        return  # file sets: keys are checked when the file is read, in the worker
+    provided = set(map(str, fixture["inputs"]))
     missing = [n for n in input_names if n not in provided]
     extra = sorted(provided - set(input_names))
     if missing:
         problems.add(loc, f"fixture set {fname!r} has no tensor for input(s) "
                      f"{', '.join(missing)} (expected keys {', '.join(input_names)} "
                      "under its `inputs`)")
-    if extra:
+    if extra and input_names:
         problems.add(loc, f"fixture set {fname!r} defines input(s) {', '.join(extra)} "
                      f"the module does not take (expected {', '.join(input_names)})")
 
 
-def _check_factory(factory: str, manifest: Manifest, base: Path, loc: Loc,
+def _check_factory(factory: str, python_path: list[str], base: Path, loc: Loc,
                    problems: ManifestProblems) -> None:
     """Find the factory's module file without importing it (imports happen in workers)."""
     module_path = factory.split(":", 1)[0]
+    if not all(part.isidentifier() for part in module_path.split(".")):
+        return  # the schema reports the malformed path
     rel = Path(*module_path.split("."))
-    roots = [base / p for p in manifest.python_path] + [base]
+    roots = [base / p for p in python_path] + [base]
     for root in roots:
         if (root / rel).with_suffix(".py").is_file() or (root / rel / "__init__.py").is_file():
             return

@@ -1,0 +1,144 @@
+"""Malformed manifests: each problem is one located line, all at once, exit 2, no traceback."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from parity_gate.cli import main
+
+BASE = textwrap.dedent("""\
+    version: 1
+    defaults:
+      batch_sizes: [1, 4]
+      dtypes: [float32]
+      tolerances:
+        float32: {atol: 1e-5, rtol: 1e-3}
+    providers:
+      cpu: {required: true}
+    fixtures:
+      images:
+        kind: random
+        samples: 2
+        inputs:
+          x: {shape: [batch, 3, 8, 8]}
+      recorded:
+        kind: file
+        path: data.npz
+    modules:
+      - name: cnn
+        factory: models:build
+        inputs:
+          - name: x
+            dynamic: {0: batch}
+        fixtures: [images, recorded]
+    """)
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    (tmp_path / "models.py").write_text("def build():\n    return None\n")
+    import numpy as np
+
+    np.savez(tmp_path / "data.npz", x=np.zeros((4, 3, 8, 8), np.float32))
+    path = tmp_path / "parity.yml"
+    path.write_text(text)
+    return path
+
+
+def check(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> list[str]:
+    path = write(tmp_path, text)
+    code = main(["check", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    for line in lines:
+        assert line.startswith(f"{path}:"), line
+    return [ln[len(str(path)) + 1:] for ln in lines]
+
+
+CASES = [
+    # (id, old text, new text, expected "LINE:COL: key.path: fragment")
+    ("misspelled top key", "modules:\n", "moduls:\n",
+     "18:1: moduls: unknown key; did you mean `modules`?"),
+    ("misspelled nested key", "    samples: 2", "    sampels: 2",
+     "12:5: fixtures.images.sampels: unknown key; did you mean `samples`?"),
+    ("bad dtype", "dtypes: [float32]", "dtypes: [flaot32]",
+     "4:12: defaults.dtypes[0]: invalid value 'flaot32'; did you mean `float32`?"),
+    ("negative atol", "{atol: 1e-5,", "{atol: -1,",
+     "6:21: defaults.tolerances.float32.atol: got -1 (expected a number >= 0"),
+    ("batch size zero", "batch_sizes: [1, 4]", "batch_sizes: [0, 4]",
+     "3:17: defaults.batch_sizes[0]: got 0 (expected a number >= 1)"),
+    ("batch size not a number", "batch_sizes: [1, 4]", "batch_sizes: [1, four]",
+     "3:20: defaults.batch_sizes[1]: got 'four' (expected an integer)"),
+    ("unknown fixture kind", "kind: random", "kind: randm",
+     "11:11: fixtures.images.kind: unknown fixture kind 'randm'; did you mean `random`?"),
+    ("missing factory", "    factory: models:build\n", "",
+     "19:5: modules[0].factory: required key `factory` is missing"),
+    ("factory without colon", "factory: models:build", "factory: models.build",
+     "20:14: modules[0].factory: got 'models.build' (expected `package.module:callable`)"),
+    ("factory module absent", "factory: models:build", "factory: nowhere.models:build",
+     "20:14: modules[0].factory: cannot find module 'nowhere.models'"),
+    ("unknown fixture set", "fixtures: [images, recorded]", "fixtures: [imagse, recorded]",
+     "24:16: modules[0].fixtures[0]: unknown fixture set 'imagse'; did you mean `images`?"),
+    ("fixture misses an input", "      - name: x\n", "      - name: y\n",
+     "24:16: modules[0].fixtures[0]: fixture set 'images' has no tensor for input(s) y"),
+    ("unknown dim symbol", "[batch, 3, 8, 8]", "[batch, 3, h, 8]",
+     "14:29: fixtures.images.inputs.x.shape[2]: unknown dim symbol 'h'"),
+    ("missing data file", "path: data.npz", "path: missing.npz",
+     "17:11: fixtures.recorded.path: file 'missing.npz' not found"),
+    ("unsupported file type", "path: data.npz", "path: data.csv",
+     "17:11: fixtures.recorded.path: unsupported file type '.csv'"),
+    ("unknown provider", "  cpu: {required: true}", "  gpu: {required: true}",
+     "8:3: providers.gpu: invalid value 'gpu'; did you mean `cpu`?"),
+    ("required not a bool", "{required: true}", "{required: maybe}",
+     "8:19: providers.cpu.required: got 'maybe' (expected true or false)"),
+    ("duplicate key", "version: 1\n", "version: 1\nversion: 1\n",
+     "2:1: version: duplicate key"),
+    ("bad version", "version: 1", "version: 2",
+     "1:10: version: invalid value 2 (expected 1)"),
+    ("samples out of range", "samples: 2", "samples: 0",
+     "12:14: fixtures.images.samples: got 0 (expected a number >= 1)"),
+    ("modules empty", "modules:\n", "modules: []\nx_modules:\n",
+     "18:10: modules: list should have at least 1 item"),
+    ("exporter misspelled", "defaults:\n", "defaults:\n  export: {exporter: dynamic}\n",
+     "3:22: defaults.export.exporter: invalid value 'dynamic'; did you mean `dynamo`?"),
+    ("invalid yaml", "  images:\n", "  images: [\n",
+     "invalid YAML"),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "expected"), [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])
+def test_malformed_manifest(tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str,
+                            new: str, expected: str) -> None:
+    assert old in BASE
+    lines = check(tmp_path, BASE.replace(old, new, 1), capsys)
+    assert any(expected in line for line in lines), "\n".join(lines)
+
+
+def test_valid_base_manifest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", str(write(tmp_path, BASE))]) == 0
+
+
+def test_every_problem_reported_at_once(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    text = (BASE.replace("dtypes: [float32]", "dtypes: [flaot32]")
+            .replace("fixtures: [images, recorded]", "fixtures: [imagse, recorded]")
+            .replace("    samples: 2", "    sampels: 2"))
+    lines = check(tmp_path, text, capsys)
+    assert len(lines) == 3, lines
+    assert [ln.split(":")[0] for ln in lines] == ["4", "12", "24"]  # sorted by line
+
+
+def test_missing_manifest_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", str(tmp_path / "nope.yml")]) == 2
+    assert "manifest not found" in capsys.readouterr().err
+
+
+def test_bad_cli_usage_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "--jobs", "zero"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--jobs" in err[0]
