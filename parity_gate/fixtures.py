@@ -110,10 +110,12 @@ def _random(spec: TensorSpec, shape: tuple[int, ...], rng: np.random.Generator) 
                            spec.high if spec.high is not None else 1.0, size=shape)
     if dist == "bernoulli":
         return rng.random(size=shape) < spec.p
-    info = np.iinfo(NUMPY_DTYPES[spec.dtype]) if not is_float_dtype(spec.dtype) else None
-    low = int(spec.low) if spec.low is not None else (0 if info is None else max(info.min, -100))
-    high = int(spec.high) if spec.high is not None else (
-        100 if info is None else min(int(info.max) + 1, 101))
+    # randint: [low, high), default [0, 100) clipped to the dtype (index-friendly).
+    top = 100
+    if not is_float_dtype(spec.dtype) and spec.dtype != "bool":
+        top = min(top, int(np.iinfo(NUMPY_DTYPES[spec.dtype]).max) + 1)
+    low = int(spec.low) if spec.low is not None else 0
+    high = int(spec.high) if spec.high is not None else max(top, low + 1)
     return rng.integers(low, high, size=shape, dtype=np.int64)
 
 

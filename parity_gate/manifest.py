@@ -84,7 +84,9 @@ class Settings(_Strict):
     tolerances: ToleranceTable | None = Field(
         None, description="per-dtype tolerance; merged over the built-in defaults"
     )
-    export: ExportSettings | None = None
+    export: ExportSettings | None = Field(
+        None, description="how torch.onnx.export is called (merged key by key)"
+    )
     timeout_s: float | None = Field(
         None, gt=0, description="wall-clock limit for one module's export and all its runs"
     )
@@ -106,12 +108,16 @@ class InputSpec(_Strict):
 
 
 class OutputSpec(_Strict):
-    name: Name
+    name: Name = Field(description="output name in reports and the ONNX graph")
     task: Literal["classification"] | None = Field(
         None, description="classification: also check top-1 agreement over the last axis"
     )
-    min_top1_agreement: float = Field(1.0, ge=0, le=1)
-    tolerances: ToleranceTable | None = None
+    min_top1_agreement: float = Field(
+        1.0, ge=0, le=1, description="classification: share of samples whose top-1 must agree"
+    )
+    tolerances: ToleranceTable | None = Field(
+        None, description="per-dtype tolerance for this output only"
+    )
 
 
 class TensorSpec(_Strict):
@@ -126,8 +132,8 @@ class TensorSpec(_Strict):
     distribution: Literal["normal", "uniform", "randint", "bernoulli"] | None = Field(
         None, description="default: normal for floats, randint for ints, bernoulli for bool"
     )
-    mean: float = 0.0
-    std: float = Field(1.0, ge=0)
+    mean: float = Field(0.0, description="normal: mean")
+    std: float = Field(1.0, ge=0, description="normal: standard deviation")
     low: float | None = Field(None, description="uniform/randint lower bound (inclusive)")
     high: float | None = Field(None, description="uniform/randint upper bound (exclusive)")
     p: float = Field(0.5, ge=0, le=1, description="bernoulli probability of True/1")
@@ -218,18 +224,23 @@ class ModuleSpec(Settings):
 class Manifest(_Strict):
     """Top level of `parity.yml`."""
 
-    version: Literal[1] = 1
+    version: Literal[1] = Field(1, description="manifest format version")
     python_path: list[str] = Field(
         default_factory=list,
         description="folders (relative to the manifest) added to sys.path for factories",
     )
     seed: int = Field(0, description="base seed for fixtures and torch")
-    defaults: Settings = Field(default_factory=Settings)
-    providers: dict[ProviderName, ProviderSettings] = Field(
-        default_factory=lambda: {"cpu": ProviderSettings(required=True)}, min_length=1
+    defaults: Settings = Field(
+        default_factory=Settings, description="settings every module inherits"
     )
-    fixtures: dict[Name, FixtureSet] = Field(min_length=1)
-    modules: list[ModuleSpec] = Field(min_length=1)
+    providers: dict[ProviderName, ProviderSettings] = Field(
+        default_factory=lambda: {"cpu": ProviderSettings(required=True)}, min_length=1,
+        description="ONNX Runtime execution providers to run every case on",
+    )
+    fixtures: dict[Name, FixtureSet] = Field(
+        min_length=1, description="named fixture sets; a set provides every input of a module"
+    )
+    modules: list[ModuleSpec] = Field(min_length=1, description="the modules under test")
 
 
 # ---------------------------------------------------------------------------

@@ -9,8 +9,8 @@ input coverage, files on disk) are checked here too, with the same locations.
 from __future__ import annotations
 
 import difflib
-import re
 import importlib.util
+import re
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,30 @@ from parity_gate.errors import UserError
 from parity_gate.manifest import EdgeFixture, FileFixture, Manifest, RandomFixture
 
 Loc = tuple[Any, ...]
+
+
+class ManifestLoader(yaml.SafeLoader):
+    """SafeLoader reading YAML 1.2 floats: PyYAML turns `1e-5` (no dot) into a string,
+    which would reach factory kwargs as text while editors' schemas see a number."""
+
+
+ManifestLoader.yaml_implicit_resolvers = {
+    k: [r for r in v if r[0] != "tag:yaml.org,2002:float"]
+    for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+ManifestLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+                |[-+]?\.(?:inf|Inf|INF)
+                |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."),
+)
+
+
+def parse_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=ManifestLoader)  # a SafeLoader subclass: no arbitrary objects
 
 # Pydantic puts the union member's name into error locations; users never wrote it.
 _TAG_PARTS = {"random", "edge", "file", "int", "str", "float", "[key]", "list", "dict"}
@@ -124,8 +148,8 @@ def load_manifest(path: str | Path) -> Manifest:
         raise UserError(f"{display}: manifest not found (expected a parity.yml file)")
     text = p.read_text(encoding="utf-8")
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        root = yaml.compose(text, Loader=ManifestLoader)
+        data = parse_yaml(text)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark
         where = f"{display}:{mark.line + 1}:{mark.column + 1}" if mark else display

@@ -1,0 +1,48 @@
+"""Generated artefacts (JSON Schema, README key table) must match the models."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jsonschema
+
+from parity_gate.docs import END, START, render
+from parity_gate.manifest_loader import parse_yaml
+from parity_gate.schema import SCHEMA_FILE, manifest_schema
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_shipped_schema_matches_models() -> None:
+    shipped = json.loads(SCHEMA_FILE.read_text())
+    assert shipped == manifest_schema(), "run: python -m parity_gate.schema"
+
+
+def test_schema_accepts_the_example_and_rejects_a_typo() -> None:
+    schema = manifest_schema()
+    example = parse_yaml((ROOT / "fixtures" / "parity.yml").read_text())
+    jsonschema.validate(example, schema)
+    example["modules"][0]["fixtures"] = "images"  # not a list
+    try:
+        jsonschema.validate(example, schema)
+    except jsonschema.ValidationError as err:
+        assert list(err.absolute_path)[:3] == ["modules", 0, "fixtures"]
+    else:
+        raise AssertionError("schema accepted a string where a list is required")
+
+
+def test_readme_key_reference_is_current() -> None:
+    text = (ROOT / "README.md").read_text()
+    block = text[text.index(START): text.index(END) + len(END)]
+    assert block == render(), "run: python -m parity_gate.docs"
+
+
+def test_readme_has_exactly_two_quickstart_commands() -> None:
+    out = [subprocess.run([sys.executable, str(ROOT / ".ci" / "readme_commands.py"), which],
+                          capture_output=True, text=True, check=True).stdout.strip()
+           for which in ("example", "test")]
+    assert out[0].endswith("parity-gate run")
+    assert "pytest" in out[1] and "torch==2.13.0" in out[1]

@@ -1,0 +1,118 @@
+"""Fixture generation: deterministic, dtype-aware special values, file rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from parity_gate.fixtures import FixtureError, batch_sizes_for, generate, special_values
+from parity_gate.manifest import EdgeFixture, FileFixture, RandomFixture
+
+
+def random_set(**extra: object) -> RandomFixture:
+    return RandomFixture.model_validate({
+        "kind": "random", "dims": {"seq": 5},
+        "inputs": {"x": {"shape": ["batch", "seq", 3]},
+                   "ids": {"shape": ["batch", "seq"], "dtype": "int64", "low": 0, "high": 7},
+                   "mask": {"shape": ["batch"], "dtype": "bool"}},
+        **extra})
+
+
+def gen(fixture: object, batch: int = 4, dtype: str = "float32", sample: int = 0,
+        names: tuple[str, ...] = ("x", "ids", "mask"), seed: int = 0,
+        base: Path = Path(".")) -> dict[str, np.ndarray]:
+    return generate("set", fixture, names, batch, dtype, sample, seed=seed,  # type: ignore[arg-type]
+                    base_dir=base)
+
+
+def test_random_shapes_dtypes_and_ranges() -> None:
+    out = gen(random_set(), batch=3, dtype="float16")
+    assert out["x"].shape == (3, 5, 3) and out["x"].dtype == np.float16
+    assert out["ids"].dtype == np.int64 and out["ids"].min() >= 0 and out["ids"].max() < 7
+    assert out["mask"].dtype == np.bool_
+
+
+def test_seeds_come_from_names_not_order() -> None:
+    a = gen(random_set(), sample=1)
+    gen(random_set(), sample=0)
+    b = gen(random_set(), sample=1)
+    assert all(np.array_equal(a[k], b[k]) for k in a)
+    c = gen(random_set(), sample=2)
+    assert not np.array_equal(a["x"], c["x"])
+    d = gen(random_set(), seed=1, sample=1)
+    assert not np.array_equal(a["x"], d["x"])
+
+
+def test_float16_and_float32_cases_see_the_same_data() -> None:
+    f32 = gen(random_set(), dtype="float32")["x"]
+    f16 = gen(random_set(), dtype="float16")["x"]
+    np.testing.assert_array_equal(f32.astype(np.float16), f16)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64"])
+def test_edge_values_are_those_of_the_dtype(dtype: str) -> None:
+    edge = EdgeFixture.model_validate({"kind": "edge", "fraction": 0.2,
+                                       "inputs": {"x": {"shape": ["batch", 50]}}})
+    x = gen(edge, batch=4, dtype=dtype, names=("x",))["x"].astype(np.float64)
+    finfo = ml_dtypes.finfo(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.finfo(dtype)
+    assert np.isnan(x).any() and np.isposinf(x).any() and np.isneginf(x).any()
+    zeros = x[x == 0]
+    assert np.signbit(zeros).any() and (~np.signbit(zeros)).any()
+    tiny = float(finfo.tiny)
+    assert ((np.abs(x) > 0) & (np.abs(x) < tiny)).any(), "no denormal"
+    assert (np.abs(x[np.isfinite(x)]) >= float(finfo.max) / 4).any(), "no huge value"
+
+
+def test_edge_integer_extremes_and_opt_out() -> None:
+    edge = EdgeFixture.model_validate({
+        "kind": "edge", "fraction": 0.3,
+        "inputs": {"n": {"shape": ["batch", 20], "dtype": "int32"},
+                   "ids": {"shape": ["batch", 20], "dtype": "int64", "high": 10,
+                           "specials": []}}})
+    out = gen(edge, names=("n", "ids"))
+    info = np.iinfo(np.int32)
+    assert out["n"].min() == info.min and out["n"].max() == info.max
+    assert out["ids"].min() >= 0 and out["ids"].max() < 10
+
+
+def test_edge_sets_add_an_empty_batch() -> None:
+    edge = EdgeFixture.model_validate({"kind": "edge", "inputs": {"x": {"shape": ["batch"]}}})
+    assert batch_sizes_for(edge, [1, 4]) == [1, 4, 0]
+    assert gen(edge, batch=0, names=("x",))["x"].shape == (0,)
+    assert batch_sizes_for(random_set(), [1, 4]) == [1, 4]
+
+
+def test_special_values_table() -> None:
+    assert special_values("float16", ["denormal"]) == [float(np.float16(2 ** -24)) * 3]
+    assert special_values("uint8", None) == [0, 255, 0]
+
+
+def test_file_rows_wrap_and_cast(tmp_path: Path) -> None:
+    rows = np.arange(5 * 2, dtype=np.float64).reshape(5, 2)
+    np.savez(tmp_path / "d.npz", x=rows, label=np.arange(5))
+    fixture = FileFixture.model_validate({"kind": "file", "path": "d.npz",
+                                          "keys": {"y": "label"}})
+    out = generate("f", fixture, ["x", "y"], 3, "float16", 1, seed=0, base_dir=tmp_path)
+    assert out["x"].dtype == np.float16
+    np.testing.assert_array_equal(out["x"][:, 0], [6, 8, 0])  # rows 3, 4, then wrap to 0
+    assert out["y"].dtype == rows.dtype.type(0).astype(np.int64).dtype
+    np.testing.assert_array_equal(out["y"], [3, 4, 0])
+
+
+def test_file_missing_key_names_what_exists(tmp_path: Path) -> None:
+    np.savez(tmp_path / "d.npz", a=np.zeros((2, 2)))
+    fixture = FileFixture.model_validate({"kind": "file", "path": "d.npz"})
+    with pytest.raises(FixtureError, match=r"no array 'x' .*\(has: a\)"):
+        generate("f", fixture, ["x", "z"], 1, "float32", 0, seed=0, base_dir=tmp_path)
+
+
+def test_pt_file_loads_without_pickle(tmp_path: Path) -> None:
+    import torch
+
+    torch.save({"x": torch.ones(4, 3, dtype=torch.bfloat16)}, tmp_path / "d.pt")
+    fixture = FileFixture.model_validate({"kind": "file", "path": "d.pt"})
+    out = generate("f", fixture, ["x"], 2, "bfloat16", 0, seed=0, base_dir=tmp_path)
+    assert out["x"].dtype == ml_dtypes.bfloat16 and out["x"].shape == (2, 3)
