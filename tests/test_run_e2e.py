@@ -119,6 +119,8 @@ def test_faulty_manifest_exit_code_and_outcomes(faulty_run: tuple[int, Path]) ->
         "abort/float32/vec/b3/cpu": "crash",
         "hang/float32/vec/b2/cpu": "timeout",
         "hang/float32/vec/b3/cpu": "timeout",
+        "oom/float32/vec/b2/cpu": "crash",
+        "oom/float32/vec/b3/cpu": "crash",
     }
 
 
@@ -128,6 +130,7 @@ def test_faulty_crash_and_hang_reasons(faulty_run: tuple[int, Path]) -> None:
     assert "SIGSEGV" in cases["segfault/float32/vec/b2/cpu"]["reason"]
     assert "SIGABRT" in cases["abort/float32/vec/b2/cpu"]["reason"]
     assert "timeout of 8s" in cases["hang/float32/vec/b2/cpu"]["reason"]
+    assert "SIGKILL (likely out of memory)" in cases["oom/float32/vec/b3/cpu"]["reason"]
     baked = cases["baked/float32/vec/b3/cpu"]["reason"]
     assert "exported at batch 2" in baked and "eager works" in baked
 
@@ -165,7 +168,7 @@ def test_faulty_junit_failures_and_errors(faulty_run: tuple[int, Path]) -> None:
     assert results[("healthy", "float32/vec/b2/cpu")] is None
     assert isinstance(results[("healthy", "float32/vec/b2/tensorrt")], junitparser.Skipped)
     summary = (out / "summary.md").read_text()
-    assert summary.startswith("## ❌ parity-gate: 9 of 14 cases differ from eager")
+    assert summary.startswith("## ❌ parity-gate: 11 of 16 cases differ from eager")
     first_table = summary.split("### Failing cases")[1]
     # worst outcomes first: crash before timeout before mismatch
     assert first_table.index("crash") < first_table.index("timeout") < \

@@ -76,16 +76,30 @@ def baked() -> nn.Module:
 
 
 def segfault() -> nn.Module:
-    return Segfault()
+    return Segfault().eval()
 
 
 def abort() -> nn.Module:
-    return Abort()
+    return Abort().eval()
 
 
 def hang() -> nn.Module:
-    return Hang()
+    return Hang().eval()
 
 
 def training() -> nn.Module:
     return TrainingMode()  # left in training mode on purpose
+
+
+class OutOfMemory(nn.Module):
+    """Dies by SIGKILL, exactly as the kernel's OOM killer ends a process."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+        return x
+
+
+def oom() -> nn.Module:
+    return OutOfMemory().eval()
