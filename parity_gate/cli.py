@@ -1,4 +1,6 @@
-"""Command line: `parity-gate run|check|schema`. Exit codes: 0 pass, 1 fail, 2 usage, 3 bug."""
+"""Command line: `parity-gate run|check|schema|baseline|merge`.
+
+Exit codes: 0 pass, 1 fail, 2 usage, 3 bug."""
 
 from __future__ import annotations
 
@@ -9,12 +11,19 @@ import sys
 import tempfile
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from parity_gate import __version__
-from parity_gate.errors import EXIT_INTERNAL, EXIT_USAGE, UserError
+from parity_gate.errors import EXIT_FAIL, EXIT_INTERNAL, EXIT_USAGE, UserError
+
+if TYPE_CHECKING:  # imported lazily: `check` and `schema` stay fast
+    from parity_gate.baseline import Baseline
+    from parity_gate.gate import GatePolicy
+    from parity_gate.sharding import Shard
 
 DEFAULT_MANIFEST = "fixtures/parity.yml"
 ISSUES_URL = "https://github.com/parity-gate/parity-gate/issues"
+FAIL_ON = ("regressions", "any-failure", "never")  # == gate.FAIL_ON (tested)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -41,18 +50,79 @@ def build_parser() -> argparse.ArgumentParser:
                      "manifest: cpu,cuda,tensorrt")
     run.add_argument("--jobs", type=int, default=1,
                      help="worker processes run in parallel (default 1)")
-    run.add_argument("--fail-on", choices=("any-failure", "never"), default="any-failure",
-                     help="what makes the exit code 1 (default: any-failure)")
+    _add_gate_args(run)
+    run.add_argument("--shard", metavar="K/N",
+                     help="run only part K of N (cost-balanced, whole modules), e.g. 2/4")
+    run.add_argument("--timings", type=Path, metavar="RESULTS.json",
+                     help="balance --shard by the module times recorded in an earlier run")
     run.add_argument("--quiet", action="store_true", help="no per-case progress lines")
 
     check = sub.add_parser("check", help="validate a manifest without running anything")
     check.add_argument("manifest", nargs="?", default=DEFAULT_MANIFEST)
 
     sub.add_parser("schema", help="print the manifest's JSON Schema")
+
+    baseline = sub.add_parser("baseline", help="manage the known-failures baseline file")
+    bsub = baseline.add_subparsers(dest="baseline_command", required=True,
+                                   parser_class=_Parser)
+    update = bsub.add_parser("update", help="write or refresh the baseline from a run's "
+                             "JSON report (keeps reasons and links)")
+    update.add_argument("manifest", nargs="?", help="parity.yml the baseline sits beside "
+                        "(default: the manifest recorded in the results)")
+    update.add_argument("--from", dest="source", type=Path, metavar="RESULTS.json",
+                        default=Path("parity-reports/results.json"),
+                        help="JSON report to record (default: parity-reports/results.json)")
+    update.add_argument("--baseline", type=Path, metavar="PATH",
+                        help="baseline file (default: parity-baseline.yml beside the manifest)")
+    update.add_argument("--reason", default=None, metavar="TEXT",
+                        help="reason for new entries (default: 'TODO: explain')")
+
+    merge = sub.add_parser("merge", help="merge shard JSON reports into one report and verdict")
+    merge.add_argument("files", nargs="+", type=Path, help="the shards' results.json files")
+    merge.add_argument("--out", default="parity-reports", type=Path,
+                       help="folder for reports not given a path below (default: "
+                       "parity-reports)")
+    merge.add_argument("--json", type=Path, help="JSON report path (default: OUT/results.json)")
+    merge.add_argument("--junit", type=Path, help="JUnit XML path (default: OUT/junit.xml)")
+    merge.add_argument("--summary", type=Path, help="markdown summary (default: "
+                       "OUT/summary.md)")
+    _add_gate_args(merge, merging=True)
     return parser
 
 
+def _add_gate_args(p: argparse.ArgumentParser, merging: bool = False) -> None:
+    """Flags shared by `run` and `merge`: what blocks, against which baseline."""
+    p.add_argument("--baseline", type=Path, metavar="PATH",
+                   help="re-decide with this baseline (default: the shards' own decisions)"
+                   if merging else "known failures (default: parity-baseline.yml beside the "
+                   "manifest, used if present)")
+    p.add_argument("--fail-on", choices=FAIL_ON, default=None,
+                   help="what makes the exit code 1: regressions (default with a baseline), "
+                   "any-failure (default without one) or never"
+                   + (" (default: as the shards ran)" if merging else ""))
+    p.add_argument("--strict", action="store_true", default=None,
+                   help="a known failure that now passes (fixed) blocks too")
+    p.add_argument("--worsen-factor", type=float, default=None, metavar="X",
+                   help="a known failure whose error grows beyond X times its record is a "
+                   "regression (default: the baseline's worsen_factor, else 2.0)")
+    p.add_argument("--compare-to", type=Path, metavar="OLD.json",
+                   help="show per-case changes against an earlier run's JSON report")
+
+
+def _gate_policy(args: argparse.Namespace, baseline: Baseline | None) -> GatePolicy:
+    from parity_gate.gate import GatePolicy
+    from parity_gate.merge import read_results
+
+    if args.worsen_factor is not None and not args.worsen_factor >= 1:
+        raise UserError(f"--worsen-factor: got {args.worsen_factor} (expected a number >= 1)")
+    old = read_results(args.compare_to) if args.compare_to else None
+    return GatePolicy(fail_on=args.fail_on, baseline=baseline, strict=bool(args.strict),
+                      worsen_factor=args.worsen_factor,
+                      compare_to=(old[0], old[1]) if old else None)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
+    from parity_gate.gate import notices
     from parity_gate.manifest_loader import load_manifest
     from parity_gate.report.write import ReportPaths
     from parity_gate.runner import RunOptions, run_manifest
@@ -61,12 +131,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise UserError(f"--jobs: got {args.jobs} (expected an integer >= 1)")
     path = Path(args.manifest)
     manifest = load_manifest(path)
+    policy, shard, timings = _run_gate_inputs(args, path)
     options = RunOptions(
         select=args.select,
         jobs=args.jobs,
         providers=[p.strip() for p in args.providers.split(",") if p.strip()]
         if args.providers else None,
-        fail_on=args.fail_on,
+        fail_on=args.fail_on or "any-failure",
+        policy=policy,
+        shard=shard,
+        timings=timings,
         reports=ReportPaths(
             json=args.json or args.out / "results.json",
             junit=args.junit or args.out / "junit.xml",
@@ -76,12 +150,90 @@ def _cmd_run(args: argparse.Namespace) -> int:
     )
     run, decision, stopped = run_manifest(manifest, path, options)
     reports = options.reports
-    print(f"parity-gate: {'PASS' if run.passed else 'FAIL'} — {len(run.cases)} cases, "
+    for line in notices(decision):
+        print(line, file=sys.stderr)
+    print(f"parity-gate: {'PASS' if decision.passed else 'FAIL'} — {len(run.cases)} cases, "
           f"{len(run.failures)} failing; reports: {reports.json}, {reports.junit}, "
           f"{reports.summary}", file=sys.stderr)
     if stopped is not None:
         return 128 + stopped
     return decision.exit_code
+
+
+def _run_gate_inputs(args: argparse.Namespace, manifest_path: Path
+                     ) -> tuple[GatePolicy, Shard | None, dict[str, float] | None]:
+    """Read the baseline, --compare-to and --timings before running: bad input fails fast."""
+    from parity_gate import baseline as baseline_file
+    from parity_gate.merge import read_results
+    from parity_gate.sharding import Shard, recorded_seconds
+
+    policy = _gate_policy(args, baseline_file.find(manifest_path, args.baseline))
+    shard = Shard.parse(args.shard) if args.shard else None
+    timings = recorded_seconds(read_results(args.timings)[1]) if args.timings else None
+    return policy, shard, timings
+
+
+def _cmd_baseline(args: argparse.Namespace) -> int:
+    from parity_gate import baseline as baseline_file
+    from parity_gate.merge import read_results
+    from parity_gate.report.write import atomic_write
+
+    source, run, _ = read_results(args.source)
+    if run.shard:
+        raise UserError(f"{source}: results of shard {run.shard} only (expected a whole run: "
+                        "merge the shards first with `parity-gate merge`, or entries of the "
+                        "other shards would be dropped as stale)")
+    if run.interrupted:
+        raise UserError(f"{source}: the run was interrupted (expected a complete run, or "
+                        "entries of the cases it never reached would be dropped as stale)")
+    manifest = Path(args.manifest or run.manifest.get("path") or DEFAULT_MANIFEST)
+    path = args.baseline or baseline_file.default_path(manifest)
+    old = (baseline_file.load(path) if path.is_file()
+           else baseline_file.Baseline(str(path)))
+    new, changes = baseline_file.update(old, run, args.reason or baseline_file.TODO_REASON)
+    atomic_write(path, baseline_file.dump(new).encode("utf-8"))
+    for change in changes:
+        print(f"parity-gate baseline: {change}", file=sys.stderr)
+    print(f"parity-gate baseline: wrote {path}: {len(new.entries)} entries "
+          f"({sum(c.action == 'added' for c in changes)} added, "
+          f"{sum(c.action == 'updated' for c in changes)} updated, "
+          f"{sum(c.action == 'removed' for c in changes)} removed) from {source}",
+          file=sys.stderr)
+    return 0
+
+
+def _cmd_merge(args: argparse.Namespace) -> int:
+    from parity_gate import baseline as baseline_file
+    from parity_gate.deltas import combine as combine_deltas
+    from parity_gate.gate import apply, combine, notices
+    from parity_gate.merge import merge_files
+    from parity_gate.report.write import ReportPaths, write_all
+
+    run, gates = merge_files(args.files)
+    if args.worsen_factor is not None and args.baseline is None:
+        raise UserError("--worsen-factor: only with --baseline when merging (expected "
+                        "--baseline PATH; without it the shards' own rulings are kept)")
+    if args.baseline is not None:
+        decision = apply(run, _gate_policy(args, baseline_file.load(args.baseline)))
+    else:
+        policy = _gate_policy(args, None)
+        decision = combine(run, gates, fail_on=args.fail_on, strict=args.strict)
+        decision.deltas = (apply(run, policy).deltas if policy.compare_to
+                           else combine_deltas([g.get("compare_to", {}) for g in gates]))
+    reports = ReportPaths(json=args.json or args.out / "results.json",
+                          junit=args.junit or args.out / "junit.xml",
+                          summary=args.summary or args.out / "summary.md")
+    write_all(run, decision, reports)
+    for line in notices(decision):
+        print(line, file=sys.stderr)
+    if run.interrupted:
+        print("parity-gate: a shard was interrupted; its unfinished cases are missing, so "
+              "the merge fails", file=sys.stderr)
+    passed = decision.passed and not run.interrupted
+    print(f"parity-gate: {'PASS' if passed else 'FAIL'} — merged {len(args.files)} files, "
+          f"{len(run.cases)} cases, {len(run.failures)} failing; reports: {reports.json}, "
+          f"{reports.junit}, {reports.summary}", file=sys.stderr)
+    return decision.exit_code if not run.interrupted else EXIT_FAIL
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -100,7 +252,8 @@ def _cmd_schema(_args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": _cmd_run, "check": _cmd_check, "schema": _cmd_schema}
+COMMANDS = {"run": _cmd_run, "check": _cmd_check, "schema": _cmd_schema,
+            "baseline": _cmd_baseline, "merge": _cmd_merge}
 
 
 def main(argv: list[str] | None = None) -> int:

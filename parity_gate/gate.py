@@ -1,21 +1,80 @@
-"""The gate decision: which results block the merge, and the exit code."""
+"""The gate decision: each case ruled regression, known or fixed; what blocks; the exit code.
+
+Without a baseline every failure is a regression (the original any-failure gate).
+With one, a known failure blocks only when it got worse: a more severe outcome,
+or an error figure beyond its record times the worsen factor. The decision is
+a pure function of a RunResult and a Baseline, so shard merging re-decides it
+and tests build it from RunResult objects without running anything.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
+from parity_gate.baseline import DEFAULT_WORSEN_FACTOR, Baseline, Entry
+from parity_gate.deltas import FIGURES, Deltas, Figures
+from parity_gate.deltas import compute as compute_deltas
 from parity_gate.errors import EXIT_FAIL, EXIT_PASS
+from parity_gate.outcomes import Outcome
 from parity_gate.results import CaseResult, RunResult
 
-FAIL_ON = ("any-failure", "never")
+FAIL_ON = ("regressions", "any-failure", "never")
+REGRESSION, KNOWN, FIXED = "regression", "known", "fixed"
+CATEGORIES = (REGRESSION, FIXED, KNOWN)  # the order the summary reads them in
+
+
+@dataclass(frozen=True)
+class Ruling:
+    """Why one case is a regression, a known failure or fixed."""
+
+    id: str
+    category: str
+    outcome: str
+    why: str
+    entry: str | None = None  # the baseline entry's id (a case id or glob)
+    where: str = ""  # file:line of that entry
+    figures: Figures = field(default_factory=Figures)
+    recorded: Figures = field(default_factory=Figures)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"id": self.id, "category": self.category,
+                             "outcome": self.outcome, "why": self.why}
+        if self.entry is not None:
+            d.update(entry=self.entry, where=self.where, recorded=self.recorded.to_dict())
+        d["figures"] = self.figures.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Ruling:
+        return cls(d["id"], d["category"], d.get("outcome", ""), d.get("why", ""),
+                   d.get("entry"), d.get("where", ""), Figures.from_dict(d.get("figures")),
+                   Figures.from_dict(d.get("recorded")))
+
+
+@dataclass(frozen=True)
+class Stale:
+    """A baseline entry that matches no case: it protects nothing and should go."""
+
+    entry: str
+    where: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"entry": self.entry, "where": self.where}
 
 
 @dataclass
 class GateDecision:
-    """What blocks, and why; later extended by the baseline (known/fixed/stale)."""
+    """What blocks, and why; `to_dict` is the JSON report's `gate` object."""
 
     blocking: list[CaseResult] = field(default_factory=list)
     fail_on: str = "any-failure"
+    strict: bool = False
+    baseline: str | None = None
+    worsen_factor: float = DEFAULT_WORSEN_FACTOR
+    rulings: list[Ruling] = field(default_factory=list)
+    stale: list[Stale] = field(default_factory=list)
+    deltas: Deltas | None = None
 
     @property
     def passed(self) -> bool:
@@ -25,13 +84,175 @@ class GateDecision:
     def exit_code(self) -> int:
         return EXIT_PASS if self.passed else EXIT_FAIL
 
+    def of(self, category: str) -> list[Ruling]:
+        return [r for r in self.rulings if r.category == category]
+
     def to_dict(self) -> dict[str, object]:
-        return {
+        d: dict[str, object] = {
             "passed": self.passed,
             "fail_on": self.fail_on,
+            "strict": self.strict,
+            "baseline": self.baseline,
+            "worsen_factor": self.worsen_factor,
             "blocking": [r.id for r in self.blocking],
+            **{category: [r.id for r in self.of(category)] for category in CATEGORIES},
+            "stale": [s.entry for s in self.stale],
+            "stale_entries": [s.to_dict() for s in self.stale],
+            "rulings": [r.to_dict() for r in self.rulings],
         }
+        if self.deltas is not None:
+            d["compare_to"] = self.deltas.to_dict()
+        return d
 
 
-def decide(run: RunResult, fail_on: str = "any-failure") -> GateDecision:
-    return GateDecision(blocking=run.failures, fail_on=fail_on)
+@dataclass
+class GatePolicy:
+    """The gate's inputs besides the run: loaded up front so a bad file fails before work."""
+
+    fail_on: str | None = None  # None: regressions with a baseline, else any-failure
+    baseline: Baseline | None = None
+    strict: bool = False
+    worsen_factor: float | None = None
+    compare_to: tuple[str, RunResult] | None = None  # (path, earlier run)
+
+
+def apply(run: RunResult, policy: GatePolicy, universe: set[str] | None = None
+          ) -> GateDecision:
+    """`decide` with the policy, plus the deltas against `--compare-to`."""
+    decision = decide(run, policy.fail_on, baseline=policy.baseline, strict=policy.strict,
+                      worsen_factor=policy.worsen_factor, universe=universe)
+    if policy.compare_to is not None:
+        path, old = policy.compare_to
+        decision.deltas = compute_deltas(old, run, path, universe)
+    return decision
+
+
+def resolve_fail_on(fail_on: str | None, baseline: Baseline | None) -> str:
+    """Default: block on regressions when a baseline exists, else on any failure."""
+    return fail_on or ("regressions" if baseline is not None else "any-failure")
+
+
+def decide(run: RunResult, fail_on: str | None = "any-failure", *,
+           baseline: Baseline | None = None, strict: bool = False,
+           worsen_factor: float | None = None,
+           universe: set[str] | None = None) -> GateDecision:
+    """Rule every case of `run` against `baseline`.
+
+    `universe` is the set of case ids the manifest plans (before --select and
+    --shard): an entry is stale only if it matches none of them, so a shard does
+    not call the other shards' entries stale. Default: the run's own cases.
+    """
+    factor = worsen_factor or (baseline.worsen_factor if baseline else None) \
+        or DEFAULT_WORSEN_FACTOR
+    rulings = [r for case in sorted(run.cases, key=lambda c: c.key)
+               if (r := rule(case, baseline, factor)) is not None]
+    ids = universe if universe is not None else {c.id for c in run.cases}
+    stale = [Stale(e.id, baseline.where(e)) for e in baseline.entries
+             if not any(e.matches(i) for i in ids)] if baseline else []
+    return finish(run, rulings, stale, resolve_fail_on(fail_on, baseline), strict,
+                  baseline.path if baseline else None, factor)
+
+
+def finish(run: RunResult, rulings: list[Ruling], stale: list[Stale], fail_on: str,
+           strict: bool, baseline: str | None, factor: float) -> GateDecision:
+    """Blocking follows from the rulings: regressions (plus known under any-failure,
+    plus fixed under --strict); `never` lists them but passes."""
+    block = {REGRESSION} | ({KNOWN} if fail_on == "any-failure" else set()) \
+        | ({FIXED} if strict else set())
+    blocking_ids = {r.id for r in rulings if r.category in block}
+    blocking = sorted((c for c in run.cases if c.id in blocking_ids),
+                      key=lambda c: (-c.outcome.severity, c.id))
+    order = {c: i for i, c in enumerate(CATEGORIES)}
+    rulings = sorted(rulings, key=lambda r: (order[r.category], r.id))
+    return GateDecision(blocking, fail_on, strict, baseline, factor, rulings, stale)
+
+
+def rule(case: CaseResult, baseline: Baseline | None, factor: float) -> Ruling | None:
+    """One case's category; None for passing cases without an entry and for skipped ones."""
+    if case.outcome is Outcome.SKIPPED:
+        return None
+    entry = baseline.entry_for(case.id) if baseline else None
+    figures = Figures.of(case)
+    if entry is None:
+        if not case.failed:
+            return None
+        why = "new failure (not in the baseline)" if baseline else "fails (no baseline)"
+        return Ruling(case.id, REGRESSION, case.outcome.value, why, figures=figures)
+    where = baseline.where(entry) if baseline else ""
+
+    def ruling(category: str, why: str) -> Ruling:
+        return Ruling(case.id, category, case.outcome.value, why, entry.id, where, figures,
+                      entry.figures)
+
+    if not case.failed:
+        return ruling(FIXED, f"now passes: remove it from the baseline ({where})")
+    worse = worsened(entry, case.outcome, figures, factor)
+    if worse:
+        return ruling(REGRESSION, f"known failure got worse: {worse} ({where})")
+    return ruling(KNOWN, f"known failure within its record: {entry.reason}")
+
+
+def worsened(entry: Entry, outcome: Outcome, figures: Figures, factor: float) -> str:
+    """How a known failure got worse than its record, or '' if it did not."""
+    if entry.outcome is not None and outcome.severity > entry.outcome.severity:
+        return f"outcome {entry.outcome.value} → {outcome.value}"
+    if entry.outcome is not None and outcome is not entry.outcome:
+        return ""  # a milder outcome: its figures measure something else
+    for name in FIGURES:
+        recorded, now = getattr(entry.figures, name), getattr(figures, name)
+        if recorded is None or now is None:
+            continue
+        if now > recorded * factor and now > recorded:
+            times = "∞" if recorded == 0 else f"{now / recorded:.3g}"
+            return (f"{name} grew {recorded:.4g} → {now:.4g} ({times}×, more than "
+                    f"the worsen factor {factor:g}×)")
+    return ""
+
+
+def combine(run: RunResult, gates: list[dict[str, Any]], *, fail_on: str | None = None,
+            strict: bool | None = None) -> GateDecision:
+    """One decision from the shards' recorded ones (merge without --baseline).
+
+    Each shard ruled its own cases; an entry is stale only if every shard found it stale.
+    """
+    first = gates[0]
+    rulings = [Ruling.from_dict(r) for g in gates for r in g.get("rulings", [])]
+    stale_sets = [{s["entry"] for s in g.get("stale_entries", [])} for g in gates]
+    common = set.intersection(*stale_sets)
+    stale = [Stale(s["entry"], s.get("where", "")) for s in first.get("stale_entries", [])
+             if s["entry"] in common]
+    if not any("rulings" in g for g in gates):  # results from before the baseline gate
+        return decide(run, fail_on or first.get("fail_on") or "any-failure",
+                      strict=bool(strict))
+    return finish(run, rulings, stale, fail_on or first.get("fail_on", "any-failure"),
+                  first.get("strict", False) if strict is None else strict,
+                  first.get("baseline"), float(first.get("worsen_factor")
+                                               or DEFAULT_WORSEN_FACTOR))
+
+
+def counts_line(decision: GateDecision) -> str:
+    """`2 regressions, 1 fixed, 3 known, 1 stale entry`, in the summary's order."""
+    parts = [_plural(len(decision.of(REGRESSION)), "regression"),
+             f"{len(decision.of(FIXED))} fixed", f"{len(decision.of(KNOWN))} known",
+             _plural(len(decision.stale), "stale entry", "stale entries")]
+    return ", ".join(parts)
+
+
+def notices(decision: GateDecision) -> list[str]:
+    """Console lines for a baseline run: regressions, then fixed, then stale entries."""
+    if decision.baseline is None:
+        return []
+    lines = [f"parity-gate: regression {r.id}: {r.why}" for r in decision.of(REGRESSION)]
+    tail = " (blocking: --strict)" if decision.strict and decision.fail_on != "never" else ""
+    lines += [f"parity-gate: fixed {r.id}: {r.why}{tail}" for r in decision.of(FIXED)]
+    lines += [f"parity-gate: warning: {s.where}: baseline entry {s.entry!r} matches no case "
+              "(stale: remove it, or run `parity-gate baseline update`)"
+              for s in decision.stale]
+    lines.append(f"parity-gate: gate ({decision.baseline}, fail-on {decision.fail_on}"
+                 f"{', strict' if decision.strict else ''}): {counts_line(decision)} → "
+                 f"{'pass' if decision.passed else 'BLOCKING'}")
+    return lines
+
+
+def _plural(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else (many or one + 's')}"

@@ -19,12 +19,13 @@ from parity_gate import __version__
 from parity_gate.cases import Plan, missing_required_providers, plan
 from parity_gate.environment import versions
 from parity_gate.errors import UserError
-from parity_gate.gate import GateDecision, decide
+from parity_gate.gate import GateDecision, GatePolicy, apply, decide
 from parity_gate.manifest import Manifest, ProviderSettings
 from parity_gate.progress import Progress
 from parity_gate.report.write import ReportPaths, write_all
 from parity_gate.results import CaseResult, Finding, RunResult
 from parity_gate.runtime import EXECUTION_PROVIDERS, available_providers
+from parity_gate.sharding import Shard, plan_ids, shard_plan
 from parity_gate.workers import WorkerPool
 
 
@@ -36,6 +37,9 @@ class RunOptions:
     fail_on: str = "any-failure"
     reports: ReportPaths = field(default_factory=ReportPaths)
     quiet: bool = False
+    policy: GatePolicy | None = None  # baseline, --strict, --compare-to; overrides fail_on
+    shard: Shard | None = None  # --shard K/N
+    timings: dict[str, float] | None = None  # module → seconds, from --timings
 
 
 class Interrupted(Exception):
@@ -91,11 +95,16 @@ def run_manifest(manifest: Manifest, manifest_path: Path,
     if options.select and not work.total:
         raise UserError(f"--select {' '.join(options.select)}: matches no case "
                         "(expected a case-id glob such as 'mlp/*' or 'mlp/float16/*/b4/cpu')")
+    # Stale baseline entries are judged against every planned case, not just this part.
+    universe = plan_ids(plan(manifest, manifest_path, available))
+    if options.shard is not None:
+        work = shard_plan(work, options.shard, options.timings)
     run = RunResult(
         tool_version=__version__,
         started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         manifest={"path": str(manifest_path), "sha256": _sha256(manifest_path)},
         versions=versions(available),
+        shard=str(options.shard) if options.shard else None,
     )
     progress = Progress(work.total, quiet=options.quiet)
     for skipped in work.skipped:
@@ -120,7 +129,8 @@ def run_manifest(manifest: Manifest, manifest_path: Path,
                 pool.close()
     finally:
         run.duration_s = time.monotonic() - t0
-    decision = decide(run, options.fail_on)
+    decision = (apply(run, options.policy, universe) if options.policy
+                else decide(run, options.fail_on))
     progress.final(run)
     write_all(run, decision, options.reports)
     return run, decision, stopped

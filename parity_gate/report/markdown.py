@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from parity_gate.gate import GateDecision
+from parity_gate.deltas import Deltas
+from parity_gate.gate import FIXED, KNOWN, REGRESSION, GateDecision, Ruling, counts_line
 from parity_gate.report.fmt import num, seconds
 from parity_gate.results import CaseResult, RunResult
 
@@ -17,6 +18,8 @@ def _headline(run: RunResult, decision: GateDecision) -> str:
     tail = f" ({skipped} skipped)" if skipped else ""
     if run.interrupted:
         return f"## ⚠️ parity-gate: interrupted after {ran} of {total} cases{tail}"
+    if decision.baseline is not None:
+        return _gate_headline(decision, ran, tail)
     if failed == 0:
         return f"## ✅ parity-gate: all {ran} cases match eager{tail}"
     word = "blocking" if not decision.passed else "not blocking"
@@ -61,6 +64,8 @@ def render(run: RunResult, decision: GateDecision) -> str:
         lines.append(f"**GPU:** {gpu.get('name')} (driver {gpu.get('driver')}, "
                      f"CUDA {gpu.get('cuda')})")
     lines.append("")
+    lines += _gate_sections(decision)
+    lines += _delta_section(decision.deltas)
     failures = run.failures
     if failures:
         lines += ["### Failing cases", "",
@@ -100,6 +105,85 @@ def _failure_details(failures: list[CaseResult]) -> list[str]:
                 out.append("  - error histogram: " + ", ".join(f"{k}: {v}"
                                                                for k, v in hist.items() if v))
         out += ["", "</details>", ""]
+    return out
+
+
+def _gate_headline(decision: GateDecision, ran: int, tail: str) -> str:
+    counts = f"{counts_line(decision)}; {ran} cases run{tail}"
+    if not decision.blocking:
+        return f"## ✅ parity-gate: nothing blocking — {counts}"
+    if decision.passed:
+        return f"## ⚠️ parity-gate: {len(decision.blocking)} failing, not blocking " \
+               f"(--fail-on never) — {counts}"
+    return f"## ❌ parity-gate: {len(decision.blocking)} blocking — {counts}"
+
+
+def _gate_sections(decision: GateDecision) -> list[str]:
+    """With a baseline: regressions, then fixed, then known, then stale entries."""
+    if decision.baseline is None:
+        return []
+    out: list[str] = []
+    blocking = {c.id for c in decision.blocking} if not decision.passed else set()
+    regressions = decision.of(REGRESSION)
+    if regressions:
+        out += [f"### Regressions ({len(regressions)})", "",
+                "| case | outcome | max abs (recorded) | max rel (recorded) | why |",
+                "|---|---|---|---|---|"]
+        out += [_ruling_row(r, r.why) for r in regressions]
+        out.append("")
+    fixed = decision.of(FIXED)
+    if fixed:
+        word = " — blocking under --strict" if fixed[0].id in blocking else ""
+        out += [f"### Fixed ({len(fixed)}): remove from the baseline{word}", ""]
+        out += [f"- `{r.id}` now passes: remove baseline entry `{r.entry}` ({r.where})"
+                for r in fixed]
+        out.append("")
+    known = decision.of(KNOWN)
+    if known:
+        word = "blocking: --fail-on any-failure" if known[0].id in blocking else "not blocking"
+        out += [f"### Known failures ({len(known)}, {word})", "",
+                "| case | outcome | max abs (recorded) | max rel (recorded) | reason |",
+                "|---|---|---|---|---|"]
+        out += [_ruling_row(r, r.why.removeprefix("known failure within its record: "))
+                for r in known]
+        out.append("")
+    if decision.stale:
+        out += [f"### Stale baseline entries ({len(decision.stale)})", ""]
+        out += [f"- `{s.entry}` ({s.where}) matches no case: remove it" for s in decision.stale]
+        out.append("")
+    return out
+
+
+def _ruling_row(r: Ruling, why: str) -> str:
+    def pair(name: str) -> str:
+        now, was = getattr(r.figures, name), getattr(r.recorded, name)
+        return num(now) + (f" ({num(was)})" if r.entry is not None else "")
+
+    return f"| `{r.id}` | {r.outcome} | {pair('max_abs')} | {pair('max_rel')} | {_cell(why)} |"
+
+
+DELTA_ROWS = 30
+
+
+def _delta_section(deltas: Deltas | None) -> list[str]:
+    """What changed against `--compare-to`: outcome changes first, then error growth."""
+    if deltas is None:
+        return []
+    head = f"### Changes since `{deltas.against}`"
+    if not deltas.changes:
+        return [head, "", f"No case changed ({deltas.unchanged} compared).", ""]
+    out = [head, "", f"{len(deltas.changes)} changed, {deltas.unchanged} unchanged.", "",
+           "| case | outcome | max abs | max rel | growth |", "|---|---|---|---|---|"]
+    for d in deltas.changes[:DELTA_ROWS]:
+        outcome = (f"{d.old_outcome or '(new case)'} → **{d.new_outcome or '(gone)'}**"
+                   if d.outcome_changed else str(d.new_outcome))
+        growth = "n/a" if d.growth is None else f"{num(d.growth)}×"
+        out.append(f"| `{d.id}` | {outcome} | {num(d.old.max_abs)} → {num(d.new.max_abs)} | "
+                   f"{num(d.old.max_rel)} → {num(d.new.max_rel)} | {growth} |")
+    if len(deltas.changes) > DELTA_ROWS:
+        out.append(f"\n_{len(deltas.changes) - DELTA_ROWS} more changes in the JSON report "
+                   "(`gate.compare_to`)._")
+    out.append("")
     return out
 
 

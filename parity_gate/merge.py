@@ -1,0 +1,133 @@
+"""`parity-gate merge`: shard JSON reports → one RunResult, after checking they belong together.
+
+Merging results of different manifests or tool versions, or with a shard
+missing or run twice, would report a verdict about cases nobody ran, so each
+of those is a user error naming the file. The checks and the merge are pure;
+`read_results` is the only reader.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from parity_gate.errors import UserError
+from parity_gate.results import RunResult
+from parity_gate.sharding import Shard
+
+Loaded = tuple[str, RunResult, dict[str, Any]]  # display path, result, raw JSON
+
+
+def read_results(path: Path) -> Loaded:
+    """A `results.json` written by `parity-gate run` or `merge`, or a one-line UserError."""
+    if not path.is_file():
+        raise UserError(f"{path}: results file not found (expected the JSON report of "
+                        "`parity-gate run`, e.g. parity-reports/results.json)")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise UserError(f"{path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg} (expected the "
+                        "JSON report of `parity-gate run`)") from None
+    if not isinstance(raw, dict) or "cases" not in raw or "schema_version" not in raw:
+        raise UserError(f"{path}: not a parity-gate results file (expected a JSON object "
+                        "with `schema_version` and `cases`)")
+    try:
+        return str(path), RunResult.from_dict(raw), raw
+    except (KeyError, TypeError, ValueError) as e:
+        raise UserError(f"{path}: malformed case record: {e!r} (expected the JSON report "
+                        "of `parity-gate run`)") from None
+
+
+def problems(loaded: list[Loaded]) -> list[str]:
+    """Why these files cannot be merged into one run (empty list: they can)."""
+    out: list[str] = []
+    first_path, first, _ = loaded[0]
+    for path, run, _ in loaded[1:]:
+        if run.manifest.get("sha256") != first.manifest.get("sha256"):
+            out.append(f"{path}: manifest sha256 {_short(run.manifest.get('sha256'))} differs "
+                       f"from {first_path}'s {_short(first.manifest.get('sha256'))} (expected "
+                       "shards of one run of the same manifest)")
+        if run.tool_version != first.tool_version:
+            out.append(f"{path}: parity-gate {run.tool_version or '?'} differs from "
+                       f"{first_path}'s {first.tool_version or '?'} (expected one tool version)")
+    out += _shard_problems(loaded)
+    if out:
+        return out
+    seen: dict[str, str] = {}
+    for path, run, _ in loaded:
+        for case in run.cases:
+            if case.id in seen and seen[case.id] != path:
+                out.append(f"{path}: case {case.id} is also in {seen[case.id]} (expected each "
+                           "case in exactly one shard)")
+                break
+            seen[case.id] = path
+    return out
+
+
+def _shard_problems(loaded: list[Loaded]) -> list[str]:
+    shards: dict[str, Shard | None] = {}
+    for path, run, _ in loaded:
+        try:
+            shards[path] = Shard.parse(run.shard) if run.shard else None
+        except UserError:
+            return [f"{path}: shard {run.shard!r} is not K/N"]
+    unsharded = [p for p, s in shards.items() if s is None]
+    if unsharded:
+        if len(loaded) == 1:
+            return []
+        return [f"{unsharded[0]}: not a shard result (expected results of "
+                "`parity-gate run --shard K/N`, one per shard)"]
+    out: list[str] = []
+    counts = {s.count for s in shards.values() if s}
+    if len(counts) > 1:
+        path = next(p for p, s in shards.items() if s and s.count != min(counts))
+        return [f"{path}: shard {shards[path]} is from a split into {shards[path].count} "
+                f"(expected every file from the same --shard K/{min(counts)} matrix)"]
+    count = counts.pop()
+    by_index: dict[int, str] = {}
+    for path, s in shards.items():
+        assert s is not None
+        if s.index in by_index:
+            out.append(f"{path}: duplicate shard {s} (also in {by_index[s.index]}; expected "
+                       "each shard once)")
+        by_index.setdefault(s.index, path)
+    missing = [f"{i}/{count}" for i in range(1, count + 1) if i not in by_index]
+    if missing:
+        out.append(f"missing shard{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
+                   f"(got {', '.join(sorted(str(s) for s in shards.values() if s))} from "
+                   f"{', '.join(shards)}; expected all {count})")
+    return out
+
+
+def merge_runs(runs: list[RunResult]) -> RunResult:
+    """One run: all cases, findings once each, the earliest start, the longest shard time."""
+    first = runs[0]
+    findings = []
+    for run in runs:
+        findings += [f for f in run.findings if f not in findings]
+    return RunResult(
+        cases=sorted((c for run in runs for c in run.cases), key=lambda c: c.key),
+        findings=findings,
+        versions=first.versions,
+        manifest=first.manifest,
+        tool_version=first.tool_version,
+        started_at=min((r.started_at for r in runs if r.started_at), default=""),
+        duration_s=max(r.duration_s for r in runs),
+        interrupted=any(r.interrupted for r in runs),
+        shard=None,
+    )
+
+
+def merge_files(paths: list[Path]) -> tuple[RunResult, list[dict[str, Any]]]:
+    """Read, check and merge; also returns each file's recorded `gate` object."""
+    loaded = [read_results(p) for p in paths]
+    found = problems(loaded)
+    if found:
+        raise UserError(found)
+    return merge_runs([run for _, run, _ in loaded]), [raw.get("gate") or {}
+                                                        for _, _, raw in loaded]
+
+
+def _short(sha: Any) -> str:
+    return str(sha)[:12] if sha else "(none)"

@@ -1,0 +1,495 @@
+"""The baseline gate: file format, every decision (pure and through real runs), update, deltas.
+
+Real runs use tests/data/gate: tiny Linear modules whose exported graph adds an
+`offset` that eager never adds (`torch.onnx.is_in_onnx_export()`), so each
+module's eager/ONNX error is real and set by a factory kwarg.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from parity_gate import baseline as bl
+from parity_gate import cli, gate
+from parity_gate.compare import Comparison, Verdict
+from parity_gate.deltas import Figures, compute, encode
+from parity_gate.errors import UserError
+from parity_gate.outcomes import Outcome
+from parity_gate.results import CaseKey, CaseResult, RunResult
+
+DATA = Path(__file__).resolve().parent / "data" / "gate"
+
+
+def cid(module: str) -> str:
+    return f"{module}/float32/vec/b2/cpu"
+
+
+def workdir(path: Path, baseline: bool = True) -> Path:
+    for name in ("parity.yml", "next.yml", "models.py"):
+        shutil.copy(DATA / name, path / name)
+    if baseline:
+        shutil.copy(DATA / "baseline.yml", path / "parity-baseline.yml")
+    return path
+
+
+def gate_run(manifest: Path, out: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    code = cli.main(["run", str(manifest), "--out", str(out), "--jobs", "1", "--quiet", *args])
+    return code, json.loads((out / "results.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], Path]:
+    """One real run of the five modules against tests/data/gate/baseline.yml (found by default)."""
+    work = workdir(tmp_path_factory.mktemp("gate"))
+    code, doc = gate_run(work / "parity.yml", work / "r1")
+    return code, doc, work
+
+
+# ---------------------------------------------------------------------------
+# the five decisions through real runs
+
+
+def test_real_run_rules_each_case(real: tuple[int, dict[str, Any], Path]) -> None:
+    code, doc, work = real
+    g = doc["gate"]
+    assert code == 1 and g["passed"] is False
+    assert g["fail_on"] == "regressions"  # the default once a baseline exists
+    assert g["baseline"] == str(work / "parity-baseline.yml")
+    assert g["regression"] == [cid("fresh"), cid("grown"), cid("reshaped")]
+    assert g["known"] == [cid("steady")]
+    assert g["fixed"] == [cid("healed")]
+    assert g["stale"] == ["retired/**"]
+    assert g["stale_entries"][0]["where"].endswith("parity-baseline.yml:26")
+    assert sorted(g["blocking"]) == g["regression"]
+    why = {r["id"]: r["why"] for r in g["rulings"]}
+    assert why[cid("fresh")] == "new failure (not in the baseline)"
+    assert "max_abs grew 0.1001 → 0.5" in why[cid("grown")]
+    assert "outcome mismatch → shape_mismatch" in why[cid("reshaped")]
+    assert "remove it from the baseline" in why[cid("healed")]
+    # the error really is the exported offset, recorded from the worst comparison
+    steady = next(r for r in g["rulings"] if r["id"] == cid("steady"))
+    assert steady["figures"]["max_abs"] == pytest.approx(0.1, rel=1e-4)
+    assert steady["figures"]["mismatch_fraction"] == 1.0
+
+
+def test_summary_leads_with_regressions_then_fixed_known_stale(
+        real: tuple[int, dict[str, Any], Path]) -> None:
+    summary = (real[2] / "r1" / "summary.md").read_text()
+    assert summary.startswith("## ❌ parity-gate: 3 blocking — 3 regressions, 1 fixed, 1 known")
+    heads = ["### Regressions (3)", "### Fixed (1)", "### Known failures (1, not blocking)",
+             "### Stale baseline entries (1)", "### Failing cases"]
+    positions = [summary.index(h) for h in heads]
+    assert positions == sorted(positions)
+    assert "remove baseline entry `healed/*/cpu`" in summary
+
+
+def test_real_run_without_regressions_passes(real: tuple[int, dict[str, Any], Path],
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    work = real[2]
+    code, doc = gate_run(work / "parity.yml", work / "r2", "--select", "steady",
+                         "--select", "healed")
+    g = doc["gate"]
+    assert code == 0 and g["passed"] and doc["verdict"] == "fail"  # known failures remain
+    assert (g["known"], g["fixed"], g["regression"]) == ([cid("steady")], [cid("healed")], [])
+    # entries of unselected modules are not stale: stale means "matches no planned case"
+    assert g["stale"] == ["retired/**"]
+    err = capsys.readouterr().err
+    assert "fixed healed/float32/vec/b2/cpu: now passes: remove it from the baseline" in err
+    assert "baseline entry 'retired/**' matches no case" in err
+    # the same results re-decided: --strict makes the fix block, as a strict xfail does
+    merged = work / "m-strict"
+    assert cli.main(["merge", str(work / "r2" / "results.json"), "--out", str(merged),
+                     "--strict"]) == 1
+    strict = json.loads((merged / "results.json").read_text())["gate"]
+    assert strict["blocking"] == [cid("healed")] and strict["strict"] is True
+    assert cli.main(["merge", str(work / "r2" / "results.json"), "--out", str(merged),
+                     "--fail-on", "any-failure"]) == 1
+    assert json.loads((merged / "results.json").read_text())["gate"]["blocking"] == \
+        [cid("steady")]
+
+
+def test_fail_on_never_reports_but_passes(real: tuple[int, dict[str, Any], Path]) -> None:
+    work = real[2]
+    out = work / "m-never"
+    assert cli.main(["merge", str(work / "r1" / "results.json"), "--out", str(out),
+                     "--fail-on", "never"]) == 0
+    g = json.loads((out / "results.json").read_text())["gate"]
+    assert g["passed"] and len(g["blocking"]) == 3
+    assert (out / "summary.md").read_text().startswith("## ⚠️ parity-gate: 3 failing, "
+                                                         "not blocking (--fail-on never)")
+
+
+def test_compare_to_shows_what_changed(real: tuple[int, dict[str, Any], Path],
+                                       tmp_path: Path) -> None:
+    work = workdir(tmp_path, baseline=False)
+    old = real[2] / "r1" / "results.json"
+    code, doc = gate_run(work / "next.yml", work / "r", "--compare-to", str(old))
+    g = doc["gate"]
+    assert code == 1 and g["fail_on"] == "any-failure" and g["baseline"] is None
+    assert g["regression"] == [cid("healed"), cid("steady")]  # no baseline: every failure
+    changes = g["compare_to"]["changes"]
+    assert g["compare_to"]["path"] == str(old)
+    assert [(c["id"], c["old_outcome"], c["new_outcome"]) for c in changes] == [
+        (cid("healed"), "pass", "mismatch"),  # outcome changes first, worst change first
+        (cid("fresh"), "mismatch", "pass"),
+        (cid("grown"), "mismatch", None),
+        (cid("reshaped"), "shape_mismatch", None),
+        (cid("steady"), "mismatch", "mismatch"),  # then the largest error growth
+    ]
+    assert changes[-1]["growth"] == pytest.approx(3.0, rel=1e-3)
+    summary = (work / "r" / "summary.md").read_text()
+    assert f"### Changes since `{old}`" in summary
+    assert "pass → **mismatch**" in summary
+
+
+# ---------------------------------------------------------------------------
+# the decision as a pure function
+
+
+def case(module: str, outcome: Outcome = Outcome.MISMATCH, max_abs: float | None = 0.1,
+         max_rel: float = 0.5, fraction: float = 1.0, batch: int = 2) -> CaseResult:
+    key = CaseKey(module, "float32", "vec", batch, "cpu")
+    comparisons = []
+    if max_abs is not None:
+        passed = outcome is Outcome.PASS
+        comparisons.append(Comparison(
+            name="out", passed=passed, verdict=Verdict.PASS if passed else Verdict.MISMATCH,
+            reason="", shape_ref="(2, 3)", shape_got="(2, 3)", dtype_ref="float32",
+            dtype_got="float32", atol=1e-5, rtol=1e-3, max_abs=max_abs, max_rel=max_rel,
+            mismatch_fraction=fraction))
+    return CaseResult(key, outcome, comparisons=comparisons)
+
+
+def base(*entries: bl.Entry, factor: float | None = None) -> bl.Baseline:
+    return bl.Baseline("b.yml", entries, factor)
+
+
+def entry(id_: str, outcome: Outcome | None = Outcome.MISMATCH, max_abs: float | None = 0.1,
+          max_rel: float | None = 0.5, fraction: float | None = 1.0) -> bl.Entry:
+    return bl.Entry(id_, "known", None, outcome, Figures(max_abs, max_rel, fraction), line=3)
+
+
+def categories(decision: gate.GateDecision) -> dict[str, str]:
+    return {r.id: r.category for r in decision.rulings}
+
+
+def test_without_baseline_every_failure_blocks() -> None:
+    run = RunResult(cases=[case("a"), case("b", Outcome.PASS, 0.0),
+                           CaseResult(CaseKey("c", "float32", "vec", 2, "cpu"),
+                                      Outcome.SKIPPED, reason="no cuda")])
+    d = gate.decide(run, None)
+    assert d.fail_on == "any-failure" and d.baseline is None
+    assert categories(d) == {cid("a"): "regression"}  # passes and skips are neither
+    assert [c.id for c in d.blocking] == [cid("a")] and d.exit_code == 1
+    assert gate.decide(run, "never").exit_code == 0
+
+
+@pytest.mark.parametrize(("now", "expected"), [
+    (0.1, "known"),
+    (0.2, "known"),  # exactly the worsen factor is still within the record
+    (0.2001, "regression"),
+    (0.05, "known"),  # smaller error: still a known failure
+    (math.inf, "regression"),
+    (math.nan, "regression"),  # a NaN error counts as infinitely wrong
+])
+def test_error_growth_beyond_the_factor_is_a_regression(now: float, expected: str) -> None:
+    run = RunResult(cases=[case("a", max_abs=now)])
+    d = gate.decide(run, None, baseline=base(entry("a/**")))
+    assert categories(d) == {cid("a"): expected}
+    assert d.passed is (expected == "known")
+
+
+def test_worsen_factor_from_file_and_flag() -> None:
+    run = RunResult(cases=[case("a", max_abs=0.25)])
+    assert categories(gate.decide(run, None, baseline=base(entry("a/**"))))[cid("a")] == \
+        "regression"
+    loose = base(entry("a/**"), factor=3.0)
+    d = gate.decide(run, None, baseline=loose)
+    assert categories(d)[cid("a")] == "known" and d.worsen_factor == 3.0
+    assert categories(gate.decide(run, None, baseline=loose, worsen_factor=2.0))[cid("a")] \
+        == "regression"
+
+
+def test_every_figure_counts_and_zero_or_missing_records() -> None:
+    grown_rel = RunResult(cases=[case("a", max_rel=1.2)])
+    assert categories(gate.decide(grown_rel, None, baseline=base(entry("a/**"))))[cid("a")] \
+        == "regression"
+    from_zero = RunResult(cases=[case("a", fraction=0.1)])
+    assert categories(gate.decide(from_zero, None,
+                                  baseline=base(entry("a/**", fraction=0.0))))[cid("a")] \
+        == "regression"
+    unrecorded = base(entry("a/**", None, None, None, None))
+    assert categories(gate.decide(RunResult(cases=[case("a", max_abs=9.0)]), None,
+                                  baseline=unrecorded))[cid("a")] == "known"
+    infinite = base(entry("a/**", max_abs=math.inf))
+    assert categories(gate.decide(RunResult(cases=[case("a", max_abs=1e30)]), None,
+                                  baseline=infinite))[cid("a")] == "known"
+
+
+def test_outcome_severity_decides_before_figures() -> None:
+    crash = RunResult(cases=[case("a", Outcome.CRASH, max_abs=None)])
+    d = gate.decide(crash, None, baseline=base(entry("a/**")))
+    assert categories(d)[cid("a")] == "regression"
+    assert "outcome mismatch → crash" in d.rulings[0].why
+    # milder than recorded: the figures measured something else, so it stays known
+    milder = RunResult(cases=[case("a", Outcome.MISMATCH, max_abs=5.0)])
+    recorded_crash = base(entry("a/**", Outcome.CRASH, None, None, None))
+    assert categories(gate.decide(milder, None, baseline=recorded_crash))[cid("a")] == "known"
+
+
+def test_fixed_blocks_only_under_strict() -> None:
+    run = RunResult(cases=[case("a", Outcome.PASS, 0.0)])
+    b = base(entry("a/**"))
+    d = gate.decide(run, None, baseline=b)
+    assert categories(d) == {cid("a"): "fixed"} and d.passed and d.blocking == []
+    strict = gate.decide(run, None, baseline=b, strict=True)
+    assert not strict.passed and [c.id for c in strict.blocking] == [cid("a")]
+    assert gate.decide(run, "never", baseline=b, strict=True).passed
+
+
+def test_any_failure_with_a_baseline_blocks_known_too() -> None:
+    run = RunResult(cases=[case("a")])
+    d = gate.decide(run, "any-failure", baseline=base(entry("a/**")))
+    assert categories(d) == {cid("a"): "known"} and not d.passed
+
+
+def test_stale_is_judged_against_the_planned_universe() -> None:
+    run = RunResult(cases=[case("a")])
+    b = base(entry("a/**"), entry("b/**"), entry("gone/*"))
+    d = gate.decide(run, None, baseline=b, universe={cid("a"), cid("b")})
+    assert [s.entry for s in d.stale] == ["gone/*"] and d.stale[0].where == "b.yml:3"
+    assert [s.entry for s in gate.decide(run, None, baseline=b).stale] == ["b/**", "gone/*"]
+
+
+def test_skipped_cases_are_neither_but_keep_their_entry_alive() -> None:
+    skipped = CaseResult(CaseKey("a", "float32", "vec", 2, "cuda"), Outcome.SKIPPED, "no cuda")
+    d = gate.decide(RunResult(cases=[skipped]), None, baseline=base(entry("a/**")))
+    assert d.rulings == [] and d.stale == [] and d.passed
+
+
+def test_exact_id_wins_over_globs_and_first_glob_wins() -> None:
+    b = base(entry("a/*"), entry("a/**", max_abs=10.0), entry(cid("a"), max_abs=1.0))
+    assert b.entry_for(cid("a")).id == cid("a")
+    assert b.entry_for("a/float16/vec/b2/cpu").id == "a/*"  # `*` crosses `/`, like --select
+    assert b.entry_for("ab/float32/vec/b2/cpu") is None
+    run = RunResult(cases=[case("a", max_abs=1.5)])
+    assert categories(gate.decide(run, None, baseline=b))[cid("a")] == "known"
+
+
+def test_real_json_re_decides_to_the_recorded_gate(real: tuple[int, dict[str, Any], Path]
+                                                   ) -> None:
+    _, doc, work = real
+    run = RunResult.from_dict(doc)
+    again = gate.decide(run, None, baseline=bl.load(work / "parity-baseline.yml"),
+                        universe={c.id for c in run.cases}).to_dict()
+    for key in ("regression", "known", "fixed", "stale", "blocking", "passed", "fail_on"):
+        assert again[key] == doc["gate"][key], key
+    json.dumps(again, allow_nan=False)  # the report is written with allow_nan=False
+
+
+def test_cli_fail_on_choices_match_the_gate() -> None:
+    assert cli.FAIL_ON == gate.FAIL_ON
+
+
+# ---------------------------------------------------------------------------
+# the file format
+
+
+def test_dump_parse_round_trip() -> None:
+    b = base(entry("a/**", max_abs=math.inf), bl.Entry("b/x", "why: colons", "https://x.invalid/1",
+                                                      Outcome.CRASH), factor=3.0)
+    text = bl.dump(b)
+    assert text.startswith("# parity-gate baseline")
+    again = bl.parse(text, "b.yml")
+    assert again.worsen_factor == 3.0
+    assert [(e.id, e.reason, e.link, e.outcome, e.figures) for e in again.entries] == \
+        [(e.id, e.reason, e.link, e.outcome, e.figures) for e in b.entries]
+    assert bl.parse("", "b.yml").entries == ()
+    assert bl.parse(bl.dump(again), "b.yml") == again
+
+
+BAD = [
+    ("known_failures:\n  - id: a\n    reason: [unclosed\n", "b.yml:4:1: invalid YAML"),
+    ("known_failures:\n  - id: a/*\n    reasn: typo\n",
+     "b.yml:3:5: known_failures[0] (a/*): unknown key 'reasn' (did you mean 'reason'?)"),
+    ("known_failures:\n  - id: a/*\n    reason: x\n    max_abs: 0.1\n    lnk: u\n",
+     "b.yml:5:5: known_failures[0] (a/*): unknown key 'lnk' (did you mean 'link'?)"),
+    ("known_failure:\n  - id: a\n",
+     "b.yml:1:1: known_failure: unknown key (did you mean 'known_failures'?)"),
+    ("known_failures:\n  - id: a/*\n", "b.yml:2:5: known_failures[0] (a/*): `reason` is "
+     "required: got nothing"),
+    ("known_failures:\n  - reason: x\n", "b.yml:2:5: known_failures[0]: `id` is required"),
+    ("known_failures:\n  - {id: a, reason: x, outcome: mismtach}\n",
+     "b.yml:2:24: known_failures[0] (a): outcome: got 'mismtach' (did you mean 'mismatch'?)"),
+    ("known_failures:\n  - {id: a, reason: x, outcome: pass}\n",
+     "outcome: got 'pass' (expected a failing outcome"),
+    ("known_failures:\n  - {id: a, reason: x, max_abs: -1}\n",
+     "b.yml:2:24: known_failures[0] (a): max_abs: got -1 (expected a number >= 0 or .inf)"),
+    ("known_failures:\n  - {id: a, reason: x}\n  - {id: a, reason: y}\n",
+     "b.yml:3:5: known_failures[1] (a): duplicate id (first listed at line 2"),
+    ("worsen_factor: 0.5\n", "b.yml:1:1: worsen_factor: got 0.5 (expected a number >= 1"),
+    ("version: 2\n", "b.yml:1:1: version: got 2 (expected 1)"),
+    ("known_failures: {id: a}\n", "b.yml:1:1: known_failures: expected a list of entries"),
+    ("- a\n", "b.yml:1:1: expected a mapping with a `known_failures` list"),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), BAD)
+def test_bad_baseline_is_one_located_line(text: str, message: str) -> None:
+    with pytest.raises(UserError) as err:
+        bl.parse(text, "b.yml")
+    assert len(err.value.problems) == 1
+    assert message in err.value.problems[0], err.value.problems
+
+
+def test_bad_baseline_fails_run_before_any_work(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    work = workdir(tmp_path)
+    bad = work / "parity-baseline.yml"
+    bad.write_text("known_failures:\n  - id: steady/**\n    reason: x\n    outcom: crash\n")
+    assert cli.main(["run", str(work / "parity.yml"), "--out", str(work / "o"), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"{bad}:4:5: known_failures[0] (steady/**): unknown key 'outcom' "
+                   "(did you mean 'outcome'?) (expected one of: id, reason, link, outcome, "
+                   "max_abs, max_rel, mismatch_fraction)"]
+    assert not (work / "o").exists()
+    missing = work / "nope.yml"
+    assert cli.main(["run", str(work / "parity.yml"), "--baseline", str(missing)]) == 2
+    assert f"{missing}: baseline file not found" in capsys.readouterr().err
+    bad.unlink()
+    assert cli.main(["run", str(work / "parity.yml"), "--worsen-factor", "0.5"]) == 2
+    assert "--worsen-factor: got 0.5 (expected a number >= 1)" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------
+# baseline update
+
+
+def test_update_round_trips_through_the_gate(real: tuple[int, dict[str, Any], Path],
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    _, _, work = real
+    path = work / "updated.yml"
+    shutil.copy(work / "parity-baseline.yml", path)
+    results = work / "r1" / "results.json"
+    assert cli.main(["baseline", "update", "--from", str(results), "--baseline", str(path),
+                     str(work / "parity.yml")]) == 0
+    err = capsys.readouterr().err
+    assert "removed healed/*/cpu: fixed: now passes" in err
+    assert "removed retired/**: stale: matches no case" in err
+    assert f"added {cid('fresh')}: new failure: mismatch" in err
+    assert "updated grown/**: recorded figures refreshed: max_abs 0.1001 → 0.5001" in err
+    assert "1 added, 3 updated, 2 removed" in err
+    new = bl.load(path)
+    by_id = {e.id: e for e in new.entries}
+    assert list(by_id) == [cid("steady"), "grown/**", cid("reshaped"), cid("fresh")]
+    assert by_id[cid("steady")].link == "https://example.invalid/issues/1"  # kept
+    assert by_id[cid("steady")].reason == "export-only offset of 0.1 (models.py)"
+    assert by_id[cid("fresh")].reason == "TODO: explain"
+    assert by_id[cid("reshaped")].outcome is Outcome.SHAPE_MISMATCH
+    assert by_id[cid("reshaped")].figures == Figures()  # a shape mismatch has no figures
+    assert new.worsen_factor == 2.0
+    # the refreshed baseline accepts the very run it was made from
+    run = RunResult.from_dict(json.loads(results.read_text()))
+    d = gate.decide(run, None, baseline=new)
+    assert (len(d.of("known")), d.of("regression"), d.of("fixed"), d.stale) == (4, [], [], [])
+    # and a second update changes nothing
+    before = path.read_text()
+    assert cli.main(["baseline", "update", "--from", str(results), "--baseline",
+                     str(path)]) == 0
+    assert path.read_text() == before
+    assert "0 added, 0 updated, 0 removed" in capsys.readouterr().err
+
+
+def test_update_creates_the_default_file_with_a_reason(real: tuple[int, dict[str, Any], Path],
+                                                       tmp_path: Path) -> None:
+    work = workdir(tmp_path, baseline=False)
+    results = real[2] / "r1" / "results.json"
+    assert cli.main(["baseline", "update", str(work / "parity.yml"), "--from", str(results),
+                     "--reason", "tracked in #42"]) == 0
+    created = bl.load(work / "parity-baseline.yml")
+    assert {e.id for e in created.entries} == {cid(m) for m in ("fresh", "grown", "reshaped",
+                                                               "steady")}
+    assert {e.reason for e in created.entries} == {"tracked in #42"}
+    assert [p.name for p in work.iterdir() if p.name.startswith(".")] == []  # no temp files
+
+
+def test_update_never_leaves_half_a_file(real: tuple[int, dict[str, Any], Path], tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "parity-baseline.yml"
+    target.write_text("known_failures: []\n")
+
+    def interrupted(*_args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", interrupted)
+    code = cli.main(["baseline", "update", "--from", str(real[2] / "r1" / "results.json"),
+                     "--baseline", str(target)])
+    assert code == 130
+    assert target.read_text() == "known_failures: []\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["parity-baseline.yml"]
+
+
+def test_update_refuses_partial_results(real: tuple[int, dict[str, Any], Path], tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    doc = dict(real[1])
+    for field, value, message in (("shard", "1/2", "results of shard 1/2 only"),
+                                  ("interrupted", True, "the run was interrupted")):
+        partial = tmp_path / f"{field}.json"
+        partial.write_text(json.dumps({**doc, field: value}))
+        assert cli.main(["baseline", "update", "--from", str(partial), "--baseline",
+                         str(tmp_path / "b.yml")]) == 2
+        assert f"{partial}: {message}" in capsys.readouterr().err
+    assert not (tmp_path / "b.yml").exists()
+    assert cli.main(["baseline", "update", "--from", str(tmp_path / "none.json")]) == 2
+    assert "none.json: results file not found" in capsys.readouterr().err
+
+
+def test_update_pure_keeps_skipped_and_drops_redundant() -> None:
+    skipped = CaseResult(CaseKey("gpu", "float32", "vec", 2, "cuda"), Outcome.SKIPPED, "no cuda")
+    run = RunResult(cases=[skipped, case("a", max_abs=0.3)])
+    old = base(entry("gpu/**"), entry(cid("a")), entry("a/*"))
+    new, changes = bl.update(old, run, "why")
+    assert [e.id for e in new.entries] == ["gpu/**", cid("a")]
+    assert new.entries[0] == old.entries[0]  # nothing to learn from a skipped case
+    assert [str(c) for c in changes] == [
+        f"updated {cid('a')}: recorded figures refreshed: max_abs 0.1 → 0.3",
+        "removed a/*: redundant: every case it matches has its own entry",
+    ]
+
+
+def test_recorded_figures_round_up_so_the_run_is_within_its_record() -> None:
+    recorded = bl.record(entry("a"), [case("a", max_abs=0.123456789, max_rel=1 / 3)])
+    assert recorded.figures.max_abs == 0.1235 and recorded.figures.max_rel == 0.3334
+    assert recorded.figures.max_abs >= 0.123456789
+
+
+# ---------------------------------------------------------------------------
+# deltas
+
+
+def test_deltas_order_and_json() -> None:
+    old = RunResult(cases=[case("a", Outcome.PASS, 0.0), case("b", max_abs=0.1),
+                           case("c", max_abs=0.1), case("d", max_abs=0.1),
+                           case("gone"), case("other")])
+    new = RunResult(cases=[case("a", Outcome.CRASH, None), case("b", max_abs=0.4),
+                           case("c", max_abs=0.2), case("d", max_abs=0.1),
+                           case("e", max_abs=math.nan)])
+    d = compute(old, new, "old.json", elsewhere={cid("other")})
+    assert [(c.id, c.old_outcome, c.new_outcome) for c in d.changes] == [
+        (cid("a"), "pass", "crash"),
+        (cid("e"), None, "mismatch"),
+        (cid("gone"), "mismatch", None),
+        (cid("b"), "mismatch", "mismatch"),
+        (cid("c"), "mismatch", "mismatch"),
+    ]
+    assert d.unchanged == 1  # d; `other` ran in another shard
+    assert d.changes[3].growth == pytest.approx(4.0)
+    json.dumps(d.to_dict(), allow_nan=False)
+    assert encode(math.inf) == "inf" and encode(math.nan) == "nan" and encode(1.5) == 1.5

@@ -1,0 +1,163 @@
+"""Real sharded runs merge to the unsharded verdict; mismatched results are refused."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import junitparser
+import pytest
+
+from parity_gate import cli
+
+DATA = Path(__file__).resolve().parent / "data" / "gate"
+
+
+def cid(module: str) -> str:
+    return f"{module}/float32/vec/b2/cpu"
+
+
+def gate_run(work: Path, out: str, *args: str) -> tuple[int, dict[str, Any]]:
+    code = cli.main(["run", str(work / "parity.yml"), "--out", str(work / out), "--jobs", "1",
+                     "--quiet", *args])
+    return code, json.loads((work / out / "results.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """An unsharded run and a 2-way sharded run of tests/data/gate, with its baseline."""
+    work = tmp_path_factory.mktemp("shards")
+    for name in ("parity.yml", "models.py"):
+        shutil.copy(DATA / name, work / name)
+    shutil.copy(DATA / "baseline.yml", work / "parity-baseline.yml")
+    full = gate_run(work, "full")
+    timings = str(work / "full" / "results.json")
+    shards = [gate_run(work, f"s{k}", "--shard", f"{k}/2", "--timings", timings,
+                       "--compare-to", timings) for k in (1, 2)]
+    return {"work": work, "full": full, "shards": shards,
+            "files": [work / f"s{k}" / "results.json" for k in (1, 2)]}
+
+
+def test_shards_split_the_cases_and_record_themselves(runs: dict[str, Any]) -> None:
+    (_, full), shards = runs["full"], runs["shards"]
+    ids = [[c["id"] for c in doc["cases"]] for _, doc in shards]
+    assert sorted(ids[0] + ids[1]) == sorted(c["id"] for c in full["cases"])
+    assert all(ids) and not set(ids[0]) & set(ids[1])
+    assert [doc["shard"] for _, doc in shards] == ["1/2", "2/2"] and full["shard"] is None
+    assert {doc["manifest"]["sha256"] for _, doc in shards} == {full["manifest"]["sha256"]}
+    for _, doc in shards:  # every shard sees the whole manifest when judging stale entries
+        assert doc["gate"]["stale"] == ["retired/**"]
+
+
+def test_merge_reproduces_the_unsharded_verdict(runs: dict[str, Any]) -> None:
+    work, (full_code, full) = runs["work"], runs["full"]
+    out = work / "merged"
+    code = cli.main(["merge", *map(str, runs["files"]), "--json", str(out / "all.json"),
+                     "--junit", str(out / "all.xml"), "--summary", str(out / "all.md")])
+    merged = json.loads((out / "all.json").read_text())
+    assert code == full_code == 1
+    assert merged["verdict"] == full["verdict"] and merged["counts"] == full["counts"]
+    assert [c["id"] for c in merged["cases"]] == [c["id"] for c in full["cases"]]
+    for key in ("regression", "known", "fixed", "stale", "passed", "fail_on", "baseline"):
+        assert merged["gate"][key] == full["gate"][key], key
+    assert sorted(merged["gate"]["blocking"]) == sorted(full["gate"]["blocking"])
+    assert merged["shard"] is None
+    assert merged["gate"]["compare_to"]["unchanged"] == 5  # each shard compared its own part
+    xml = junitparser.JUnitXml.fromfile(str(out / "all.xml"))
+    assert sum(s.tests for s in xml) == 5
+    assert (out / "all.md").read_text().startswith("## ❌ parity-gate: 3 blocking")
+
+
+def test_merge_re_decides_with_a_baseline(runs: dict[str, Any]) -> None:
+    work = runs["work"]
+    accepted = work / "accepted.yml"
+    assert cli.main(["baseline", "update", "--from", str(work / "full" / "results.json"),
+                     "--baseline", str(accepted)]) == 0
+    out = work / "redecided"
+    assert cli.main(["merge", *map(str, runs["files"]), "--out", str(out),
+                     "--baseline", str(accepted)]) == 0
+    g = json.loads((out / "results.json").read_text())["gate"]
+    assert g["baseline"] == str(accepted) and g["regression"] == [] and len(g["known"]) == 4
+    # a tighter factor on merge turns nothing new into a regression: figures are unchanged
+    assert cli.main(["merge", *map(str, runs["files"]), "--out", str(out), "--baseline",
+                     str(accepted), "--worsen-factor", "1"]) == 0
+
+
+def edited(src: Path, dest: Path, **changes: Any) -> Path:
+    doc = json.loads(src.read_text())
+    for dotted, value in changes.items():
+        target = doc
+        *parents, last = dotted.split("__")
+        for p in parents:
+            target = target[p]
+        target[last] = value
+    dest.write_text(json.dumps(doc))
+    return dest
+
+
+def refused(files: list[Path], capsys: pytest.CaptureFixture[str], tmp: Path) -> list[str]:
+    assert cli.main(["merge", *map(str, files), "--out", str(tmp / "o")]) == 2
+    assert not (tmp / "o").exists()
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err.strip().splitlines()
+
+
+def test_missing_and_duplicate_shards_are_named(runs: dict[str, Any], tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    s1, s2 = runs["files"]
+    assert refused([s1], capsys, tmp_path) == [f"missing shard 2/2 (got 1/2 from {s1}; "
+                                               "expected all 2)"]
+    again = shutil.copy(s1, tmp_path / "again.json")
+    lines = refused([s1, again, s2], capsys, tmp_path)
+    assert lines == [f"{again}: duplicate shard 1/2 (also in {s1}; expected each shard once)"]
+    three = edited(s2, tmp_path / "three.json", shard="2/3")
+    assert refused([s1, three], capsys, tmp_path)[0].startswith(
+        f"{three}: shard 2/3 is from a split into 3")
+    whole = runs["work"] / "full" / "results.json"
+    assert refused([s1, s2, whole], capsys, tmp_path) == [
+        f"{whole}: not a shard result (expected results of `parity-gate run --shard K/N`, "
+        "one per shard)"]
+
+
+def test_different_manifest_or_tool_version_is_refused(runs: dict[str, Any], tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    s1, s2 = runs["files"]
+    other = edited(s2, tmp_path / "other.json", manifest__sha256="0" * 64)
+    lines = refused([s1, other], capsys, tmp_path)
+    assert len(lines) == 1 and lines[0].startswith(f"{other}: manifest sha256 000000000000 "
+                                                   "differs from")
+    assert lines[0].endswith("(expected shards of one run of the same manifest)")
+    newer = edited(s2, tmp_path / "newer.json", tool__version="9.9.9")
+    assert refused([s1, newer], capsys, tmp_path) == [
+        f"{newer}: parity-gate 9.9.9 differs from {s1}'s 0.1.0 (expected one tool version)"]
+
+
+def test_unreadable_results_are_named(runs: dict[str, Any], tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    s1 = runs["files"][0]
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"cases": [\n  {"id": }\n]}')
+    assert refused([s1, broken], capsys, tmp_path) == [
+        f"{broken}:2:10: invalid JSON: Expecting value (expected the JSON report of "
+        "`parity-gate run`)"]
+    junk = tmp_path / "junk.json"
+    junk.write_text("[1, 2]")
+    assert refused([junk], capsys, tmp_path)[0].startswith(f"{junk}: not a parity-gate "
+                                                           "results file")
+    assert refused([tmp_path / "none.json"], capsys, tmp_path)[0].startswith(
+        f"{tmp_path / 'none.json'}: results file not found")
+
+
+def test_interrupted_shard_fails_the_merge(runs: dict[str, Any], tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    s1, s2 = runs["files"]
+    stopped = edited(s2, tmp_path / "stopped.json", interrupted=True)
+    out = tmp_path / "o"
+    assert cli.main(["merge", str(s1), str(stopped), "--out", str(out),
+                     "--fail-on", "never"]) == 1
+    assert "a shard was interrupted" in capsys.readouterr().err
+    assert json.loads((out / "results.json").read_text())["interrupted"] is True
