@@ -22,6 +22,15 @@ class Progress:
         self.tty = self.stream.isatty()
         self.start = time.monotonic()
 
+    def skipped(self, cases: list[CaseResult]) -> None:
+        """Skips known before running: one line per reason, not one per case."""
+        reasons: dict[str, int] = {}
+        for case in cases:
+            reasons[case.reason] = reasons.get(case.reason, 0) + 1
+        self.done += len(cases)
+        for reason, n in reasons.items():
+            self.message(f"skipping {n} case(s): {reason}")
+
     def case(self, case: CaseResult) -> None:
         self.done += 1
         if self.quiet:

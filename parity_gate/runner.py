@@ -107,8 +107,8 @@ def run_manifest(manifest: Manifest, manifest_path: Path,
         shard=str(options.shard) if options.shard else None,
     )
     progress = Progress(work.total, quiet=options.quiet)
-    for skipped in work.skipped:
-        _record(run, progress, skipped)
+    run.cases.extend(work.skipped)
+    progress.skipped(work.skipped)
     stopped: int | None = None
     t0 = time.monotonic()
     pool = WorkerPool(options.jobs)

@@ -50,6 +50,15 @@ def _passing_row(case: CaseResult) -> str:
     return f"| `{case.id}` | {case.outcome.value} | {abs_err} | {rel_err} | {_cell(case.reason)} |"
 
 
+def _skip_lines(run: RunResult) -> list[str]:
+    """One line per distinct skip reason, instead of the same reason on every row."""
+    reasons: dict[str, int] = {}
+    for case in run.cases:
+        if case.outcome.value == "skipped":
+            reasons[case.reason] = reasons.get(case.reason, 0) + 1
+    return [f"**Skipped {n}:** {_cell(reason, 300)}" for reason, n in reasons.items()]
+
+
 def render(run: RunResult, decision: GateDecision) -> str:
     lines = [_headline(run, decision), ""]
     counts = ", ".join(f"{k}: {v}" for k, v in run.counts().items())
@@ -63,6 +72,7 @@ def render(run: RunResult, decision: GateDecision) -> str:
     if isinstance(gpu, dict):
         lines.append(f"**GPU:** {gpu.get('name')} (driver {gpu.get('driver')}, "
                      f"CUDA {gpu.get('cuda')})")
+    lines += _skip_lines(run)
     lines.append("")
     lines += _gate_sections(decision)
     lines += _delta_section(decision.deltas)
