@@ -199,11 +199,47 @@ def _run_provider(ctx: _Ctx, exported: ExportedModel, provider: str, keys: list[
         return
     timings = {**shared, "session_s": time.perf_counter() - t0}
     feed_names = {i.name for i in session.get_inputs()}
+    unoptimized: list[Any] = []  # created on the first mismatch only
     for key in keys:
         ref = refs[(key.fixture, key.batch_size)]
         ctx.step(f"running {key.id}")
-        ctx.result(_run_case(job, session, key, ref, feed_names, export_batch, dict(timings),
-                             exporter, device))
+        result = _run_case(job, session, key, ref, feed_names, export_batch, dict(timings),
+                           exporter, device)
+        if result.outcome is Outcome.MISMATCH:
+            ctx.step(f"re-running {key.id} with ORT graph optimizations off")
+            _fusion_check(job, exported, provider, result, ref, feed_names, export_batch,
+                          unoptimized)
+        ctx.result(result)
+
+
+def _fusion_check(job: ModuleJob, exported: ExportedModel, provider: str, result: CaseResult,
+                  ref: _Reference, feed_names: set[str], export_batch: int,
+                  cache: list[Any]) -> None:
+    """Re-run a mismatch with ORT's graph optimizations disabled.
+
+    When the mismatch vanishes, a fusion or rewrite inside ONNX Runtime is the
+    likely culprit (a runtime issue, not an exporter one): say so in the result.
+    """
+    try:
+        if not cache:
+            cache.append(create_session(exported.model, provider,
+                                        job.providers[provider].options,
+                                        optimization="disabled"))
+        again = _run_case(job, cache[0], result.key, ref, feed_names, export_batch, {},
+                          result.exporter, result.reference_device)
+    except Exception as exc:  # the check is advisory; never lose the real result
+        result.meta["optimizations_off"] = {"error": first_line(repr(exc))}
+        return
+    worst = again.worst()
+    result.meta["optimizations_off"] = {
+        "outcome": again.outcome.value,
+        "max_abs": worst.to_dict()["max_abs"] if worst is not None else None,
+    }
+    if again.outcome is Outcome.PASS:
+        result.reason += (" — passes with ORT graph optimizations disabled: an ONNX Runtime "
+                          "fusion/rewrite is the likely cause")
+    elif again.outcome is Outcome.MISMATCH:
+        result.reason += " — persists with ORT graph optimizations disabled (not a fusion)"
 
 
 def _run_case(job: ModuleJob, session: Any, key: CaseKey, ref: _Reference, feed_names: set[str],

@@ -36,7 +36,7 @@ class Progress:
         if self.quiet:
             return
         worst = case.worst()
-        figure = f"max_abs={num(worst.max_abs)}" if worst else ""
+        figure = f"max_abs={num(worst.max_abs)}" if worst is not None else ""
         t = case.timings
         took = t.get("run_s", 0.0) + t.get("compare_s", 0.0) + t.get("eager_s", 0.0)
         label = _LABEL.get(case.outcome.value, case.outcome.value.upper())

@@ -143,6 +143,11 @@ def test_faulty_mismatch_evidence(faulty_run: tuple[int, Path]) -> None:
     assert comp["max_abs"] > comp["atol"]
     assert comp["worst_index"] is not None and comp["ulp"] > 0
     assert comp["needed_atol"] >= comp["max_abs"] - comp["rtol"] * abs(comp["ref_value"])
+    # the graph itself differs, so switching ORT's optimizations off does not help
+    case = cases["approximated/float32/vec/b3/cpu"]
+    assert case["meta"]["optimizations_off"]["outcome"] == "mismatch"
+    assert case["meta"]["optimizations_off"]["max_abs"] > comp["atol"]
+    assert "persists with ORT graph optimizations disabled" in case["reason"]
 
 
 def test_faulty_findings(faulty_run: tuple[int, Path]) -> None:

@@ -45,8 +45,8 @@ def _failure_row(case: CaseResult) -> str:
 
 def _passing_row(case: CaseResult) -> str:
     worst = case.worst()
-    abs_err = num(worst.max_abs) if worst else "n/a"
-    rel_err = num(worst.max_rel) if worst else "n/a"
+    abs_err = num(worst.max_abs) if worst is not None else "n/a"
+    rel_err = num(worst.max_rel) if worst is not None else "n/a"
     return f"| `{case.id}` | {case.outcome.value} | {abs_err} | {rel_err} | {_cell(case.reason)} |"
 
 
