@@ -9,12 +9,16 @@ Why it is built this way
   hide, so it gets its own verdict instead of "numbers differ".
 * Floats are upcast to float64 before subtracting, so the difference itself
   is exact for every narrower input dtype. The pass rule is exactly
-  ``torch.testing.assert_close(..., equal_nan=True)``'s:
-  ``|got - ref| <= atol + rtol * |ref|`` elementwise, NaN equals NaN, an
-  infinity equals only itself. Integers and booleans are compared exactly.
-* The work runs in fixed-size chunks (on two threads when available) so the
-  extra memory stays a few MiB whatever the tensor size: a gate that runs on
-  every merge must not be the slow or the memory-hungry step. Everything
+  ``torch.testing.assert_close(..., equal_nan=True)``'s applied to the
+  float64 upcast: ``|got - ref| <= atol + rtol * |ref|`` elementwise, NaN
+  equals NaN, an infinity equals only itself. (torch itself evaluates that
+  formula in the tensors' own dtype, so for float32/16 the two can differ
+  within a rounding of the threshold; float64 is the exact answer.)
+  Integers and booleans are compared exactly, in their own dtype.
+* The work runs in fixed-size chunks (on two threads when available) with
+  reused scratch arrays, so the extra memory is ~10 MiB per thread whatever
+  the tensor size: a gate that runs on every merge must not be the slow or
+  the memory-hungry step. Everything
   after the scan (verdict, needed tolerance, region) reads small per-chunk
   summaries. Median and p99 come from a 1/32-octave histogram of the error
   (within ~1 %); the decade histogram itself is exact.
@@ -46,8 +50,10 @@ wins, and the reason line names the evidence:
    hold a failure) is a proper part of the tensor and at least half of it is
    wrong -- a channel, a row, a head -- while the rest matches.
 6. ``sign`` / ``offset``: the failing elements equal ``-ref``, or are
-   ``ref + c`` for one constant c (a sign flip or a constant shift spread
-   across the tensor rather than in one block).
+   ``ref + c`` for one constant c that moves the passing elements around
+   them too (a sign flip or a constant shift spread across the tensor
+   rather than in one block; a few scattered elements off by the same amount
+   are not an offset). Needs at least 3 failing elements.
 7. ``mismatch``: anything else (scattered, large errors).
 
 A passing comparison is ``pass``; with ``strict_signed_zeros`` a pair that
@@ -61,6 +67,7 @@ import itertools
 import math
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -119,9 +126,10 @@ class Comparison:
     """Everything known about one reference/actual pair.
 
     ``worst_index`` is the element furthest beyond its allowance, i.e. the
-    one with the largest ``|got - ref| - rtol*|ref|`` (it sets needed_atol);
-    with a one-sided NaN/Inf it is the first such element; for integers the
-    first mismatch. ``first_index`` is the first out-of-tolerance element in
+    one with the largest ``|got - ref| - rtol*|ref|`` (it sets needed_atol),
+    or, when that is <= 0 everywhere, the largest ``|got - ref|``; with a
+    one-sided NaN/Inf it is the first such element; for integers the first
+    mismatch. ``first_index`` is the first out-of-tolerance element in
     row-major order. Indices are tuples over the full shape.
     """
 
@@ -227,6 +235,7 @@ _EDGE_BIN = _EDGE_BITS >> _FINE_SHIFT
 _EDGE_ALIGNED = (_EDGE_BITS & ((1 << _FINE_SHIFT) - 1)) == 0
 _PRESENCE_MAX = 1 << 20  # axes longer than this keep only a [min, max] interval
 _MAX_LISTED = 20  # flipped samples / first indices kept
+_MAX_RUNS = 64  # index runs kept per region axis
 _MIN_PATTERN = 3  # failing elements needed before calling sign/offset
 _REGION_DENSITY = 0.5
 _SIGN_RATIO = 0.01  # sum (got+ref)^2 <= 1% of sum ref^2
@@ -345,13 +354,14 @@ class _Part:
     nbad: int = 0  # out of tolerance, including one-sided non-finite
     first_bad: int | None = None
     max_abs: float = 0.0
+    max_abs_at: int = 0
     max_rel: float = 0.0
     max_ar: float = 0.0
     max_excess: float = -math.inf  # max |d| - rtol|r|  (sets needed_atol)
     excess_at: int | None = None
     max_q: float = -math.inf  # max (|d| - atol)/|r|  (sets needed_rtol)
-    sum_d: float = 0.0  # signed, over every finite pair: is a shift tensor-wide?
-    fine: np.ndarray | None = None
+    sum_d: float = 0.0  # signed sum over the chunk, if it has failures
+    fine: tuple[np.ndarray, np.ndarray] | None = None  # occupied bins, counts
     below_edge: np.ndarray | None = None  # per decade edge, count in its bin below it
     nf: dict[str, list] = field(default_factory=dict)  # cat -> [count, [flat idx]]
     nf_count: int = 0
@@ -364,7 +374,7 @@ class _Part:
     f_sp2: float = 0.0
     f_sr2: float = 0.0
     f_norm: float = 0.0
-    presence: list | None = None  # per axis: (axis, indices) or (axis, lo, hi)
+    presence: list | None = None  # per axis: (axis, indices holding a failure)
 
 
 class _Plan:
@@ -388,16 +398,46 @@ class _Plan:
         return [(s, min(s + step, total)) for s in range(0, total, step)]
 
 
-class _Buffers(threading.local):
-    def get(self, n: int) -> tuple[np.ndarray, ...]:
-        bufs = getattr(self, "bufs", None)
-        if bufs is None or bufs[0].shape[0] < n:
-            bufs = tuple(np.empty(max(n, _CHUNK)) for _ in range(5))
-            self.bufs = bufs
-        return tuple(b[:n] for b in bufs)
+# Per-thread scratch arrays, kept between calls: a fresh multi-MiB array per
+# chunk (or per call) page-faults and costs more than the arithmetic. At most
+# ~10.5 MiB per thread that ever scanned; _release_scratch() drops them.
+_SCRATCH: dict[int, tuple[np.ndarray, ...]] = {}
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
 
 
-_BUFS = _Buffers()
+def _scratch(n: int) -> tuple[np.ndarray, ...]:
+    key = threading.get_ident()
+    bufs = _SCRATCH.get(key)
+    if bufs is None or bufs[0].shape[0] < n:
+        floats = [np.empty(n) for _ in range(5)]
+        masks = [np.empty(n, bool) for _ in range(2)]
+        _SCRATCH[key] = bufs = (*floats, *masks)
+    return tuple(b[:n] for b in bufs)
+
+
+def _release_scratch() -> None:
+    """Free the cached scratch arrays (benchmarks, memory-tight callers)."""
+    _SCRATCH.clear()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(_THREADS, thread_name_prefix="parity-compare")
+        return _POOL
+
+
+def _after_fork() -> None:
+    """A forked child has none of the parent's threads: start afresh."""
+    global _POOL, _POOL_LOCK
+    _POOL, _POOL_LOCK = None, threading.Lock()
+    _SCRATCH.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 @dataclass(frozen=True)
@@ -414,68 +454,94 @@ class _Ctx:
 
 
 def _scan_chunk(ctx: _Ctx, s: int, e: int) -> _Part:
+    # errstate is per thread: inf/nan are data here, never a warning
+    with np.errstate(all="ignore"):
+        return _scan_chunk_body(ctx, s, e)
+
+
+def _scan_chunk_body(ctx: _Ctx, s: int, e: int) -> _Part:
     n = e - s
     p = _Part(start=s, n=n)
     rc, gc = ctx.ref[s:e], ctx.got[s:e]
-    ar, d, ad, t, w = _BUFS.get(n)
-    if ctx.kind == "float":
+    ar, d, ad, t, w, ok, m = _scratch(n)
+    if rc.dtype == np.float32 or rc.dtype == np.float64:
         np.abs(rc, out=ar, dtype=np.float64)
-        np.subtract(gc, rc, out=d, dtype=np.float64)
+        np.subtract(gc, rc, out=d, dtype=np.float64)  # exact for narrower inputs
+    elif ctx.kind == "float":  # half types: convert each input once only
+        np.copyto(t, rc)
+        np.copyto(w, gc)
+        np.subtract(w, t, out=d)
+        np.abs(t, out=ar)
     else:
         np.copyto(ar, rc, casting="unsafe")
-        np.subtract(gc.astype(np.float64), ar, out=d)
+        np.copyto(d, gc, casting="unsafe")
+        np.subtract(d, ar, out=d)
         np.abs(ar, out=ar)
     np.abs(d, out=ad)
-    peek = float(ad.max())
+    i = int(ad.argmax())  # a NaN, if any, is found first
+    peek = float(ad[i])
     nf_bad = None
     if ctx.kind == "float" and not math.isfinite(peek):
-        nf_bad = _nonfinite(ctx, rc, gc, s, p)
-        fin = np.isfinite(rc) & np.isfinite(gc)
-        ad[~fin] = 0.0
-        d[~fin] = 0.0
-        ar[~fin] = 0.0
-        peek = float(ad.max())
-    p.max_abs = peek
-    p.sum_d = float(d.sum())
+        # rare path: record one-sided NaN/Inf, then zero every non-finite
+        # pair so the statistics below describe the finite ones only
+        nf_bad, nonfin = _nonfinite(rc, gc, ad, s, p)
+        for buf in (ad, d, ar):
+            buf[nonfin] = 0.0
+        i = int(ad.argmax())
+        peek = float(ad[i])
+    p.max_abs, p.max_abs_at = peek, s + i
     p.max_ar = float(ar.max())
     # tolerance test exactly as torch.isclose: atol + rtol*|ref| >= |diff|
     np.multiply(ar, ctx.rtol, out=t)
     np.add(t, ctx.atol, out=w)
     if ctx.kind == "float":
-        ok = ad <= w
+        np.less_equal(ad, w, out=ok)
         if nf_bad is not None:
             ok[nf_bad] = False
+            ok &= np.isfinite(ad)  # float64 overflow of g - r: never close
     else:
-        ok = rc == gc
-    nok = int(np.count_nonzero(ok))
-    p.nbad = n - nok
+        np.equal(rc, gc, out=ok)
+    p.nbad = n - int(np.count_nonzero(ok))
     # needed atol: max of |d| - rtol|r|; its argmax is the "worst" element
     np.subtract(ad, t, out=w)
     i = int(w.argmax())
     p.max_excess, p.excess_at = float(w[i]), s + i
-    with np.errstate(divide="ignore", invalid="ignore"):
-        np.divide(ad, ar, out=w)
-        p.max_rel = float(np.fmax.reduce(w))
-        # needed rtol: max (|d| - atol)/|r| over elements beyond atol
-        over = np.flatnonzero(ad > ctx.atol)
-        if over.size:
-            q = (ad[over] - ctx.atol) / ar[over]
-            p.max_q = float(q.max())
-    _histogram(ad, p)
+    np.divide(ad, ar, out=w)
+    p.max_rel = float(np.fmax.reduce(w))  # 0/0 (both zero) is NaN: ignored
+    # needed rtol: max (|d| - atol)/|r| over the elements beyond atol
+    nover = 0
+    if peek > ctx.atol:
+        np.greater(ad, ctx.atol, out=m)
+        nover = int(np.count_nonzero(m))
+    if nover and nover * 16 < n:
+        idx = np.flatnonzero(m)
+        p.max_q = float(np.max((ad[idx] - ctx.atol) / ar[idx]))
+    elif nover:
+        np.subtract(ad, ctx.atol, out=w)
+        np.divide(w, ar, out=w)
+        p.max_q = float(np.fmax.reduce(w))
+    _histogram(ad, t, m, p)
     if ctx.strict_zeros:
         _signed_zeros(rc, gc, ar, ad, s, p)
     if p.nbad:
-        bad = ~ok
+        p.sum_d = float(d.sum())  # only failing chunks: is a shift tensor-wide?
+        bad = np.logical_not(ok, out=m)
         p.first_bad = s + int(np.argmax(bad))
-        _failing_stats(ctx, rc, gc, bad, nf_bad, p)
         p.presence = _presence(ctx.plan, bad, s)
+        if nf_bad is not None:
+            bad[nf_bad] = False
+        _failing_stats(ctx, rc, gc, (ar, d, ad, t, w, ok, bad), p, clean=nf_bad is None)
     return p
 
 
-def _nonfinite(ctx: _Ctx, rc: np.ndarray, gc: np.ndarray, s: int, p: _Part) -> np.ndarray:
-    """Classify one-sided NaN/Inf; returns flat (chunk) indices of them."""
-    r = rc.astype(np.float64) if rc.dtype != np.float64 else rc
-    g = gc.astype(np.float64) if gc.dtype != np.float64 else gc
+def _nonfinite(rc: np.ndarray, gc: np.ndarray, ad: np.ndarray, s: int,
+               p: _Part) -> tuple[np.ndarray, np.ndarray]:
+    """Classify one-sided NaN/Inf. Any NaN or Inf input makes |g - r| NaN or
+    Inf, so only those few positions are inspected. Returns the chunk indices
+    of one-sided ones and of every pair with a non-finite side."""
+    cand = np.flatnonzero(~np.isfinite(ad))
+    r = rc[cand].astype(np.float64)
+    g = gc[cand].astype(np.float64)
     nr, ng = np.isnan(r), np.isnan(g)
     ir, ig = np.isinf(r), np.isinf(g)
     cats = {
@@ -485,31 +551,42 @@ def _nonfinite(ctx: _Ctx, rc: np.ndarray, gc: np.ndarray, s: int, p: _Part) -> n
         "inf_ref_only": ir & ~ig & ~ng,
         "inf_sign": ir & ig & (r != g),
     }
-    idx_all = []
+    bad_all = np.zeros(cand.size, bool)
     for cat, mask in cats.items():
-        idx = np.flatnonzero(mask)
+        idx = cand[mask]
         if idx.size:
             p.nf[cat] = [int(idx.size), [s + int(k) for k in idx[:_MAX_LISTED]]]
-            idx_all.append(idx)
-    if not idx_all:
-        return np.empty(0, np.intp)
-    out = np.concatenate(idx_all)
-    p.nf_count = int(out.size)
-    return out
+            bad_all |= mask
+    p.nf_count = int(np.count_nonzero(bad_all))
+    # float64 overflow of g - r (both finite) stays in: an infinite error
+    return cand[bad_all], cand[nr | ng | ir | ig]
 
 
-def _histogram(ad: np.ndarray, p: _Part) -> None:
-    keys = ad.view(np.int64) >> _FINE_SHIFT
-    counts = np.bincount(keys)
-    p.fine = counts
+def _histogram(ad: np.ndarray, scratch: np.ndarray, mask: np.ndarray, p: _Part) -> None:
+    """Counts per 1/32 octave of |diff| (the float64 bit patterns order like
+    the values, so bits >> 47 is a log-scale bin), plus, for each decade edge
+    inside an occupied bin, how many of that bin lie below the edge -- which
+    makes the decade counts exact."""
+    keys = scratch.view(np.int64)
+    np.right_shift(ad.view(np.int64), _FINE_SHIFT, out=keys)
+    if keys.size <= 4096:  # small tensors: no 64K-bin array per call
+        occupied, counts = np.unique(keys, return_counts=True)
+    else:
+        dense = np.bincount(keys)
+        occupied = np.flatnonzero(dense)
+        counts = dense[occupied]
+    p.fine = (occupied, counts)
     below = np.zeros(len(_EDGES), np.int64)
-    for k, (j, aligned) in enumerate(zip(_EDGE_BIN, _EDGE_ALIGNED, strict=True)):
-        if not aligned and j < counts.size and counts[j]:
-            below[k] = np.count_nonzero(ad < _EDGES[k]) - int(counts[:j].sum())
+    pos = np.searchsorted(occupied, _EDGE_BIN)
+    for k, i in enumerate(pos):
+        if i < occupied.size and occupied[i] == _EDGE_BIN[k] and not _EDGE_ALIGNED[k]:
+            np.less(ad, _EDGES[k], out=mask)
+            below[k] = np.count_nonzero(mask) - int(counts[:i].sum())
     p.below_edge = below
 
 
-def _signed_zeros(rc, gc, ar, ad, s: int, p: _Part) -> None:
+def _signed_zeros(rc: np.ndarray, gc: np.ndarray, ar: np.ndarray, ad: np.ndarray, s: int,
+                  p: _Part) -> None:
     z = np.flatnonzero((ar == 0.0) & (ad == 0.0))
     if z.size:
         rz = rc[z].astype(np.float32)
@@ -520,27 +597,54 @@ def _signed_zeros(rc, gc, ar, ad, s: int, p: _Part) -> None:
             p.sz_first = s + int(z[diff[0]])
 
 
-def _failing_stats(ctx: _Ctx, rc, gc, bad, nf_bad, p: _Part) -> None:
-    idx = np.flatnonzero(bad)
-    if nf_bad is not None and nf_bad.size:
-        keep = np.ones(rc.shape[0], bool)
-        keep[nf_bad] = False
-        idx = idx[keep[idx]]
-    if not idx.size:
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    """Inner product without BLAS: BLAS would start its own threads inside
+    our worker threads and oversubscribe the cores."""
+    return float(np.einsum("i,i->", a, b))
+
+
+def _failing_stats(ctx: _Ctx, rc: np.ndarray, gc: np.ndarray, bufs: tuple[np.ndarray, ...],
+                   p: _Part, clean: bool) -> None:
+    """Sums over the failing finite elements (``bad``): they decide rounding
+    vs sign flip vs constant shift. Up to half the chunk failing: gather the
+    failures; more: whole-chunk sums minus the few passing elements (no
+    per-chunk allocation). ``clean``: the chunk has no NaN/Inf."""
+    ar, d, ad, t, w, ok, bad = bufs
+    nf = int(np.count_nonzero(bad))
+    if not nf:
         return
-    r = rc[idx].astype(np.float64)
-    g = gc[idx].astype(np.float64)
-    d = g - r
-    p.f_n = int(idx.size)
-    p.f_sd = float(d.sum())
-    p.f_sd2 = float(np.dot(d, d))
-    sp = g + r
-    p.f_sp2 = float(np.dot(sp, sp))
-    p.f_sr2 = float(np.dot(r, r))
+    p.f_n = nf
+    if nf * 2 <= bad.shape[0] or not clean:
+        idx = np.flatnonzero(bad)
+        r = rc[idx].astype(np.float64)
+        dd = gc[idx].astype(np.float64) - r
+        sp = dd + 2 * r  # g + r
+        p.f_sd, p.f_sd2 = float(dd.sum()), _dot(dd, dd)
+        p.f_sp2, p.f_sr2 = _dot(sp, sp), _dot(r, r)
+        if ctx.kind == "float":
+            p.f_norm = float(np.max(np.abs(dd) / np.maximum(np.abs(r), ctx.scale)))
+            p.f_norm /= ctx.roundoff
+        return
+    np.copyto(t, rc, casting="unsafe")  # signed ref, float64
+    sd, sd2, sdr, sr2 = p.sum_d, _dot(d, d), _dot(d, t), _dot(t, t)
+    keep = np.logical_not(bad, out=ok)  # the passing elements, taken back out
+    idx = np.flatnonzero(keep)
+    if idx.size:
+        dd, r = d[idx], t[idx]
+        sd -= float(dd.sum())
+        sd2 -= _dot(dd, dd)
+        sdr -= _dot(dd, r)
+        sr2 -= _dot(r, r)
+    p.f_sd, p.f_sd2, p.f_sr2 = sd, sd2, sr2
+    p.f_sp2 = max(sd2 + 4 * sdr + 4 * sr2, 0.0)  # sum (g + r)^2 = sum (d + 2r)^2
     if ctx.kind == "float":
-        denom = np.maximum(np.abs(r), ctx.scale) * ctx.roundoff
-        with np.errstate(divide="ignore", invalid="ignore"):
-            p.f_norm = float(np.max(np.abs(d) / denom))
+        np.maximum(ar, ctx.scale, out=w)
+        np.divide(ad, w, out=w)
+        i = int(w.argmax())
+        if not bad[i]:  # the largest is a passing element: mask, then look again
+            np.copyto(w, 0.0, where=keep)
+            i = int(w.argmax())
+        p.f_norm = float(w[i]) / ctx.roundoff
 
 
 def _presence(plan: _Plan, bad: np.ndarray, s: int) -> list:
@@ -572,14 +676,18 @@ class _Scan:
     total: int
     nbad: int = 0
     first_bad: int | None = None
-    max_abs: float = 0.0
+    max_abs: float = -1.0
+    max_abs_at: int = 0
     max_rel: float = 0.0
     max_excess: float = -math.inf
     excess_at: int | None = None
     max_q: float = -math.inf
-    sum_d: float = 0.0
+    sum_d: float = 0.0  # over the chunks that hold failures
+    sum_n: int = 0
     parts_excess: list = field(default_factory=list)  # (start, end, excess, q, max_abs, max_ar)
     fine: np.ndarray = field(default_factory=lambda: np.zeros(_FINE_BINS, np.int64))
+    fine_lo: int = _FINE_BINS  # occupied key range of `fine`
+    fine_hi: int = 0
     below_edge: np.ndarray = field(default_factory=lambda: np.zeros(len(_EDGES), np.int64))
     nf: dict[str, list] = field(default_factory=dict)
     nf_count: int = 0
@@ -601,9 +709,8 @@ def _scan(ctx: _Ctx) -> _Scan:
         sc.presence.append(np.zeros(n_k, bool) if n_k <= _PRESENCE_MAX else [n_k, -1])
     ranges = plan.ranges()
     if _THREADS > 1 and len(ranges) > 2:
-        with ThreadPoolExecutor(_THREADS) as ex:
-            for part in ex.map(lambda r: _scan_chunk(ctx, *r), ranges):
-                _merge(sc, part)
+        for part in _pool().map(lambda r: _scan_chunk(ctx, *r), ranges):
+            _merge(sc, part)
     else:
         for r in ranges:
             _merge(sc, _scan_chunk(ctx, *r))
@@ -614,14 +721,21 @@ def _merge(sc: _Scan, p: _Part) -> None:
     sc.nbad += p.nbad
     if sc.first_bad is None and p.first_bad is not None:
         sc.first_bad = p.first_bad
-    sc.max_abs = max(sc.max_abs, p.max_abs)
+    if p.max_abs > sc.max_abs:
+        sc.max_abs, sc.max_abs_at = p.max_abs, p.max_abs_at
     sc.max_rel = max(sc.max_rel, p.max_rel) if not math.isnan(p.max_rel) else sc.max_rel
     if p.max_excess > sc.max_excess:
         sc.max_excess, sc.excess_at = p.max_excess, p.excess_at
     sc.max_q = max(sc.max_q, p.max_q)
-    sc.sum_d += p.sum_d
+    if p.nbad:
+        sc.sum_d += p.sum_d
+        sc.sum_n += p.n
     sc.parts_excess.append((p.start, p.start + p.n, p.max_excess, p.max_q, p.max_abs, p.max_ar))
-    sc.fine[: p.fine.size] += p.fine
+    keys, counts = p.fine
+    if keys.size:
+        sc.fine[keys] += counts
+        sc.fine_lo = min(sc.fine_lo, int(keys[0]))
+        sc.fine_hi = max(sc.fine_hi, int(keys[-1]) + 1)
     sc.below_edge += p.below_edge
     for cat, (cnt, idx) in p.nf.items():
         have = sc.nf.setdefault(cat, [0, []])
@@ -651,7 +765,7 @@ def _merge(sc: _Scan, p: _Part) -> None:
 # needed tolerance: exact minimum by bisection on the binding elements
 
 
-def _min_passing(pred, hi: float) -> float:
+def _min_passing(pred: Callable[[float], bool], hi: float) -> float:
     """Smallest non-negative float64 x with pred(x) true, given pred(hi) and
     pred monotone (non-negative floats order like their bit patterns)."""
     if pred(0.0):
@@ -677,29 +791,31 @@ def _needed(ctx: _Ctx, sc: _Scan) -> tuple[float | None, float | None]:
         return None, None
     eps = 2.0**-50  # generous bound on the rounding of the per-element figures
     top_e, top_q = sc.max_excess, sc.max_q
+    # atol = 0 passes iff every |d| <= rtol|r|, i.e. every excess <= 0 (the
+    # sign of a float64 difference is exact); likewise rtol = 0 iff |d| <= atol
+    want_e, want_q = top_e > 0 and math.isfinite(top_e), top_q > 0 and math.isfinite(top_q)
+    top_mag = max((mad + ctx.rtol * mar for _, _, ex, _, mad, mar in sc.parts_excess
+                   if ex == top_e), default=0.0)
     ad_l, t_l, ar_l = [], [], []
     for s, e, ex, q, mad, mar in sc.parts_excess:
-        slack_e = 8 * eps * (mad + ctx.rtol * mar) + 8 * eps * abs(top_e)
-        cand_e = ex >= top_e - slack_e
-        cand_q = top_q > 0 and q >= top_q * (1 - 1e-9)
+        slack_e = 8 * eps * (mad + ctx.rtol * mar + top_mag)
+        cand_e = want_e and ex >= top_e - slack_e
+        cand_q = want_q and q >= top_q * (1 - 1e-9)
         if not (cand_e or cand_q):
             continue
-        r = ctx.ref[s:e].astype(np.float64)
-        g = ctx.got[s:e].astype(np.float64)
-        ar = np.abs(r)
-        ad = np.abs(g - r)
-        t = ar * ctx.rtol
-        sel = np.zeros(ad.shape, bool)
-        if cand_e:
-            c = ad - t
-            sel |= c >= top_e - 8 * eps * (ad + t) - slack_e
-        if cand_q:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                qq = (ad - ctx.atol) / ar
-            sel |= qq >= top_q * (1 - 1e-9)
-        ad_l.append(ad[sel])
-        t_l.append(t[sel])
-        ar_l.append(ar[sel])
+        for s2 in range(s, e, 1 << 15):  # small pieces: little extra memory
+            r = ctx.ref[s2: min(e, s2 + (1 << 15))].astype(np.float64)
+            ad = np.abs(ctx.got[s2: s2 + r.shape[0]].astype(np.float64) - r)
+            ar = np.abs(r, out=r)
+            t = ar * ctx.rtol
+            sel = np.zeros(ad.shape, bool)
+            if cand_e:
+                sel |= ad - t >= top_e - slack_e - 8 * eps * (ad + t)
+            if cand_q:
+                sel |= (ad - ctx.atol) / ar >= top_q * (1 - 1e-9)
+            ad_l.append(ad[sel])
+            t_l.append(t[sel])
+            ar_l.append(ar[sel])
     ad_c = np.concatenate(ad_l) if ad_l else np.zeros(0)
     t_c = np.concatenate(t_l) if t_l else np.zeros(0)
     ar_c = np.concatenate(ar_l) if ar_l else np.zeros(0)
@@ -710,8 +826,8 @@ def _needed(ctx: _Ctx, sc: _Scan) -> tuple[float | None, float | None]:
     def pass_rtol(r: float) -> bool:
         return bool(np.all(ad_c <= ctx.atol + ar_c * r))
 
-    need_a = _min_passing(pass_atol, max(top_e, 0.0))
-    need_r = math.inf if top_q == math.inf else _min_passing(pass_rtol, max(top_q, 0.0))
+    need_a = _min_passing(pass_atol, top_e) if want_e else max(top_e, 0.0)
+    need_r = _min_passing(pass_rtol, top_q) if want_q else max(top_q, 0.0)
     return need_a, need_r
 
 
@@ -719,37 +835,47 @@ def _needed(ctx: _Ctx, sc: _Scan) -> tuple[float | None, float | None]:
 # histogram, quantiles, region
 
 
+def _fine_sparse(sc: _Scan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Occupied fine bins, their counts (one-sided non-finite pairs, zeroed
+    during the scan, taken out of bin 0) and the running total."""
+    keys = np.flatnonzero(sc.fine[sc.fine_lo: sc.fine_hi]) + min(sc.fine_lo, sc.fine_hi)
+    cnt = sc.fine[keys]
+    if keys.size and keys[0] == 0:
+        cnt[0] -= sc.nf_count
+    return keys, cnt, np.cumsum(cnt)
+
+
 def _decade_hist(sc: _Scan) -> dict[str, int]:
-    cum = np.cumsum(sc.fine)
-    zero = int(sc.fine[0]) - sc.nf_count  # one-sided non-finite were zeroed
-    below = []
-    for k, j in enumerate(_EDGE_BIN):
-        below.append(int(cum[j - 1]) + int(sc.below_edge[k]))
-    counts = [zero, below[0] - int(sc.fine[0])]
+    keys, cnt, cum = _fine_sparse(sc)
+    total = int(cum[-1]) if cum.size else 0
+    zero = int(cnt[0]) if keys.size and keys[0] == 0 else 0
+    pos = np.searchsorted(keys, _EDGE_BIN)
+    below = [(int(cum[p - 1]) if p else 0) + int(sc.below_edge[k]) for k, p in enumerate(pos)]
+    counts = [zero, below[0] - zero]
     counts += [b - a for a, b in itertools.pairwise(below)]
-    counts += [int(cum[-1]) - below[-1], sc.nf_count]
+    counts += [total - below[-1], sc.nf_count]
     return dict(zip(_HIST_LABELS, counts, strict=True))
 
 
 def _quantile(sc: _Scan, qs: tuple[float, ...]) -> list[float | None]:
-    fine = sc.fine.copy()
-    fine[0] -= sc.nf_count
-    cum = np.cumsum(fine)
-    n = int(cum[-1])
+    """Quantiles of |diff|, interpolated inside one 1/32-octave bin (~1 %)."""
+    keys, cnt, cum = _fine_sparse(sc)
+    n = int(cum[-1]) if cum.size else 0
     out: list[float | None] = []
     for q in qs:
         if n == 0:
             out.append(None)
             continue
         rank = q * (n - 1)
-        j = int(np.searchsorted(cum, rank, side="right"))
+        i = int(np.searchsorted(cum, rank, side="right"))
+        j = int(keys[i])
         if j == 0:
             out.append(0.0)
             continue
         lo = float(np.int64(j << _FINE_SHIFT).view(np.float64))
         hi = float(np.int64((j + 1) << _FINE_SHIFT).view(np.float64))
-        before = int(cum[j - 1])
-        frac = (rank - before + 0.5) / max(int(fine[j]), 1)
+        before = int(cum[i - 1]) if i else 0
+        frac = (rank - before + 0.5) / max(int(cnt[i]), 1)
         out.append(lo + (hi - lo) * min(max(frac, 0.0), 1.0))
     return out
 
@@ -768,7 +894,7 @@ def _region(shape: tuple[int, ...], sc: _Scan, nfail: int) -> dict[str, Any] | N
     """Bounding box of the failures, if it is a dense proper part."""
     if not shape or nfail < 2:
         return None
-    axes, volume = [], 1
+    axes, volume, truncated = [], 1, False
     for k, pres in enumerate(sc.presence):
         if isinstance(pres, np.ndarray):
             idx = np.flatnonzero(pres)
@@ -779,11 +905,12 @@ def _region(shape: tuple[int, ...], sc: _Scan, nfail: int) -> dict[str, Any] | N
             runs = [[pres[0], pres[1]]] if size else []
         volume *= size
         if size < shape[k]:
-            axes.append([k, runs])
+            truncated |= len(runs) > _MAX_RUNS
+            axes.append([k, runs[:_MAX_RUNS]])
     total = int(np.prod(shape, dtype=np.int64))
     if not axes or volume >= total or nfail < _REGION_DENSITY * volume:
         return None
-    return {"axes": axes, "wrong": int(nfail), "size": int(volume)}
+    return {"axes": axes, "wrong": int(nfail), "size": int(volume), "truncated": truncated}
 
 
 def _describe_region(region: dict[str, Any]) -> str:
@@ -812,8 +939,8 @@ def _top1(ref: np.ndarray, got: np.ndarray) -> tuple[float | None, list[int], in
     flipped: list[int] = []
     count = 0
     for s in range(0, nrows, step):
-        a = np.argmax(r2[s: s + step].astype(np.float32, copy=False), axis=1)
-        b = np.argmax(g2[s: s + step].astype(np.float32, copy=False), axis=1)
+        a = np.argmax(r2[s: s + step], axis=1)  # NaN counts as the maximum, as in torch
+        b = np.argmax(g2[s: s + step], axis=1)
         idx = np.flatnonzero(a != b)
         count += int(idx.size)
         flipped.extend(s + int(i) for i in idx[: _MAX_LISTED - len(flipped)])
@@ -848,12 +975,32 @@ def compare(
 
     ``task="classification"`` also checks top-1 agreement (argmax over the
     last axis, every leading axis is a sample) against ``min_top1_agreement``.
+    ``strict_signed_zeros`` fails a pair whose only difference is +0 vs -0.
+    Non-contiguous inputs are copied once; contiguous ones never are.
     """
+    with np.errstate(all="ignore"):  # NaN/Inf are data here, not warnings
+        return _compare(reference, actual, tolerance, name=name, task=task,
+                        min_top1_agreement=min_top1_agreement,
+                        strict_signed_zeros=strict_signed_zeros)
+
+
+def _compare(
+    reference: np.ndarray,
+    actual: np.ndarray,
+    tolerance: Tolerance,
+    *,
+    name: str = "output",
+    task: str | None = None,
+    min_top1_agreement: float = 1.0,
+    strict_signed_zeros: bool = False,
+) -> Comparison:
     if task not in (None, "classification"):
         raise ValueError(f"unknown task {task!r}; expected None or 'classification'")
     ref = np.asarray(reference)
     got = np.asarray(actual)
     atol, rtol = float(tolerance.atol), float(tolerance.rtol)
+    if not (atol >= 0 and rtol >= 0):  # also rejects NaN
+        raise ValueError(f"tolerance must be non-negative, got atol={atol}, rtol={rtol}")
     head = dict(
         name=name,
         shape_ref=str(tuple(ref.shape)),
@@ -882,7 +1029,7 @@ def compare(
     ref_flat = np.ascontiguousarray(ref).reshape(-1)
     got_flat = np.ascontiguousarray(got).reshape(-1)
     ctx = _Ctx(ref=ref_flat, got=got_flat, kind=kind, atol=atol, rtol=rtol,
-               scale=_scale(ref_flat, kind), roundoff=roundoff, plan=_Plan(ref.shape),
+               scale=_scale(ref_flat), roundoff=roundoff, plan=_Plan(ref.shape),
                strict_zeros=strict_signed_zeros and kind == "float")
     sc = _scan(ctx)
     need_a, need_r = _needed(ctx, sc)
@@ -894,8 +1041,10 @@ def compare(
         worst = min(idx[1][0] for idx in sc.nf.values())
     elif kind != "float":
         worst = sc.first_bad
-    else:
+    elif sc.max_excess > 0:  # the element that sets needed_atol
         worst = sc.excess_at
+    else:  # everything passes at atol=0: show the largest error
+        worst = sc.max_abs_at
     shape = tuple(ref.shape)
     w = dict(worst_index=None, ref_value=None, got_value=None, ref_bits=None,
              got_bits=None, ulp=None)
@@ -922,7 +1071,7 @@ def compare(
         flipped=flipped, min_top1=min_top1_agreement, shape=shape, w=w,
         need=(need_a, need_r),
     )
-    if region is not None and verdict == Verdict.REGION:
+    if region is not None:
         region = {**region, "pattern": _pattern(sc, tensor_wide=False)}
     return Comparison(
         passed=verdict == Verdict.PASS,
@@ -950,7 +1099,7 @@ def compare(
     )
 
 
-def _scale(flat: np.ndarray, kind: str) -> float:
+def _scale(flat: np.ndarray) -> float:
     """Mean |ref| on an evenly strided sample: the magnitude against which
     near-zero elements' rounding error is judged."""
     step = max(1, flat.shape[0] // 65536)
@@ -963,10 +1112,10 @@ def _scale(flat: np.ndarray, kind: str) -> float:
 def _pattern(sc: _Scan, *, tensor_wide: bool) -> str | None:
     """Sign flip or constant shift among the failing finite elements.
 
-    A shift must also be the mean signed difference of the whole tensor when
-    ``tensor_wide`` (a real offset moves the passing elements too; a few
-    scattered elements that happen to be off by the same amount are not an
-    offset).
+    A shift must also be the mean signed difference of every element (of the
+    chunks holding failures) when ``tensor_wide``: a real offset moves the
+    passing elements too; a few scattered elements that happen to be off by
+    the same amount are not an offset.
     """
     if sc.f_n < _MIN_PATTERN:
         return None
@@ -976,12 +1125,16 @@ def _pattern(sc: _Scan, *, tensor_wide: bool) -> str | None:
     var = max(sc.f_sd2 / sc.f_n - mean * mean, 0.0)
     if mean == 0 or math.sqrt(var) > _OFFSET_CV * abs(mean):
         return None
-    if tensor_wide and abs(sc.sum_d / sc.total - mean) > _OFFSET_CV * abs(mean):
+    if tensor_wide and abs(sc.sum_d / sc.sum_n - mean) > _OFFSET_CV * abs(mean):
         return None
     return f"shifted by {mean:+.6g}"
 
 
-def _decide(*, ctx, sc, dname, region, top1, nflip, flipped, min_top1, shape, w, need):
+def _decide(*, ctx: _Ctx, sc: _Scan, dname: str, region: dict[str, Any] | None,
+            top1: float | None, nflip: int, flipped: list[int], min_top1: float,
+            shape: tuple[int, ...], w: dict[str, Any],
+            need: tuple[float | None, float | None]) -> tuple[Verdict, str]:
+    """First matching rule wins; see the module docstring for why this order."""
     pct = 100.0 * sc.nbad / sc.total
     where = f"{sc.nbad}/{sc.total} elements ({pct:.3g}%) out of tolerance"
     need_a, need_r = need
