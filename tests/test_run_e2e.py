@@ -92,7 +92,7 @@ def test_example_reports_parse(example_run: tuple[int, Path, Path]) -> None:
                                                                      junitparser.Skipped)]
     assert skipped and all(c.name.endswith("/cuda") for c in skipped)
     summary = (out / "summary.md").read_text()
-    assert summary.startswith("## ✅ parity-gate: all 20 cases match eager")
+    assert summary.startswith("## ✅ parity-gate: all 20 cases match eager; 20 skipped")
     assert "<details>" in summary
     appended = step.read_text()
     assert appended.startswith("earlier step\n") and "parity-gate" in appended
@@ -173,7 +173,7 @@ def test_faulty_junit_failures_and_errors(faulty_run: tuple[int, Path]) -> None:
     assert results[("healthy", "float32/vec/b2/cpu")] is None
     assert isinstance(results[("healthy", "float32/vec/b2/tensorrt")], junitparser.Skipped)
     summary = (out / "summary.md").read_text()
-    assert summary.startswith("## ❌ parity-gate: 11 of 16 cases differ from eager")
+    assert summary.startswith("## ❌ parity-gate: 11 of 16 cases differ from eager — blocking")
     first_table = summary.split("### Failing cases")[1]
     # worst outcomes first: crash before timeout before mismatch
     assert first_table.index("crash") < first_table.index("timeout") < \

@@ -12,14 +12,14 @@ from parity_gate.results import CaseResult, RunResult
 def _message(case: CaseResult) -> str:
     worst = case.worst()
     if worst is not None and not worst.passed:
-        return f"{worst.name}: {worst.headline()}"
+        return worst.headline()
     return case.reason or case.outcome.info.description
 
 
 def _body(case: CaseResult) -> str:
     lines = [f"case: {case.id}", f"outcome: {case.outcome.value}", f"reason: {case.reason}"]
     for c in case.comparisons:
-        lines.append(f"output {c.name}: {'pass' if c.passed else 'FAIL'} - {c.headline()}")
+        lines.append(f"{'pass' if c.passed else 'FAIL'} {c.headline()}")
     if case.detail:
         lines += ["", case.detail]
     return "\n".join(lines)

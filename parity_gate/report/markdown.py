@@ -15,7 +15,7 @@ def _headline(run: RunResult, decision: GateDecision) -> str:
     failed = len(run.failures)
     skipped = sum(1 for c in run.cases if c.outcome.value == "skipped")
     ran = total - skipped
-    tail = f" ({skipped} skipped)" if skipped else ""
+    tail = f"; {skipped} skipped" if skipped else ""
     if run.interrupted:
         return f"## ⚠️ parity-gate: interrupted after {ran} of {total} cases{tail}"
     if decision.baseline is not None:
@@ -23,7 +23,7 @@ def _headline(run: RunResult, decision: GateDecision) -> str:
     if failed == 0:
         return f"## ✅ parity-gate: all {ran} cases match eager{tail}"
     word = "blocking" if not decision.passed else "not blocking"
-    return f"## ❌ parity-gate: {failed} of {ran} cases differ from eager ({word}){tail}"
+    return f"## ❌ parity-gate: {failed} of {ran} cases differ from eager — {word}{tail}"
 
 
 def _cell(text: str, limit: int = 160) -> str:
@@ -109,7 +109,7 @@ def _failure_details(failures: list[CaseResult]) -> list[str]:
         out.append(f"<details><summary><code>{case.id}</code>: {case.outcome.value}"
                    "</summary>\n")
         for c in bad:
-            out.append(f"- **{c.name}**: {_cell(c.headline(), 400)}")
+            out.append(f"- {_cell(c.headline(), 400)}")
             hist = getattr(c, "histogram", None)
             if hist:
                 out.append("  - error histogram: " + ", ".join(f"{k}: {v}"
