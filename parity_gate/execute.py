@@ -264,7 +264,7 @@ def _run_case(job: ModuleJob, session: Any, key: CaseKey, ref: _Reference, feed_
             return CaseResult(key, outcome, reason, msg[-4000:], timings=timings, **meta)
     timings["run_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    result = _judge(job, key, ref, got_all, meta)
+    result = _judge(job, key, ref, got_all, meta, export_batch)
     timings["compare_s"] = time.perf_counter() - t0
     timings["eager_s"] = ref.eager_s
     result.timings = timings
@@ -272,7 +272,7 @@ def _run_case(job: ModuleJob, session: Any, key: CaseKey, ref: _Reference, feed_
 
 
 def _judge(job: ModuleJob, key: CaseKey, ref: _Reference, got_all: list[list[np.ndarray]],
-           meta: dict[str, Any]) -> CaseResult:
+           meta: dict[str, Any], export_batch: int) -> CaseResult:
     n_ref, n_got = len(ref.outputs[0]), len(got_all[0])
     if n_ref != n_got:
         return CaseResult(key, Outcome.SHAPE_MISMATCH,
@@ -305,7 +305,26 @@ def _judge(job: ModuleJob, key: CaseKey, ref: _Reference, got_all: list[list[np.
                else Outcome.MISMATCH)
     worst = max(failing, key=lambda c: c.verdict in (cmp.Verdict.SHAPE, cmp.Verdict.DTYPE))
     reason = f"{worst.name}: {worst.reason}"
+    baked = _baked_output(key.batch_size, export_batch, ref.outputs[0], got_all[0])
+    if outcome is Outcome.SHAPE_MISMATCH and baked:
+        outcome = Outcome.BAKED_SHAPE
+        reason = (f"batch {key.batch_size}: {baked} — the exported model (exported at batch "
+                  f"{export_batch}) silently reshapes to the export batch size")
     return CaseResult(key, outcome, reason, comparisons=comparisons, **meta)
+
+
+def _baked_output(batch: int, export_batch: int, refs: list[np.ndarray],
+                  gots: list[np.ndarray]) -> str:
+    """An output whose eager dim is the batch size but whose ONNX dim is the export batch."""
+    if batch == export_batch:
+        return ""
+    for i, (r, g) in enumerate(zip(refs, gots, strict=False)):
+        if r.shape != g.shape and len(r.shape) == len(g.shape):
+            for axis, (rd, gd) in enumerate(zip(r.shape, g.shape, strict=True)):
+                if rd == batch and gd == export_batch:
+                    return (f"output {i} has shape {tuple(g.shape)} where eager gives "
+                            f"{tuple(r.shape)} (axis {axis})")
+    return ""
 
 
 def _stack(arrays: list[np.ndarray]) -> np.ndarray | None:

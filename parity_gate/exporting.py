@@ -165,6 +165,8 @@ _NOISE = (
 def _interesting_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
     out: list[str] = []
     for w in caught:
+        if issubclass(w.category, (DeprecationWarning, FutureWarning)):
+            continue  # about the exporter's own API, not about the user's model
         text = f"{w.category.__name__}: {w.message}"
         if not any(n in text for n in _NOISE) and text not in out:
             out.append(text[:500])

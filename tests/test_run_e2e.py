@@ -121,6 +121,8 @@ def test_faulty_manifest_exit_code_and_outcomes(faulty_run: tuple[int, Path]) ->
         "hang/float32/vec/b3/cpu": "timeout",
         "oom/float32/vec/b2/cpu": "crash",
         "oom/float32/vec/b3/cpu": "crash",
+        "traced_view/float32/vec/b2/cpu": "pass",
+        "traced_view/float32/vec/b3/cpu": "baked_shape",
     }
 
 
@@ -133,6 +135,9 @@ def test_faulty_crash_and_hang_reasons(faulty_run: tuple[int, Path]) -> None:
     assert "SIGKILL (likely out of memory)" in cases["oom/float32/vec/b3/cpu"]["reason"]
     baked = cases["baked/float32/vec/b3/cpu"]["reason"]
     assert "exported at batch 2" in baked and "eager works" in baked
+    # legacy tracer: no runtime error, the graph silently reshapes to the export batch
+    silent = cases["traced_view/float32/vec/b3/cpu"]["reason"]
+    assert "(2, 6) where eager gives (3, 4)" in silent
 
 
 def test_faulty_mismatch_evidence(faulty_run: tuple[int, Path]) -> None:
@@ -157,6 +162,9 @@ def test_faulty_findings(faulty_run: tuple[int, Path]) -> None:
     assert ("training", "training_mode") in kinds
     assert ("healthy", "training_mode") not in kinds
     assert ("baked", "baked_shape") in kinds
+    warnings = [f["message"] for f in doc["findings"] if f["module"] == "traced_view"]
+    assert any("TracerWarning" in w for w in warnings)
+    assert not any("DeprecationWarning" in w for w in warnings)
 
 
 def test_faulty_junit_failures_and_errors(faulty_run: tuple[int, Path]) -> None:
@@ -173,7 +181,7 @@ def test_faulty_junit_failures_and_errors(faulty_run: tuple[int, Path]) -> None:
     assert results[("healthy", "float32/vec/b2/cpu")] is None
     assert isinstance(results[("healthy", "float32/vec/b2/tensorrt")], junitparser.Skipped)
     summary = (out / "summary.md").read_text()
-    assert summary.startswith("## ❌ parity-gate: 11 of 16 cases differ from eager — blocking")
+    assert summary.startswith("## ❌ parity-gate: 12 of 18 cases differ from eager — blocking")
     first_table = summary.split("### Failing cases")[1]
     # worst outcomes first: crash before timeout before mismatch
     assert first_table.index("crash") < first_table.index("timeout") < \

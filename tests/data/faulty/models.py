@@ -103,3 +103,19 @@ class OutOfMemory(nn.Module):
 
 def oom() -> nn.Module:
     return OutOfMemory().eval()
+
+
+class TracedView(nn.Module):
+    """`x.view(int(x.size(0)), -1)`: the legacy tracer records the batch as a literal."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.lin(x).unsqueeze(1)
+        return h.view(int(h.size(0)), -1)
+
+
+def traced_view() -> nn.Module:
+    return TracedView().eval()
