@@ -1,4 +1,4 @@
-"""Command line: `parity-gate run|check|schema|baseline|merge`.
+"""Command line: `parity-gate run|check|schema|baseline|merge|ops`.
 
 Exit codes: 0 pass, 1 fail, 2 usage, 3 bug."""
 
@@ -87,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument("--summary", type=Path, help="markdown summary (default: "
                        "OUT/summary.md)")
     _add_gate_args(merge, merging=True)
+    from parity_gate.ops.command import add_parser as add_ops_parser  # `ops`: op-level sweep
+
+    add_ops_parser(sub, COMMANDS)
     return parser
 
 

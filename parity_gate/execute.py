@@ -38,6 +38,7 @@ from parity_gate.runtime import (
     create_session,
     first_line,
 )
+from parity_gate.workers import CaseStream
 
 Emit = Callable[[str, Any], None]
 
@@ -52,21 +53,10 @@ class _Reference:
     eager_s: float = 0.0
 
 
-class _Ctx:
+class _Ctx(CaseStream):
     """Per-job state shared by the steps below."""
 
-    def __init__(self, job: ModuleJob, emit: Emit) -> None:
-        self.job = job
-        self.emit = emit
-        self.pending = list(job.cases)
-
-    def step(self, text: str) -> None:
-        self.emit("step", text)
-
-    def result(self, result: CaseResult) -> None:
-        if result.key in self.pending:
-            self.pending.remove(result.key)
-            self.emit("case", result.to_dict())
+    job: ModuleJob
 
     def fail_all(self, keys: list[CaseKey], outcome: Outcome, reason: str, detail: str = "",
                  **extra: Any) -> None:

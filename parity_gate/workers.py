@@ -41,6 +41,28 @@ class Job(Protocol):
         """Send ('case', dict), ('finding', dict) and ('step', str) messages; never raise."""
 
 
+class CaseStream:
+    """Worker side of the protocol: each planned case is reported exactly once, as it ends.
+
+    The parent turns whatever is still pending when a worker dies into
+    crash/timeout results, so reporting each case the moment it is known is
+    what keeps a crash from losing finished work.
+    """
+
+    def __init__(self, job: Any, emit: Callable[[str, Any], None]) -> None:
+        self.job = job
+        self.emit = emit
+        self.pending: list[CaseKey] = list(job.cases)
+
+    def step(self, text: str) -> None:
+        self.emit("step", text)
+
+    def result(self, result: CaseResult) -> None:
+        if result.key in self.pending:
+            self.pending.remove(result.key)
+            self.emit("case", result.to_dict())
+
+
 def _worker_main(conn: Connection, log_path: str, threads: int) -> None:
     """Worker loop: import the heavy stack once, then serve jobs until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop

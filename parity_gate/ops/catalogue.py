@@ -1,0 +1,741 @@
+"""The op catalogue: op-and-argument variants, by family, as declarative records.
+
+Each record names its call, its graph inputs and the dtypes eager accepts;
+tables keep families compact. Conventions:
+
+* Binary ops use two (13, 13) tensors: the `specials` class then places
+  every pair of special values (13 of them) somewhere in the pair.
+* `empty` zeroes each input's last dim, so `dim=-1` reductions reduce over
+  nothing; ops whose batch dim is the natural empty one say `empty_shape`.
+* Outputs that are legitimately nondeterministic (indices among ties of an
+  unstable sort) are listed in `shape_only`.
+* `xfail`/`skip` always carry a reason; known findings of a pinned release
+  live in the baseline file instead (ops/known-findings.yml).
+"""
+
+from __future__ import annotations
+
+from parity_gate.ops.records import (
+    ALL,
+    EMPTY,
+    FLOATS,
+    INTS,
+    NORMAL,
+    NUMERIC,
+    SIGNED_INTS,
+    Arg,
+    OpVariant,
+)
+
+X = Arg("x", (4, 8))
+X13 = Arg("x", (13, 13))
+PAIR = (X13, Arg("y", (13, 13)))
+INT_BOOL = (*INTS, "bool")
+F32_64 = ("float32", "float64")  # CPU eager has no half-precision kernel for these
+NO_SPECIALS = (NORMAL, EMPTY)
+
+
+def op(id: str, family: str, call: str, args: tuple[Arg, ...] = (X,),
+       dtypes: tuple[str, ...] = FLOATS, **kw: object) -> OpVariant:
+    return OpVariant(id, family, call, args, dtypes, **kw)  # type: ignore[arg-type]
+
+
+def _family(family: str, rows: list[tuple], args: tuple[Arg, ...] = (X,),
+            dtypes: tuple[str, ...] = FLOATS, **kw: object) -> list[OpVariant]:
+    """Rows are (id, call) or (id, call, {overrides})."""
+    out = []
+    for row in rows:
+        vid, call, *extra = row
+        opts = {"args": args, "dtypes": dtypes, **kw, **(extra[0] if extra else {})}
+        out.append(op(vid, family, call, **opts))  # type: ignore[arg-type]
+    return out
+
+
+# --------------------------------------------------------------------------
+# unary math: floats, and ints/bool where eager promotes them
+
+UNARY = _family("unary", [
+    ("abs", "torch.abs(x)", {"dtypes": NUMERIC, "signed_zeros": True}),
+    ("neg", "torch.neg(x)", {"dtypes": NUMERIC, "signed_zeros": True}),
+    ("positive", "torch.positive(x)", {"dtypes": NUMERIC}),
+    ("square", "torch.square(x)", {"dtypes": NUMERIC}),
+    ("exp", "torch.exp(x)"), ("exp2", "torch.exp2(x)"), ("expm1", "torch.expm1(x)"),
+    ("log", "torch.log(x)"), ("log2", "torch.log2(x)"), ("log10", "torch.log10(x)"),
+    ("log1p", "torch.log1p(x)"), ("sqrt", "torch.sqrt(x)"), ("rsqrt", "torch.rsqrt(x)"),
+    ("sin", "torch.sin(x)"), ("cos", "torch.cos(x)"), ("tan", "torch.tan(x)"),
+    ("asin", "torch.asin(x)", {"args": (Arg("x", (4, 8), low=-1, high=1),)}),
+    ("acos", "torch.acos(x)", {"args": (Arg("x", (4, 8), low=-1, high=1),)}),
+    ("atan", "torch.atan(x)"), ("sinh", "torch.sinh(x)"), ("cosh", "torch.cosh(x)"),
+    ("tanh", "torch.tanh(x)"), ("asinh", "torch.asinh(x)"),
+    ("acosh", "torch.acosh(x)", {"args": (Arg("x", (4, 8), low=1, high=5),)}),
+    ("atanh", "torch.atanh(x)", {"args": (Arg("x", (4, 8), low=-1, high=1),)}),
+    ("sigmoid", "torch.sigmoid(x)"), ("erf", "torch.erf(x)"), ("erfc", "torch.erfc(x)"),
+    ("erfinv", "torch.erfinv(x)", {"args": (Arg("x", (4, 8), low=-1, high=1),)}),
+    ("reciprocal", "torch.reciprocal(x)", {"signed_zeros": True}),
+    ("sign", "torch.sign(x)", {"dtypes": NUMERIC}),
+    ("sgn", "torch.sgn(x)", {"dtypes": NUMERIC}),
+    ("lgamma", "torch.lgamma(x)"),
+    ("deg2rad", "torch.deg2rad(x)"), ("rad2deg", "torch.rad2deg(x)"),
+    ("logit", "torch.logit(x)", {"args": (Arg("x", (4, 8), low=0, high=1),)}),
+    ("logit.eps", "torch.logit(x, eps=1e-6)", {"args": (Arg("x", (4, 8), low=0, high=1),)}),
+    ("angle", "torch.angle(x)", {"dtypes": NUMERIC}),
+    ("pow.scalar2", "torch.pow(x, 2)", {"dtypes": NUMERIC}),
+    ("pow.scalar_half", "torch.pow(x, 0.5)"),
+    ("pow.scalar_neg1", "torch.pow(x, -1)", {"dtypes": FLOATS}),
+    ("pow.scalar_base", "torch.pow(2.0, x)", {"dtypes": NUMERIC}),
+    ("float_power.scalar", "torch.float_power(x, 2)", {"dtypes": NUMERIC}),
+    ("bitwise_not", "torch.bitwise_not(x)", {"dtypes": INT_BOOL}),
+], dtypes=ALL)
+
+ROUNDING = _family("rounding", [
+    ("floor", "torch.floor(x)"), ("ceil", "torch.ceil(x)"), ("round", "torch.round(x)"),
+    ("round.decimals1", "torch.round(x, decimals=1)"),
+    ("round.decimals3", "torch.round(x, decimals=3)"),
+    ("round.decimals_neg1", "torch.round(x, decimals=-1)"),
+    ("trunc", "torch.trunc(x)"), ("fix", "torch.fix(x)"), ("frac", "torch.frac(x)"),
+    ("round.halves", "torch.round(x)", {"args": (Arg("x", (4, 8), kind="choice", values=(
+        -2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.5)),), "input_classes": NO_SPECIALS}),
+], args=(Arg("x", (4, 8), low=-20, high=20),), signed_zeros=True)
+
+CAST = _family("cast", [
+    ("to.float32", "x.to(torch.float32)", {"dtypes": ALL}),
+    ("to.float16", "x.to(torch.float16)", {"dtypes": ALL}),
+    ("to.bfloat16", "x.to(torch.bfloat16)", {"dtypes": ALL}),
+    ("to.float64", "x.to(torch.float64)", {"dtypes": ALL}),
+    ("to.bool", "x.to(torch.bool)", {"dtypes": ALL}),
+    ("to.int8", "x.to(torch.int8)", {"dtypes": INT_BOOL}),
+    ("to.uint8", "x.to(torch.uint8)", {"dtypes": INT_BOOL}),
+    ("to.int32", "x.to(torch.int32)", {"dtypes": INT_BOOL}),
+    ("to.int64", "x.to(torch.int64)", {"dtypes": INT_BOOL}),
+    # float → int of NaN/inf/out-of-range is undefined in C and in ONNX: ordinary data only
+    ("to.int64.from_float", "x.to(torch.int64)", {"input_classes": NO_SPECIALS}),
+    ("to.int32.from_float", "x.to(torch.int32)", {"input_classes": NO_SPECIALS}),
+    ("to.int8.from_float", "x.to(torch.int8)", {"input_classes": NO_SPECIALS}),
+])
+
+PREDICATE = _family("predicate", [
+    ("isnan", "torch.isnan(x)"), ("isinf", "torch.isinf(x)"),
+    ("isfinite", "torch.isfinite(x)"), ("isposinf", "torch.isposinf(x)"),
+    ("isneginf", "torch.isneginf(x)"), ("signbit", "torch.signbit(x)"),
+    ("isreal", "torch.isreal(x)"),
+    ("isclose", "torch.isclose(x, y)", {"args": PAIR}),
+    ("isclose.equal_nan", "torch.isclose(x, y, equal_nan=True)", {"args": PAIR}),
+    ("isclose.tols", "torch.isclose(x, y, rtol=0.1, atol=0.5)", {"args": PAIR}),
+    ("isin", "torch.isin(x, y)", {"args": (X, Arg("y", (5,)))}),
+], dtypes=NUMERIC)
+
+# --------------------------------------------------------------------------
+# binary arithmetic, comparisons, logical
+
+DIVISOR = Arg("y", (13, 13), nonzero_int=True)
+BINARY = _family("binary", [
+    ("add", "torch.add(x, y)", {"dtypes": ALL}),
+    ("add.alpha", "torch.add(x, y, alpha=2)", {"dtypes": NUMERIC}),
+    ("add.scalar", "x + 2.5", {"args": (X13,)}),
+    ("add.broadcast", "x + y", {"args": (Arg("x", (13, 13)), Arg("y", (13,)))}),
+    ("sub", "torch.sub(x, y)", {"dtypes": NUMERIC}),
+    ("sub.alpha", "torch.sub(x, y, alpha=3)", {"dtypes": NUMERIC}),
+    ("rsub", "torch.rsub(x, y)", {"dtypes": NUMERIC}),
+    ("mul", "torch.mul(x, y)", {"dtypes": ALL}),
+    ("mul.scalar", "x * -1.5", {"args": (X13,), "dtypes": NUMERIC}),
+    ("div", "torch.div(x, y)", {"dtypes": NUMERIC, "signed_zeros": True}),
+    ("div.trunc", "torch.div(x, y, rounding_mode='trunc')",
+     {"args": (PAIR[0], DIVISOR), "dtypes": NUMERIC}),
+    ("div.floor", "torch.div(x, y, rounding_mode='floor')",
+     {"args": (PAIR[0], DIVISOR), "dtypes": NUMERIC}),
+    ("div.scalar", "x / 3", {"args": (X13,), "dtypes": NUMERIC}),
+    ("true_divide", "torch.true_divide(x, y)", {"dtypes": NUMERIC}),
+    ("floor_divide", "torch.floor_divide(x, y)", {"args": (PAIR[0], DIVISOR),
+                                                  "dtypes": NUMERIC}),
+    ("fmod", "torch.fmod(x, y)", {"args": (PAIR[0], DIVISOR), "dtypes": NUMERIC,
+                                  "signed_zeros": True}),
+    ("fmod.scalar", "torch.fmod(x, 1.5)", {"args": (X13,)}),
+    ("remainder", "torch.remainder(x, y)", {"args": (PAIR[0], DIVISOR), "dtypes": NUMERIC}),
+    ("remainder.scalar", "torch.remainder(x, -1.5)", {"args": (X13,)}),
+    ("pow", "torch.pow(x, y)", {"args": (PAIR[0], Arg("y", (13, 13), low=0, high=4)),
+                                "dtypes": NUMERIC}),
+    ("float_power", "torch.float_power(x, y)", {"dtypes": NUMERIC}),
+    ("atan2", "torch.atan2(x, y)", {"dtypes": NUMERIC, "signed_zeros": True}),
+    ("hypot", "torch.hypot(x, y)"),
+    ("copysign", "torch.copysign(x, y)", {"dtypes": NUMERIC, "signed_zeros": True}),
+    ("maximum", "torch.maximum(x, y)", {"dtypes": ALL}),
+    ("minimum", "torch.minimum(x, y)", {"dtypes": ALL}),
+    ("fmax", "torch.fmax(x, y)", {"dtypes": NUMERIC}),
+    ("fmin", "torch.fmin(x, y)", {"dtypes": NUMERIC}),
+    ("xlogy", "torch.xlogy(x, y)", {"dtypes": NUMERIC}),
+    ("logaddexp", "torch.logaddexp(x, y)"),
+    ("logaddexp2", "torch.logaddexp2(x, y)"),
+    ("ldexp", "torch.ldexp(x, y)", {"args": (PAIR[0], Arg("y", (13, 13), kind="index", low=-4,
+                                                           high=5))}),
+    ("lerp.scalar", "torch.lerp(x, y, 0.3)"),
+    ("lerp.tensor", "torch.lerp(x, y, w)", {"args": (*PAIR, Arg("w", (13, 13), low=0,
+                                                                 high=1))}),
+    ("addcmul", "torch.addcmul(x, y, z, value=0.5)", {"args": (*PAIR, Arg("z", (13, 13))),
+                                                      "dtypes": NUMERIC}),
+    ("addcdiv", "torch.addcdiv(x, y, z, value=0.5)", {"args": (*PAIR, Arg("z", (13, 13)))}),
+    ("heaviside", "torch.heaviside(x, y)", {"dtypes": NUMERIC}),
+    ("nextafter", "torch.nextafter(x, y)", {"dtypes": F32_64}),
+    ("bitwise_and", "torch.bitwise_and(x, y)", {"dtypes": INT_BOOL}),
+    ("bitwise_or", "torch.bitwise_or(x, y)", {"dtypes": INT_BOOL}),
+    ("bitwise_xor", "torch.bitwise_xor(x, y)", {"dtypes": INT_BOOL}),
+    ("bitwise_left_shift", "torch.bitwise_left_shift(x, y)",
+     {"args": (PAIR[0], Arg("y", (13, 13), low=0, high=7, specials=False)), "dtypes": INTS}),
+    ("bitwise_right_shift", "torch.bitwise_right_shift(x, y)",
+     {"args": (PAIR[0], Arg("y", (13, 13), low=0, high=7, specials=False)), "dtypes": INTS}),
+    ("gcd", "torch.gcd(x, y)", {"dtypes": INTS}),
+    ("lcm", "torch.lcm(x, y)", {"dtypes": INTS}),
+    ("squared_difference", "(x - y) ** 2", {"dtypes": NUMERIC}),
+], args=PAIR)
+
+COMPARE = _family("compare", [
+    ("eq", "torch.eq(x, y)"), ("ne", "torch.ne(x, y)"), ("lt", "torch.lt(x, y)"),
+    ("le", "torch.le(x, y)"), ("gt", "torch.gt(x, y)"), ("ge", "torch.ge(x, y)"),
+    ("eq.scalar", "x == 0", {"args": (X13,)}), ("lt.scalar", "x < 0.5", {"args": (X13,)}),
+    ("ge.scalar", "x >= -1", {"args": (X13,)}),
+    ("gt.broadcast", "x > y", {"args": (Arg("x", (13, 13)), Arg("y", (13, 1)))}),
+    ("logical_and", "torch.logical_and(x, y)"), ("logical_or", "torch.logical_or(x, y)"),
+    ("logical_xor", "torch.logical_xor(x, y)"),
+    ("logical_not", "torch.logical_not(x)", {"args": (X,)}),
+], args=PAIR, dtypes=ALL)
+
+# --------------------------------------------------------------------------
+# reductions, softmax family, cumulative, sort
+
+REDUCTION = _family("reduction", [
+    ("sum", "torch.sum(x)", {"dtypes": ALL}),
+    ("sum.dim", "torch.sum(x, dim=-1)", {"dtypes": ALL}),
+    ("sum.keepdim", "torch.sum(x, dim=-1, keepdim=True)", {"dtypes": ALL}),
+    ("sum.dim0", "torch.sum(x, dim=0)", {"dtypes": ALL}),
+    ("sum.dims", "torch.sum(x, dim=(0, 1))", {"dtypes": ALL}),
+    ("sum.dtype_f32", "torch.sum(x, dim=-1, dtype=torch.float32)", {"dtypes": ALL}),
+    ("sum.dtype_f64", "torch.sum(x, dim=-1, dtype=torch.float64)", {"dtypes": ALL}),
+    ("mean", "torch.mean(x)"), ("mean.dim", "torch.mean(x, dim=-1)"),
+    ("mean.keepdim", "torch.mean(x, dim=(0, 1), keepdim=True)"),
+    ("mean.dtype_f32", "torch.mean(x, dim=-1, dtype=torch.float32)"),
+    ("prod", "torch.prod(x)", {"dtypes": ALL}),
+    ("prod.dim", "torch.prod(x, dim=-1)", {"dtypes": ALL}),
+    ("prod.dtype_f64", "torch.prod(x, dim=-1, dtype=torch.float64)"),
+    ("amax", "torch.amax(x)", {"dtypes": ALL}),
+    ("amax.dim", "torch.amax(x, dim=-1)", {"dtypes": ALL}),
+    ("amin.dim", "torch.amin(x, dim=-1)", {"dtypes": ALL}),
+    ("amax.dims", "torch.amax(x, dim=(0, 1), keepdim=True)", {"dtypes": ALL}),
+    ("max", "torch.max(x)", {"dtypes": ALL}), ("min", "torch.min(x)", {"dtypes": ALL}),
+    ("max.dim", "torch.max(x, dim=-1)", {"dtypes": ALL}),
+    ("max.keepdim", "torch.max(x, dim=0, keepdim=True)", {"dtypes": ALL}),
+    ("min.dim", "torch.min(x, dim=-1)", {"dtypes": ALL}),
+    ("argmax", "torch.argmax(x)", {"dtypes": NUMERIC}),
+    ("argmax.dim", "torch.argmax(x, dim=-1)", {"dtypes": NUMERIC}),
+    ("argmax.keepdim", "torch.argmax(x, dim=0, keepdim=True)", {"dtypes": NUMERIC}),
+    ("argmin.dim", "torch.argmin(x, dim=-1)", {"dtypes": NUMERIC}),
+    ("std", "torch.std(x)"), ("std.dim", "torch.std(x, dim=-1)"),
+    ("std.correction0", "torch.std(x, dim=-1, correction=0)"),
+    ("var", "torch.var(x)"), ("var.dim", "torch.var(x, dim=-1)"),
+    ("var.unbiased_false", "torch.var(x, dim=0, unbiased=False)"),
+    ("var_mean", "torch.var_mean(x, dim=-1)"), ("std_mean", "torch.std_mean(x, dim=-1)"),
+    ("logsumexp", "torch.logsumexp(x, dim=-1)"),
+    ("logsumexp.dims", "torch.logsumexp(x, dim=(0, 1))"),
+    ("norm", "torch.norm(x)"), ("norm.p1_dim", "torch.norm(x, p=1, dim=-1)"),
+    ("norm.inf", "torch.norm(x, p=float('inf'), dim=-1)"),
+    ("vector_norm.ord2", "torch.linalg.vector_norm(x, ord=2, dim=-1)"),
+    ("vector_norm.ord3", "torch.linalg.vector_norm(x, ord=3, dim=-1)"),
+    ("vector_norm.ord0", "torch.linalg.vector_norm(x, ord=0, dim=-1)"),
+    ("vector_norm.ord_neginf", "torch.linalg.vector_norm(x, ord=float('-inf'), dim=-1)"),
+    ("median", "torch.median(x)", {"dtypes": NUMERIC}),
+    ("median.dim", "torch.median(x, dim=-1)", {"dtypes": NUMERIC, "shape_only": (1,)}),
+    ("nanmedian", "torch.nanmedian(x)", {"dtypes": FLOATS}),
+    ("mode.dim", "torch.mode(x, dim=-1)", {"dtypes": NUMERIC, "shape_only": (1,)}),
+    ("count_nonzero", "torch.count_nonzero(x)", {"dtypes": ALL}),
+    ("count_nonzero.dim", "torch.count_nonzero(x, dim=-1)", {"dtypes": ALL}),
+    ("all", "torch.all(x)", {"dtypes": ALL}), ("any", "torch.any(x)", {"dtypes": ALL}),
+    ("all.dim", "torch.all(x, dim=-1)", {"dtypes": ALL}),
+    ("any.dim", "torch.any(x, dim=0)", {"dtypes": ALL}),
+    ("nansum", "torch.nansum(x)"), ("nansum.dim", "torch.nansum(x, dim=-1)"),
+    ("nanmean", "torch.nanmean(x, dim=-1)"),
+    ("aminmax", "torch.aminmax(x)", {"dtypes": NUMERIC}),
+    ("aminmax.dim", "torch.aminmax(x, dim=-1)", {"dtypes": NUMERIC}),
+], dtypes=FLOATS)
+
+SOFTMAX = _family("softmax", [
+    ("softmax", "torch.softmax(x, dim=-1)"), ("softmax.dim0", "torch.softmax(x, dim=0)"),
+    ("softmax.dtype_f32", "torch.softmax(x, dim=-1, dtype=torch.float32)",
+     {"dtypes": NUMERIC}),
+    ("softmax.dtype_f64", "torch.softmax(x, dim=-1, dtype=torch.float64)",
+     {"dtypes": NUMERIC}),
+    ("softmax.3d", "F.softmax(x, dim=1)", {"args": (Arg("x", (2, 3, 4)),)}),
+    ("log_softmax", "torch.log_softmax(x, dim=-1)"),
+    ("log_softmax.dim0", "torch.log_softmax(x, dim=0)"),
+    ("log_softmax.dtype_f32", "torch.log_softmax(x, dim=-1, dtype=torch.float32)",
+     {"dtypes": NUMERIC}),
+    ("log_softmax.dtype_f64", "torch.log_softmax(x, dim=-1, dtype=torch.float64)",
+     {"dtypes": NUMERIC}),
+    ("softmin", "F.softmin(x, dim=-1)"),
+    ("softmin.dtype_f32", "F.softmin(x, dim=-1, dtype=torch.float32)"),
+])
+
+CUMULATIVE = _family("cumulative", [
+    ("cumsum", "torch.cumsum(x, dim=-1)", {"dtypes": ALL}),
+    ("cumsum.dim0", "torch.cumsum(x, dim=0)", {"dtypes": ALL}),
+    ("cumsum.dtype_f32", "torch.cumsum(x, dim=-1, dtype=torch.float32)", {"dtypes": ALL}),
+    ("cumsum.dtype_f64", "torch.cumsum(x, dim=-1, dtype=torch.float64)"),
+    ("cumprod", "torch.cumprod(x, dim=-1)", {"dtypes": NUMERIC}),
+    ("cumprod.dtype_f64", "torch.cumprod(x, dim=-1, dtype=torch.float64)"),
+    ("cummax", "torch.cummax(x, dim=-1)", {"dtypes": NUMERIC}),
+    ("cummin", "torch.cummin(x, dim=0)", {"dtypes": NUMERIC}),
+    ("logcumsumexp", "torch.logcumsumexp(x, dim=-1)"),
+    ("cumsum.neg_dim_3d", "torch.cumsum(x, dim=-2)", {"args": (Arg("x", (2, 3, 4)),)}),
+])
+
+SORT = _family("sort", [
+    ("sort", "torch.sort(x, dim=-1)", {"shape_only": (1,)}),
+    ("sort.descending", "torch.sort(x, dim=-1, descending=True)", {"shape_only": (1,)}),
+    ("sort.stable", "torch.sort(x, dim=-1, stable=True)"),
+    ("sort.stable_descending", "torch.sort(x, dim=-1, stable=True, descending=True)"),
+    ("sort.dim0", "torch.sort(x, dim=0)", {"shape_only": (1,)}),
+    ("argsort", "torch.argsort(x, dim=-1)", {"shape_only": (0,)}),
+    ("argsort.stable", "torch.argsort(x, dim=-1, stable=True)"),
+    ("argsort.descending_stable", "torch.argsort(x, dim=-1, descending=True, stable=True)"),
+    ("topk", "torch.topk(x, 3)", {"shape_only": (1,)}),
+    ("topk.smallest", "torch.topk(x, 3, largest=False)", {"shape_only": (1,)}),
+    ("topk.dim0", "torch.topk(x, 2, dim=0)", {"shape_only": (1,)}),
+    ("topk.k0", "torch.topk(x, 0)"),
+    ("kthvalue", "torch.kthvalue(x, 2, dim=-1)", {"shape_only": (1,)}),
+    ("msort", "torch.msort(x)"),
+], dtypes=NUMERIC)
+
+# --------------------------------------------------------------------------
+# clamp / where / nan_to_num / masked
+
+MASK = Arg("m", (4, 8), kind="mask")
+SELECT = _family("select", [
+    ("clamp", "torch.clamp(x, min=-0.5, max=0.5)", {"dtypes": NUMERIC}),
+    ("clamp.min", "torch.clamp(x, min=0.25)", {"dtypes": NUMERIC}),
+    ("clamp.max", "torch.clamp(x, max=-0.25)", {"dtypes": NUMERIC}),
+    ("clamp.int_bounds", "torch.clamp(x, min=-3, max=4)", {"dtypes": NUMERIC}),
+    ("clamp.inverted", "torch.clamp(x, min=1.0, max=-1.0)", {"dtypes": NUMERIC}),
+    ("clamp.tensor", "torch.clamp(x, min=lo, max=hi)",
+     {"args": (X, Arg("lo", (4, 8), low=-2, high=0), Arg("hi", (4, 8), low=0, high=2)),
+      "dtypes": NUMERIC}),
+    ("clamp_min.tensor", "torch.clamp_min(x, lo)", {"args": (X, Arg("lo", (8,))),
+                                                     "dtypes": NUMERIC}),
+    ("where", "torch.where(m, x, y)", {"args": (MASK, X, Arg("y", (4, 8))), "dtypes": ALL,
+                                       "signed_zeros": True}),
+    ("where.scalar", "torch.where(m, x, 0.0)", {"args": (MASK, X)}),
+    ("where.broadcast", "torch.where(m, x, y)", {"args": (Arg("m", (4, 1), kind="mask"), X,
+                                                          Arg("y", (8,))), "dtypes": ALL}),
+    ("nan_to_num", "torch.nan_to_num(x)"),
+    ("nan_to_num.values", "torch.nan_to_num(x, nan=0.5, posinf=2.0, neginf=-3.0)"),
+    ("masked_fill", "x.masked_fill(m, 2.0)", {"args": (X, MASK), "dtypes": NUMERIC}),
+    ("masked_fill.neginf", "x.masked_fill(m, float('-inf'))", {"args": (X, MASK)}),
+    ("masked_fill.nan", "x.masked_fill(m, float('nan'))", {"args": (X, MASK)}),
+    ("masked_fill.tensor_value", "x.masked_fill(m, v)", {"args": (X, MASK, Arg("v", ())),
+                                                         "dtypes": NUMERIC}),
+    ("masked_select", "torch.masked_select(x, m)", {"args": (X, MASK), "dtypes": NUMERIC}),
+    ("masked_scatter", "x.masked_scatter(m, s)", {"args": (X, MASK, Arg("s", (4, 8))),
+                                                  "dtypes": NUMERIC}),
+])
+
+# --------------------------------------------------------------------------
+# indexing, gather, scatter
+
+IDX_ROWS = Arg("i", (3,), kind="index", high=4, empty_shape=(3,))
+ROWS5 = Arg("i", (5,), kind="index", high=4, empty_shape=(5,))
+IDX_COLS = Arg("i", (5,), kind="index", high=8)
+GATHER1 = Arg("i", (4, 6), kind="index", high=8)
+GATHER0 = Arg("i", (3, 8), kind="index", high=4)
+INDEX = _family("index", [
+    ("index_select.dim0", "torch.index_select(x, 0, i)", {"args": (X, IDX_ROWS)}),
+    ("index_select.dim1", "torch.index_select(x, 1, i)", {"args": (X, IDX_COLS)}),
+    ("gather.dim1", "torch.gather(x, 1, i)", {"args": (X, GATHER1)}),
+    ("gather.dim0", "torch.gather(x, 0, i)", {"args": (X, GATHER0)}),
+    ("take_along_dim", "torch.take_along_dim(x, i, dim=1)", {"args": (X, GATHER1)}),
+    ("getitem.tensor", "x[i]", {"args": (X, IDX_ROWS)}),
+    ("getitem.cols", "x[:, i]", {"args": (X, IDX_COLS)}),
+    ("getitem.pairs", "x[i, j]", {"args": (X, Arg("i", (5,), kind="index", high=4),
+                                           Arg("j", (5,), kind="index", high=8))}),
+    ("getitem.negative", "x[i - 4]", {"args": (X, IDX_ROWS)}),
+    ("getitem.bool_mask", "x[m]", {"args": (X, MASK)}),
+    ("getitem.slice_step", "x[1:, ::3]"),
+    ("getitem.ellipsis_last", "x[..., -1]"),
+    ("narrow", "torch.narrow(x, 1, 2, 3)"),
+    ("select", "x.select(1, 2)"),
+    ("flip", "torch.flip(x, dims=(1,))"), ("flip.both", "torch.flip(x, dims=(0, 1))"),
+    ("roll", "torch.roll(x, 3, dims=1)"), ("roll.flat", "torch.roll(x, -5)"),
+    ("take", "torch.take(x, i)", {"args": (X, Arg("i", (6,), kind="index", high=32))}),
+    ("embedding", "F.embedding(i, x)", {"args": (X, Arg("i", (2, 3), kind="index",
+                                                        high=4))}),
+    ("embedding.padding_idx", "F.embedding(i, x, padding_idx=1)",
+     {"args": (X, Arg("i", (2, 3), kind="index", high=4))}),
+    ("diagonal", "torch.diagonal(x)"), ("diagonal.offset", "torch.diagonal(x, offset=2)"),
+    ("tril", "torch.tril(x)"), ("triu.diag1", "torch.triu(x, diagonal=1)"),
+    ("repeat_interleave", "torch.repeat_interleave(x, 2, dim=0)"),
+    ("index_put", "torch.index_put(x, (i,), v)",
+     {"args": (X, Arg("i", (3,), kind="index", high=4, unique=True, empty_shape=(3,)),
+               Arg("v", (3, 8)))}),
+    ("index_put.accumulate", "torch.index_put(x, (i,), v, accumulate=True)",
+     {"args": (X, ROWS5, Arg("v", (5, 8)))}),
+    ("index_add", "torch.index_add(x, 0, i, v, alpha=2)",
+     {"args": (X, ROWS5, Arg("v", (5, 8)))}),
+    ("index_copy", "torch.index_copy(x, 1, i, v)",
+     {"args": (X, Arg("i", (3,), kind="index", high=8, unique=True), Arg("v", (4, 3)))}),
+    ("index_fill", "torch.index_fill(x, 1, i, 3)", {"args": (X, IDX_COLS)}),
+], dtypes=NUMERIC)
+
+SRC = Arg("s", (4, 6))
+SCATTER_IDX = Arg("i", (4, 6), kind="index", high=8)
+SCATTER_UNIQUE = Arg("i", (4, 6), kind="index", high=8, unique=True)
+SCATTER = _family("scatter", [
+    ("scatter", "torch.scatter(x, 1, i, s)", {"args": (X, SCATTER_UNIQUE, SRC)}),
+    ("scatter.value", "torch.scatter(x, 1, i, 1.5)", {"args": (X, SCATTER_UNIQUE)}),
+    ("scatter.dim0", "torch.scatter(x, 0, i, s)",
+     {"args": (X, Arg("i", (1, 8), kind="index", high=4), Arg("s", (1, 8)))}),
+    ("scatter_add", "torch.scatter_add(x, 1, i, s)", {"args": (X, SCATTER_IDX, SRC)}),
+    ("scatter.reduce_add", "torch.scatter(x, 1, i, s, reduce='add')",
+     {"args": (X, SCATTER_IDX, SRC)}),
+    ("scatter.reduce_multiply", "torch.scatter(x, 1, i, s, reduce='multiply')",
+     {"args": (X, SCATTER_IDX, SRC)}),
+    *[(f"scatter_reduce.{mode}.{'self' if inc else 'noself'}",
+       f"torch.scatter_reduce(x, 1, i, s, reduce='{mode}', include_self={inc})",
+       {"args": (X, SCATTER_IDX, SRC)})
+      for mode in ("sum", "prod", "mean", "amax", "amin") for inc in (True, False)],
+    *[(f"index_reduce.{mode}.{'self' if inc else 'noself'}",
+       f"torch.index_reduce(x, 0, i, v, '{mode}', include_self={inc})",
+       {"args": (X, ROWS5, Arg("v", (5, 8))),
+        "dtypes": FLOATS})
+      for mode in ("prod", "mean", "amax", "amin") for inc in (True, False)],
+], dtypes=NUMERIC)
+
+# --------------------------------------------------------------------------
+# losses (N=6 samples, C=5 classes)
+
+LOGITS = Arg("x", (6, 5), empty_shape=(0, 5))
+TARGET = Arg("t", (6,), kind="index", high=5, empty_shape=(0,))
+TARGET_IGN = Arg("t", (6,), kind="index", high=5, values=(2,), empty_shape=(0,))
+TARGET_DEF_IGN = Arg("t", (6,), kind="index", high=5, values=(-100,), empty_shape=(0,))
+PROBS = Arg("p", (6, 5), kind="prob", empty_shape=(0, 5))
+WEIGHT = Arg("w", (5,), low=0.1, high=2.0, specials=False, empty_shape=(5,))
+Y = Arg("y", (6, 5), empty_shape=(0, 5))
+# binary_cross_entropy rejects values outside [0, 1]: its input gets no specials
+UNIT = Arg("x", (6, 5), low=0.02, high=0.98, specials=False, empty_shape=(0, 5))
+UNIT_T = Arg("y", (6, 5), low=0.0, high=1.0, specials=False, empty_shape=(0, 5))
+SIGNS = Arg("t", (6,), kind="choice", values=(-1.0, 1.0), empty_shape=(0,))
+REDUCTIONS = ("none", "mean", "sum")
+
+
+def _reduced(name: str, call: str, **kw: object) -> list[tuple]:
+    return [(f"{name}.{r}", call.replace("REDUCTION", r), kw) for r in REDUCTIONS]
+
+
+LOSS = _family("loss", [
+    *_reduced("mse_loss", "F.mse_loss(x, y, reduction='REDUCTION')", args=(LOGITS, Y)),
+    *_reduced("l1_loss", "F.l1_loss(x, y, reduction='REDUCTION')", args=(LOGITS, Y)),
+    *_reduced("smooth_l1_loss", "F.smooth_l1_loss(x, y, reduction='REDUCTION')",
+              args=(LOGITS, Y)),
+    ("smooth_l1_loss.beta", "F.smooth_l1_loss(x, y, beta=0.5)", {"args": (LOGITS, Y)}),
+    *_reduced("huber_loss", "F.huber_loss(x, y, reduction='REDUCTION')", args=(LOGITS, Y)),
+    ("huber_loss.delta", "F.huber_loss(x, y, delta=2.0)", {"args": (LOGITS, Y)}),
+    *_reduced("cross_entropy", "F.cross_entropy(x, t, reduction='REDUCTION')",
+              args=(LOGITS, TARGET)),
+    ("cross_entropy.weight", "F.cross_entropy(x, t, weight=w)", {"args": (LOGITS, TARGET,
+                                                                          WEIGHT)}),
+    ("cross_entropy.weight_sum", "F.cross_entropy(x, t, weight=w, reduction='sum')",
+     {"args": (LOGITS, TARGET, WEIGHT)}),
+    ("cross_entropy.ignore_index", "F.cross_entropy(x, t, ignore_index=2)",
+     {"args": (LOGITS, TARGET_IGN)}),
+    ("cross_entropy.ignore_default", "F.cross_entropy(x, t)", {"args": (LOGITS,
+                                                                        TARGET_DEF_IGN)}),
+    ("cross_entropy.weight_ignore", "F.cross_entropy(x, t, weight=w, ignore_index=2)",
+     {"args": (LOGITS, TARGET_IGN, WEIGHT)}),
+    ("cross_entropy.label_smoothing", "F.cross_entropy(x, t, label_smoothing=0.1)",
+     {"args": (LOGITS, TARGET)}),
+    ("cross_entropy.smoothing_weight",
+     "F.cross_entropy(x, t, weight=w, label_smoothing=0.2)",
+     {"args": (LOGITS, TARGET, WEIGHT)}),
+    ("cross_entropy.smoothing_ignore",
+     "F.cross_entropy(x, t, ignore_index=2, label_smoothing=0.1, reduction='sum')",
+     {"args": (LOGITS, TARGET_IGN)}),
+    ("cross_entropy.prob_target", "F.cross_entropy(x, p)", {"args": (LOGITS, PROBS)}),
+    ("cross_entropy.prob_target_none", "F.cross_entropy(x, p, reduction='none')",
+     {"args": (LOGITS, PROBS)}),
+    ("cross_entropy.prob_target_smoothing", "F.cross_entropy(x, p, label_smoothing=0.1)",
+     {"args": (LOGITS, PROBS)}),
+    ("cross_entropy.prob_target_weight", "F.cross_entropy(x, p, weight=w)",
+     {"args": (LOGITS, PROBS, WEIGHT)}),
+    ("cross_entropy.3d", "F.cross_entropy(x, t)",
+     {"args": (Arg("x", (2, 5, 3), empty_shape=(0, 5, 3)),
+               Arg("t", (2, 3), kind="index", high=5, empty_shape=(0, 3)))}),
+    *_reduced("nll_loss", "F.nll_loss(x, t, reduction='REDUCTION')", args=(LOGITS, TARGET)),
+    ("nll_loss.weight", "F.nll_loss(x, t, weight=w)", {"args": (LOGITS, TARGET, WEIGHT)}),
+    ("nll_loss.ignore_index", "F.nll_loss(x, t, ignore_index=2)", {"args": (LOGITS,
+                                                                          TARGET_IGN)}),
+    ("nll_loss.weight_ignore_sum",
+     "F.nll_loss(x, t, weight=w, ignore_index=2, reduction='sum')",
+     {"args": (LOGITS, TARGET_IGN, WEIGHT)}),
+    *_reduced("binary_cross_entropy", "F.binary_cross_entropy(x, y, reduction='REDUCTION')",
+              args=(UNIT, UNIT_T)),
+    ("binary_cross_entropy.weight", "F.binary_cross_entropy(x, y, weight=w)",
+     {"args": (UNIT, UNIT_T, WEIGHT)}),
+    *_reduced("bce_with_logits",
+              "F.binary_cross_entropy_with_logits(x, y, reduction='REDUCTION')",
+              args=(LOGITS, UNIT_T)),
+    ("bce_with_logits.pos_weight", "F.binary_cross_entropy_with_logits(x, y, pos_weight=w)",
+     {"args": (LOGITS, UNIT_T, WEIGHT)}),
+    ("bce_with_logits.weight", "F.binary_cross_entropy_with_logits(x, y, weight=w)",
+     {"args": (LOGITS, UNIT_T, WEIGHT)}),
+    ("kl_div.batchmean", "F.kl_div(x, p, reduction='batchmean')", {"args": (LOGITS, PROBS)}),
+    ("kl_div.sum", "F.kl_div(x, p, reduction='sum')", {"args": (LOGITS, PROBS)}),
+    ("kl_div.none", "F.kl_div(x, p, reduction='none')", {"args": (LOGITS, PROBS)}),
+    ("kl_div.log_target", "F.kl_div(x, y, reduction='mean', log_target=True)",
+     {"args": (LOGITS, Y)}),
+    ("poisson_nll_loss", "F.poisson_nll_loss(x, y)", {"args": (LOGITS, UNIT_T)}),
+    ("poisson_nll_loss.no_log", "F.poisson_nll_loss(x, y, log_input=False, full=True)",
+     {"args": (UNIT, UNIT_T)}),
+    ("gaussian_nll_loss", "F.gaussian_nll_loss(x, y, v)",
+     {"args": (LOGITS, Y, Arg("v", (6, 5), low=0.1, high=2, specials=False,
+                               empty_shape=(0, 5)))}),
+    ("soft_margin_loss", "F.soft_margin_loss(x, y)",
+     {"args": (LOGITS, Arg("y", (6, 5), kind="choice", values=(-1.0, 1.0),
+                           empty_shape=(0, 5)))}),
+    ("hinge_embedding_loss", "F.hinge_embedding_loss(x, y)",
+     {"args": (LOGITS, Arg("y", (6, 5), kind="choice", values=(-1.0, 1.0),
+                           empty_shape=(0, 5)))}),
+    ("margin_ranking_loss", "F.margin_ranking_loss(a, b, t, margin=0.1)",
+     {"args": (Arg("a", (6,), empty_shape=(0,)), Arg("b", (6,), empty_shape=(0,)), SIGNS)}),
+    ("cosine_embedding_loss", "F.cosine_embedding_loss(x, y, t)", {"args": (LOGITS, Y,
+                                                                            SIGNS)}),
+    ("triplet_margin_loss", "F.triplet_margin_loss(x, y, z)",
+     {"args": (LOGITS, Y, Arg("z", (6, 5), empty_shape=(0, 5)))}),
+    ("multilabel_soft_margin_loss", "F.multilabel_soft_margin_loss(x, y)",
+     {"args": (LOGITS, Arg("y", (6, 5), kind="choice", values=(0.0, 1.0),
+                           empty_shape=(0, 5)))}),
+    ("multi_margin_loss", "F.multi_margin_loss(x, t)", {"args": (LOGITS, TARGET),
+                                                        "dtypes": F32_64}),
+])
+
+# --------------------------------------------------------------------------
+# special functions
+
+SPECIAL = _family("special", [
+    ("digamma", "torch.special.digamma(x)"), ("polygamma1", "torch.special.polygamma(1, x)"),
+    ("gammaln", "torch.special.gammaln(x)"),
+    ("erfcx", "torch.special.erfcx(x)", {"dtypes": F32_64}),
+    ("i0", "torch.special.i0(x)"), ("i0e", "torch.special.i0e(x)"),
+    ("i1", "torch.special.i1(x)"), ("i1e", "torch.special.i1e(x)"),
+    ("ndtr", "torch.special.ndtr(x)"),
+    ("ndtri", "torch.special.ndtri(x)", {"args": (Arg("x", (4, 8), low=0, high=1),),
+                                         "dtypes": F32_64}),
+    ("log_ndtr", "torch.special.log_ndtr(x)", {"dtypes": F32_64}),
+    ("entr", "torch.special.entr(x)"),
+    ("sinc", "torch.special.sinc(x)"), ("expit", "torch.special.expit(x)"),
+    ("xlog1py", "torch.special.xlog1py(x, y)", {"args": PAIR}),
+    ("zeta", "torch.special.zeta(x, y)",
+     {"args": (Arg("x", (13, 13), low=1.1, high=5), Arg("y", (13, 13), low=0.1, high=3)),
+      "dtypes": F32_64}),
+    ("multigammaln", "torch.special.multigammaln(x, 2)",
+     {"args": (Arg("x", (4, 8), low=1, high=6),), "input_classes": NO_SPECIALS}),
+    ("bessel_j0", "torch.special.bessel_j0(x)", {"dtypes": F32_64}),
+    ("bessel_j1", "torch.special.bessel_j1(x)", {"dtypes": F32_64}),
+    ("modified_bessel_i0", "torch.special.modified_bessel_i0(x)", {"dtypes": F32_64}),
+    ("spherical_bessel_j0", "torch.special.spherical_bessel_j0(x)", {"dtypes": F32_64}),
+    ("erfinv.large", "torch.special.erfinv(x)", {"args": (Arg("x", (4, 8), low=0.99,
+                                                                 high=1.0),)}),
+    ("lgamma.large", "torch.lgamma(x)", {"args": (Arg("x", (4, 8), low=1e3, high=1e6),)}),
+    ("exp.large", "torch.exp(x)", {"args": (Arg("x", (4, 8), low=40, high=88),)}),
+    ("log1p.tiny", "torch.log1p(x)", {"args": (Arg("x", (4, 8), low=-1e-7, high=1e-7),)}),
+    ("expm1.tiny", "torch.expm1(x)", {"args": (Arg("x", (4, 8), low=-1e-7, high=1e-7),)}),
+    ("sigmoid.large", "torch.sigmoid(x)", {"args": (Arg("x", (4, 8), low=-100, high=100),)}),
+    ("tanh.large", "torch.tanh(x)", {"args": (Arg("x", (4, 8), low=-50, high=50),)}),
+])
+
+# --------------------------------------------------------------------------
+# activations
+
+ACTIVATION = _family("activation", [
+    ("relu", "F.relu(x)", {"dtypes": NUMERIC}), ("relu6", "F.relu6(x)"),
+    ("leaky_relu", "F.leaky_relu(x)"), ("leaky_relu.slope", "F.leaky_relu(x, 0.2)"),
+    ("elu", "F.elu(x)"), ("elu.alpha", "F.elu(x, alpha=0.5)"), ("selu", "F.selu(x)"),
+    ("celu", "F.celu(x, alpha=2.0)"), ("gelu", "F.gelu(x)"),
+    ("gelu.tanh", "F.gelu(x, approximate='tanh')"), ("silu", "F.silu(x)"),
+    ("mish", "F.mish(x)"), ("softplus", "F.softplus(x)"),
+    ("softplus.beta", "F.softplus(x, beta=2.0, threshold=5.0)"),
+    ("softsign", "F.softsign(x)"), ("hardtanh", "F.hardtanh(x)"),
+    ("hardtanh.bounds", "F.hardtanh(x, -2.0, 3.0)"), ("hardsigmoid", "F.hardsigmoid(x)"),
+    ("hardswish", "F.hardswish(x)"), ("hardshrink", "F.hardshrink(x, 0.5)"),
+    ("softshrink", "F.softshrink(x, 0.5)"), ("tanhshrink", "F.tanhshrink(x)"),
+    ("threshold", "F.threshold(x, 0.1, 20.0)"), ("logsigmoid", "F.logsigmoid(x)"),
+    ("prelu", "F.prelu(x, w)", {"args": (Arg("x", (2, 3, 4)), Arg("w", (3,), specials=False,
+                                                                   empty_shape=(3,)))}),
+    ("rrelu.eval", "F.rrelu(x, training=False)"), ("glu", "F.glu(x, dim=-1)"),
+])
+
+# --------------------------------------------------------------------------
+# norms
+
+NCHW = Arg("x", (2, 4, 3, 3), empty_shape=(0, 4, 3, 3))
+X36 = Arg("x", (3, 6), empty_shape=(0, 6))
+C4 = Arg("w", (4,), low=0.5, high=1.5, specials=False, empty_shape=(4,))
+B4 = Arg("b", (4,), specials=False, empty_shape=(4,))
+NORM = _family("norm", [
+    ("layer_norm", "F.layer_norm(x, (6,))", {"args": (X36,)}),
+    ("layer_norm.affine", "F.layer_norm(x, (6,), w, b, eps=1e-3)",
+     {"args": (X36, Arg("w", (6,), specials=False, empty_shape=(6,)),
+               Arg("b", (6,), specials=False, empty_shape=(6,)))}),
+    ("layer_norm.2d", "F.layer_norm(x, (3, 3))", {"args": (NCHW,)}),
+    ("group_norm", "F.group_norm(x, 2, w, b)", {"args": (NCHW, C4, B4)}),
+    ("group_norm.plain", "F.group_norm(x, 4)", {"args": (NCHW,)}),
+    ("batch_norm.eval", "F.batch_norm(x, rm, rv, w, b, training=False)",
+     {"args": (NCHW, Arg("rm", (4,), specials=False, empty_shape=(4,)),
+               Arg("rv", (4,), low=0.5, high=2, specials=False, empty_shape=(4,)), C4, B4)}),
+    ("batch_norm.eval_plain", "F.batch_norm(x, rm, rv, training=False, eps=1e-3)",
+     {"args": (NCHW, Arg("rm", (4,), specials=False, empty_shape=(4,)),
+               Arg("rv", (4,), low=0.5, high=2, specials=False, empty_shape=(4,)))}),
+    ("instance_norm", "F.instance_norm(x)", {"args": (NCHW,)}),
+    ("instance_norm.affine", "F.instance_norm(x, weight=w, bias=b)", {"args": (NCHW, C4, B4)}),
+    ("local_response_norm", "F.local_response_norm(x, 2)", {"args": (NCHW,),
+                                                            "dtypes": F32_64}),
+    ("normalize", "F.normalize(x, p=2.0, dim=-1)"),
+    ("normalize.p1_dim0", "F.normalize(x, p=1.0, dim=0)"),
+    ("rms_norm", "F.rms_norm(x, (6,), w)", {"args": (X36, Arg(
+        "w", (6,), specials=False, empty_shape=(6,)))}),
+    ("rms_norm.plain", "F.rms_norm(x, (6,), eps=1e-5)", {"args": (X36,)}),
+])
+
+# --------------------------------------------------------------------------
+# pooling, interpolation, padding
+
+IMG = Arg("x", (1, 2, 8, 8), empty_shape=(0, 2, 8, 8))
+SEQ = Arg("x", (1, 2, 9), empty_shape=(0, 2, 9))
+VOL = Arg("x", (1, 1, 4, 4, 4), empty_shape=(0, 1, 4, 4, 4))
+POOL = _family("pool", [
+    ("max_pool1d", "F.max_pool1d(x, 2)", {"args": (SEQ,)}),
+    ("max_pool1d.ceil", "F.max_pool1d(x, 2, ceil_mode=True)", {"args": (SEQ,)}),
+    ("max_pool2d", "F.max_pool2d(x, 2)"),
+    ("max_pool2d.k3s2p1", "F.max_pool2d(x, 3, stride=2, padding=1)"),
+    ("max_pool2d.ceil", "F.max_pool2d(x, 3, stride=2, ceil_mode=True)"),
+    ("max_pool2d.dilation", "F.max_pool2d(x, 2, dilation=2)"),
+    ("max_pool2d.indices", "F.max_pool2d(x, 2, return_indices=True)"),
+    ("max_pool3d", "F.max_pool3d(x, 2)", {"args": (VOL,)}),
+    ("avg_pool1d", "F.avg_pool1d(x, 3, stride=2)", {"args": (SEQ,)}),
+    ("avg_pool2d", "F.avg_pool2d(x, 2)"),
+    ("avg_pool2d.pad_include", "F.avg_pool2d(x, 3, stride=2, padding=1)"),
+    ("avg_pool2d.pad_exclude", "F.avg_pool2d(x, 3, stride=2, padding=1, "
+     "count_include_pad=False)"),
+    ("avg_pool2d.ceil", "F.avg_pool2d(x, 3, stride=2, ceil_mode=True)"),
+    ("avg_pool2d.divisor", "F.avg_pool2d(x, 2, divisor_override=3)"),
+    ("avg_pool3d", "F.avg_pool3d(x, 2)", {"args": (VOL,), "dtypes": F32_64}),
+    ("adaptive_avg_pool1d", "F.adaptive_avg_pool1d(x, 4)", {"args": (SEQ,)}),
+    ("adaptive_avg_pool2d", "F.adaptive_avg_pool2d(x, (3, 3))"),
+    ("adaptive_avg_pool2d.global", "F.adaptive_avg_pool2d(x, 1)"),
+    ("adaptive_max_pool2d", "F.adaptive_max_pool2d(x, (3, 3), return_indices=True)"),
+    ("lp_pool2d", "F.lp_pool2d(x, 2.0, 2)"),
+], args=(IMG,))
+
+SMALL = Arg("x", (1, 2, 4, 5), empty_shape=(0, 2, 4, 5))
+INTERP = _family("interp", [
+    ("nearest.size", "F.interpolate(x, size=(8, 10), mode='nearest')"),
+    ("nearest.scale2", "F.interpolate(x, scale_factor=2, mode='nearest')"),
+    ("nearest.scale1_5", "F.interpolate(x, scale_factor=1.5, mode='nearest')"),
+    ("nearest_exact.scale1_5", "F.interpolate(x, scale_factor=1.5, mode='nearest-exact')"),
+    ("nearest.down", "F.interpolate(x, size=(3, 2), mode='nearest')"),
+    ("bilinear.align", "F.interpolate(x, size=(7, 9), mode='bilinear', align_corners=True)"),
+    ("bilinear.noalign", "F.interpolate(x, size=(7, 9), mode='bilinear', "
+     "align_corners=False)"),
+    ("bilinear.down", "F.interpolate(x, size=(2, 3), mode='bilinear')"),
+    ("bilinear.antialias", "F.interpolate(x, size=(2, 3), mode='bilinear', antialias=True)",
+     {"dtypes": F32_64}),
+    ("bicubic.align", "F.interpolate(x, size=(7, 9), mode='bicubic', align_corners=True)"),
+    ("bicubic.noalign", "F.interpolate(x, size=(7, 9), mode='bicubic')"),
+    ("area", "F.interpolate(x, size=(2, 2), mode='area')"),
+    ("linear.align", "F.interpolate(x, size=9, mode='linear', align_corners=True)",
+     {"args": (Arg("x", (1, 2, 5), empty_shape=(0, 2, 5)),)}),
+    ("linear.noalign", "F.interpolate(x, scale_factor=1.7, mode='linear')",
+     {"args": (Arg("x", (1, 2, 5), empty_shape=(0, 2, 5)),)}),
+    ("trilinear.align", "F.interpolate(x, size=(3, 5, 6), mode='trilinear', "
+     "align_corners=True)", {"args": (VOL,)}),
+    ("trilinear.noalign", "F.interpolate(x, scale_factor=1.5, mode='trilinear')",
+     {"args": (VOL,)}),
+    ("nearest3d", "F.interpolate(x, scale_factor=2, mode='nearest')", {"args": (VOL,)}),
+], args=(SMALL,))
+
+PAD = _family("pad", [
+    ("constant.1d", "F.pad(x, (1, 2))", {"dtypes": ALL}),
+    ("constant.value", "F.pad(x, (1, 2, 0, 1), value=1.5)"),
+    ("constant.negative", "F.pad(x, (-1, 2))", {"dtypes": NUMERIC}),
+    ("reflect.1d", "F.pad(x, (2, 1), mode='reflect')", {"args": (SEQ,)}),
+    ("reflect.2d", "F.pad(x, (1, 2, 2, 1), mode='reflect')"),
+    ("replicate.1d", "F.pad(x, (2, 1), mode='replicate')", {"args": (SEQ,)}),
+    ("replicate.2d", "F.pad(x, (1, 2, 2, 1), mode='replicate')"),
+    ("replicate.3d", "F.pad(x, (1, 1, 1, 1, 1, 1), mode='replicate')", {"args": (VOL,)}),
+    ("circular.1d", "F.pad(x, (2, 1), mode='circular')", {"args": (SEQ,)}),
+    ("circular.2d", "F.pad(x, (1, 2, 2, 1), mode='circular')"),
+    ("constant.negative2d", "F.pad(x, (-1, 1, 1, -1), mode='constant')"),
+], args=(SMALL,))
+
+# --------------------------------------------------------------------------
+# attention: scaled_dot_product_attention
+
+Q = Arg("q", (2, 2, 5, 8), empty_shape=(2, 2, 0, 8))
+K = Arg("k", (2, 2, 5, 8), empty_shape=(2, 2, 0, 8))
+V = Arg("v", (2, 2, 5, 8), empty_shape=(2, 2, 0, 8))
+QKV = (Q, K, V)
+BOOL_MASK = Arg("m", (2, 2, 5, 5), kind="mask", empty_shape=(2, 2, 0, 0))
+FLOAT_MASK = Arg("m", (2, 2, 5, 5), specials=False, empty_shape=(2, 2, 0, 0))
+SDPA = "F.scaled_dot_product_attention"
+ATTENTION = _family("attention", [
+    ("sdpa", f"{SDPA}(q, k, v)"),
+    ("sdpa.causal", f"{SDPA}(q, k, v, is_causal=True)"),
+    ("sdpa.scale", f"{SDPA}(q, k, v, scale=0.5)"),
+    ("sdpa.bool_mask", f"{SDPA}(q, k, v, attn_mask=m)", {"args": (*QKV, BOOL_MASK)}),
+    ("sdpa.bool_mask_broadcast", f"{SDPA}(q, k, v, attn_mask=m)",
+     {"args": (*QKV, Arg("m", (5, 5), kind="mask", empty_shape=(0, 0)))}),
+    ("sdpa.float_mask", f"{SDPA}(q, k, v, attn_mask=m)", {"args": (*QKV, FLOAT_MASK)}),
+    ("sdpa.bool_mask_fully_masked_row", f"{SDPA}(q, k, v, attn_mask=m)",
+     {"args": (*QKV, Arg("m", (2, 2, 5, 5), kind="mask", masked_rows=(0, 3),
+                         empty_shape=(2, 2, 0, 0)))}),
+    ("sdpa.float_mask_fully_masked_row", f"{SDPA}(q, k, v, attn_mask=m)",
+     {"args": (*QKV, Arg("m", (2, 2, 5, 5), specials=False, masked_rows=(1,),
+                         empty_shape=(2, 2, 0, 0)))}),
+    ("sdpa.bias_requires_grad", f"{SDPA}(q, k, v, attn_mask=m)",
+     {"args": (*QKV, Arg("m", (2, 2, 5, 5), specials=False, requires_grad=True,
+                         empty_shape=(2, 2, 0, 0)))}),
+    ("sdpa.cross", f"{SDPA}(q, k, v)",
+     {"args": (Q, Arg("k", (2, 2, 7, 8), empty_shape=(2, 2, 0, 8)),
+               Arg("v", (2, 2, 7, 8), empty_shape=(2, 2, 0, 8)))}),
+    ("sdpa.gqa", f"{SDPA}(q, k, v, enable_gqa=True)",
+     {"args": (Arg("q", (2, 4, 5, 8), empty_shape=(2, 4, 0, 8)), K, V)}),
+    ("sdpa.3d", f"{SDPA}(q, k, v)",
+     {"args": (Arg("q", (2, 5, 8), empty_shape=(2, 0, 8)),
+               Arg("k", (2, 5, 8), empty_shape=(2, 0, 8)),
+               Arg("v", (2, 5, 8), empty_shape=(2, 0, 8)))}),
+], args=QKV)
+
+# --------------------------------------------------------------------------
+# small linear algebra
+
+LINALG = _family("linalg", [
+    ("matmul", "torch.matmul(x, y)", {"args": (Arg("x", (3, 4)), Arg("y", (4, 5),
+                                                                       empty_shape=(0, 5)))}),
+    ("mm.int", "torch.mm(x, y)", {"args": (Arg("x", (3, 4)), Arg("y", (4, 5),
+                                                                  empty_shape=(0, 5))),
+                                  "dtypes": (*FLOATS, *SIGNED_INTS)}),
+    ("bmm", "torch.bmm(x, y)", {"args": (Arg("x", (2, 3, 4)), Arg("y", (2, 4, 5),
+                                                                   empty_shape=(2, 0, 5)))}),
+    ("linear", "F.linear(x, w, b)", {"args": (Arg("x", (3, 4)), Arg("w", (5, 4)),
+                                              Arg("b", (5,), empty_shape=(5,)))}),
+    ("einsum", "torch.einsum('bij,bjk->bik', x, y)",
+     {"args": (Arg("x", (2, 3, 4)), Arg("y", (2, 4, 5), empty_shape=(2, 0, 5)))}),
+    ("addmm", "torch.addmm(c, x, y, beta=0.5, alpha=2.0)",
+     {"args": (Arg("c", (3, 5), empty_shape=(3, 5)), Arg("x", (3, 4)),
+               Arg("y", (4, 5), empty_shape=(0, 5)))}),
+    ("outer", "torch.outer(x, y)", {"args": (Arg("x", (4,)), Arg("y", (5,)))}),
+    ("dot", "torch.dot(x, y)", {"args": (Arg("x", (6,)), Arg("y", (6,)))}),
+    ("linalg.inv", "torch.linalg.inv(x)",
+     {"args": (Arg("x", (3, 3), empty_shape=(0, 0)),), "dtypes": F32_64}),
+    ("linalg.det", "torch.linalg.det(x)",
+     {"args": (Arg("x", (3, 3), empty_shape=(0, 0)),), "dtypes": F32_64}),
+])
+
+VARIANTS: list[OpVariant] = [
+    *UNARY, *ROUNDING, *CAST, *PREDICATE, *BINARY, *COMPARE, *REDUCTION, *SOFTMAX,
+    *CUMULATIVE, *SORT, *SELECT, *INDEX, *SCATTER, *LOSS, *SPECIAL, *ACTIVATION, *NORM,
+    *POOL, *INTERP, *PAD, *ATTENTION, *LINALG,
+]

@@ -1,0 +1,212 @@
+"""`parity-gate ops`: plan → sweep on warm workers → RunResult → gate, reports, repros.
+
+Side effects (processes, files, console) live here; everything it writes is
+a function of the RunResult, so the JSON/JUnit writers of `run` serve as is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from parity_gate.errors import UserError
+
+OUT = Path("parity-reports/ops")
+
+
+def _csv(text: str) -> list[str]:
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def add_parser(sub: Any, commands: dict[str, Callable[[argparse.Namespace], int]]) -> None:
+    """Register the subcommand (called by cli.build_parser)."""
+    p = sub.add_parser("ops", help="op-level differential sweep: which exported op is wrong, "
+                       "on which dtype and values")
+    p.add_argument("--select", action="append", default=[], metavar="GLOB",
+                   help="variants or case ids to run (repeatable), e.g. 'atan2', 'sum.*', "
+                   "'op/*/float16/specials/*'")
+    p.add_argument("--dtype", type=_csv, default=[], metavar="D[,D]",
+                   help="only these dtypes, e.g. float16,int8")
+    p.add_argument("--family", type=_csv, default=[], metavar="F[,F]",
+                   help="only these families, e.g. reduction,loss (see --list)")
+    p.add_argument("--providers", type=_csv, default=["cpu"], metavar="P[,P]",
+                   help="execution providers (default: cpu)")
+    p.add_argument("--jobs", type=int, default=2, help="warm worker processes (default 2)")
+    p.add_argument("--batch-size", type=int, default=None, metavar="N",
+                   help="op cases exported together as one module (default 160)")
+    p.add_argument("--seed", type=int, default=0, help="input seed (default 0)")
+    p.add_argument("--out", type=Path, default=OUT,
+                   help=f"folder for results.json, junit.xml, findings.md, repro/ "
+                   f"(default: {OUT})")
+    p.add_argument("--baseline", type=Path, default=None, metavar="PATH",
+                   help="known findings (default: the list bundled for the pinned versions)")
+    p.add_argument("--no-baseline", action="store_true",
+                   help="every finding fails the gate (catalogue xfails still count as known)")
+    p.add_argument("--update-baseline", action="store_true",
+                   help="write this run's findings into the baseline file, then exit 0")
+    p.add_argument("--fail-on", choices=("regressions", "any-failure", "never"), default=None,
+                   help="what fails: regressions (new findings; default with a baseline), "
+                   "any-failure, never")
+    p.add_argument("--strict", action="store_true",
+                   help="a known finding that now passes fails the gate too")
+    p.add_argument("--list", action="store_true",
+                   help="list the selected variants and case counts; run nothing")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    commands["ops"] = run_command
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from parity_gate.ops import gating
+    from parity_gate.ops.jobs import DEFAULT_SOURCES
+    from parity_gate.ops.planner import DEFAULT_BATCH, Selection, plan
+    from parity_gate.ops.registry import load_variants
+
+    if args.jobs < 1:
+        raise UserError(f"--jobs: got {args.jobs} (expected an integer >= 1)")
+    _check_providers(args.providers)
+    variants = load_variants(DEFAULT_SOURCES)
+    selection = Selection(args.select, args.dtype, args.family, args.providers)
+    op_plan = plan(variants, selection, batch_size=args.batch_size or DEFAULT_BATCH,
+                   seed=args.seed)
+    if args.list:
+        return _list(op_plan, selection)
+    if not op_plan.total:
+        raise UserError("ops: the filters match no case (see `parity-gate ops --list`)")
+    path = None if args.no_baseline else (args.baseline or gating.BUNDLED)
+    if args.baseline is not None and not args.baseline.is_file() and not args.update_baseline:
+        raise UserError(f"--baseline: {args.baseline}: file not found")
+    baseline = gating.load_baseline(path if path and path.is_file() else None, variants)
+    run = execute(op_plan, selection, args.jobs, quiet=args.quiet)
+    decision = gating.gate(run, baseline, args.fail_on, args.strict)
+    _report(run, decision, op_plan, args)
+    if args.update_baseline:
+        target = args.baseline or gating.BUNDLED
+        text, changes = gating.updated_baseline(target, run, variants)
+        target.write_text(text, encoding="utf-8")
+        for change in changes:
+            print(f"parity-gate ops: baseline {change}", file=sys.stderr)
+        print(f"parity-gate ops: wrote {target}", file=sys.stderr)
+        return 0
+    return 130 if run.interrupted else decision.exit_code
+
+
+def _check_providers(names: list[str]) -> None:
+    """A provider this machine cannot run is a usage error, not 9 000 runtime errors."""
+    from parity_gate.runtime import EXECUTION_PROVIDERS, availability, available_providers
+
+    unknown = [n for n in names if n not in EXECUTION_PROVIDERS]
+    if unknown:
+        raise UserError(f"--providers: unknown provider {unknown[0]!r} (expected some of "
+                        f"{', '.join(EXECUTION_PROVIDERS)})")
+    found = available_providers()
+    missing = [availability(n, found) for n in names]
+    problems = [f"--providers: {m.reason}" for m in missing if not m.available]
+    if problems:
+        raise UserError(problems)
+
+
+def execute(op_plan: Any, selection: Any, jobs: int, quiet: bool = False) -> Any:
+    """Run the plan; Ctrl-C keeps what finished."""
+    from parity_gate import __version__
+    from parity_gate.environment import versions
+    from parity_gate.ops.sweep import SweepStats, sweep
+    from parity_gate.results import RunResult
+    from parity_gate.runtime import available_providers
+
+    run = RunResult(tool_version=__version__,
+                    started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                    manifest={"command": "ops", "units": op_plan.unit_count,
+                              "variants": len({u.variant for j in op_plan.jobs
+                                               for u in j.units})},
+                    versions=versions(available_providers()))
+    run.cases.extend(op_plan.skipped)
+    stats = SweepStats()
+    progress = _Progress(op_plan.total, quiet)
+    t0 = time.monotonic()
+    try:
+        for case in sweep(op_plan, selection, jobs, stats=stats):
+            run.cases.append(case)
+            progress.tick(case)
+    except KeyboardInterrupt:
+        run.interrupted = True
+    run.duration_s = time.monotonic() - t0
+    run.manifest.update(jobs=stats.jobs, resplits=stats.resplits,
+                        workers_spawned=stats.workers_spawned)
+    progress.done(run)
+    return run
+
+
+class _Progress:
+    """A line every ~5 % and one per crash: thousands of per-case lines help nobody."""
+
+    def __init__(self, total: int, quiet: bool) -> None:
+        self.total, self.quiet, self.count, self.next = total, quiet, 0, 0
+        self.t0 = time.monotonic()
+
+    def tick(self, case: Any) -> None:
+        self.count += 1
+        if self.quiet:
+            return
+        if case.outcome.value in ("crash", "timeout"):
+            print(f"parity-gate ops: {case.outcome.value} {case.id}: {case.reason}",
+                  file=sys.stderr)
+        if self.count >= self.next:
+            print(f"parity-gate ops: [{self.count}/{self.total}] "
+                  f"{time.monotonic() - self.t0:.0f}s", file=sys.stderr, flush=True)
+            self.next = self.count + max(1, self.total // 20)
+
+    def done(self, run: Any) -> None:
+        if not self.quiet:
+            counts = ", ".join(f"{k} {v}" for k, v in run.counts().items())
+            print(f"parity-gate ops: {len(run.cases)} cases in {run.duration_s:.0f}s: "
+                  f"{counts}", file=sys.stderr)
+
+
+def _list(op_plan: Any, selection: Any) -> int:
+    from collections import Counter
+
+    units = Counter(u.variant for j in op_plan.jobs for u in j.units)
+    for vid, v in sorted(op_plan.variants.items(), key=lambda kv: (kv[1].family, kv[0])):
+        if units.get(vid):
+            print(f"{v.family:<12} {vid:<40} {units[vid]:>3} cases  {v.call}")
+    print(f"{len(units)} variants, {op_plan.total} cases "
+          f"({len(op_plan.skipped)} skipped by the catalogue), "
+          f"{len(op_plan.jobs)} batches", file=sys.stderr)
+    return 0
+
+
+def _report(run: Any, decision: Any, op_plan: Any, args: argparse.Namespace) -> None:
+    import os
+
+    from parity_gate.gate import notices
+    from parity_gate.ops import findings, repro
+    from parity_gate.report import junit
+    from parity_gate.report.markdown import trim
+    from parity_gate.report.write import atomic_write, run_json
+
+    out: Path = args.out
+    table = findings.rows(run, decision)
+    repro_dir = out / "repro"
+    repro.write_all(table, op_plan.variants, repro_dir, run.versions, args.seed)
+    summary = findings.render(run, table, decision, str(repro_dir))
+    atomic_write(out / "results.json", run_json(run, decision))
+    atomic_write(out / "junit.xml", junit.to_xml(run))
+    atomic_write(out / "findings.md", summary.encode("utf-8"))
+    step = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step:
+        with open(step, "a", encoding="utf-8") as fh:
+            fh.write(trim(summary) + "\n")
+    if not args.quiet:
+        for line in findings.summary_lines(table):
+            print(f"  {line}", file=sys.stderr)
+    lines = notices(decision)
+    for line in lines[:-1][:50] + lines[-1:]:  # regressions, fixed, stale; then the verdict
+        print(line, file=sys.stderr)
+    print(f"parity-gate ops: {'PASS' if decision.passed else 'FAIL'} — {len(table)} findings "
+          f"in {len(run.cases)} cases; reports in {out} (findings.md, results.json, junit.xml, "
+          f"repro/)", file=sys.stderr)

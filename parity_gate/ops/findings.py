@@ -1,0 +1,232 @@
+"""The findings table: failing op cases grouped by op, input class and outcome.
+
+A function of the RunResult (and the gate's rulings) only. One row says what
+an exporter maintainer needs: which op, on which inputs and dtypes, what
+went wrong, the worst example values, and whether the float64 re-check
+believes it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from parity_gate.gate import GateDecision
+from parity_gate.results import CaseResult, RunResult
+
+STATUS_ORDER = ("new", "known", "n/a")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One finding: one variant failing one way, on some input classes and dtypes."""
+
+    variant: str
+    op: str
+    family: str
+    input_classes: tuple[str, ...]
+    outcome: str
+    dtypes: tuple[str, ...]
+    effect: str
+    example: str
+    recheck: str
+    status: str  # new | known | n/a (no gate)
+    cases: tuple[str, ...]
+    slug: str = ""
+    dtype: str = ""  # of the example case (the repro's dtype)
+
+    @property
+    def input_class(self) -> str:
+        """The input class the example (and the repro) comes from."""
+        return self.input_classes[0]
+
+    def line(self) -> str:
+        """One line for the console and the closing summary."""
+        return (f"{self.op or self.variant} [{self.variant}] {'+'.join(self.input_classes)} "
+                f"{','.join(self.dtypes)}: {self.outcome} — {self.effect}"
+                + (f" (re-check: {self.recheck})" if self.recheck else ""))
+
+
+_NODE = re.compile(r"\b(node_\w+|val_\w+|c\d+_\w+)")
+_PAREN = re.compile(r"\([^()]*\)")
+_NUMBER = re.compile(r"[-+]?\d[\d.]*(?:e[-+]?\d+)?")
+
+
+def effect_key(case: CaseResult) -> str:
+    """What a case's failure looks like with the particulars (node names, counts) removed,
+    so cases failing the same way in different batches group together."""
+    worst = case.worst()
+    if worst is not None and not worst.passed and case.outcome.value == "mismatch":
+        kinds = sorted(worst.nonfinite)
+        return f"{worst.name}: {worst.verdict.value} {' '.join(kinds)}".strip()
+    text = case.reason.split(" | ")[0].split(" Signature:")[0]  # type unions print unordered
+    text = _PAREN.sub("", _PAREN.sub("", _NODE.sub("#", text)))
+    return " ".join(_NUMBER.sub("#", text).split())[:160]
+
+
+def _effect(case: CaseResult) -> str:
+    text = case.reason.split(" | re-check:")[0]
+    return " ".join(text.split())[:220]
+
+
+def _example(case: CaseResult) -> str:
+    ex: dict[str, Any] = case.meta.get("example") or {}
+    if not ex:
+        return ""
+    inputs = ", ".join(f"{k}={v}" for k, v in (ex.get("inputs") or {}).items())
+    where = f"[{','.join(map(str, ex.get('index', [])))}]"
+    head = f"{inputs} → " if inputs else f"{ex.get('output', '')}{where}: "
+    return f"{head}eager {ex.get('eager')} vs onnx {ex.get('onnx')}"
+
+
+def _recheck(case: CaseResult) -> str:
+    rc = case.meta.get("recheck") or {}
+    parts = [rc["verdict"]] if rc.get("verdict") else []
+    if rc.get("ort_unoptimized") == "vanishes":
+        parts.append("vanishes with ORT optimizations off")
+    if case.meta.get("structure"):
+        parts.append("graph computes in lower precision")
+    return "; ".join(parts)
+
+
+def rows(run: RunResult, decision: GateDecision | None = None) -> list[Row]:
+    """Failing cases grouped by (variant, outcome, effect); worst input class/dtype first."""
+    status = _statuses(decision)
+    groups: dict[tuple[str, str, str], list[CaseResult]] = {}
+    for case in run.cases:
+        if not case.failed:
+            continue
+        key = (case.meta.get("variant", case.key.module), case.outcome.value, effect_key(case))
+        groups.setdefault(key, []).append(case)
+    out: list[Row] = []
+    slugs: set[str] = set()
+    for (variant, outcome, _), cases in sorted(groups.items()):
+        cases.sort(key=lambda c: (_CLASS_ORDER.get(c.key.fixture, 9), _dtype_rank(c.key.dtype)))
+        first = cases[0]
+        ids = tuple(c.id for c in cases)
+        slug = f"{variant}__{outcome}"
+        n = 2
+        while slug in slugs:
+            slug, n = f"{variant}__{outcome}_{n}", n + 1
+        slugs.add(slug)
+        out.append(Row(
+            variant=variant, op=first.meta.get("op", ""), family=first.meta.get("family", ""),
+            input_classes=tuple(dict.fromkeys(c.key.fixture for c in cases)), outcome=outcome,
+            dtypes=tuple(sorted({c.key.dtype for c in cases}, key=_dtype_rank)),
+            effect=_effect(first), example=_example(first), recheck=_recheck(first),
+            status=_row_status(ids, status), cases=ids, slug=slug, dtype=first.key.dtype))
+    out.sort(key=lambda r: (r.family, r.variant, r.outcome))
+    return out
+
+
+_CLASS_ORDER = {"specials": 0, "normal": 1, "empty": 2}
+_DTYPE_ORDER = ("float32", "float16", "bfloat16", "float64", "int64", "int32", "int8",
+                "uint8", "bool")
+
+
+def _dtype_rank(dtype: str) -> int:
+    return _DTYPE_ORDER.index(dtype) if dtype in _DTYPE_ORDER else len(_DTYPE_ORDER)
+
+
+def _statuses(decision: GateDecision | None) -> dict[str, str] | None:
+    if decision is None or decision.baseline is None:
+        return None
+    return {r.id: "new" if r.category == "regression" else r.category for r in decision.rulings}
+
+
+def _row_status(ids: Iterable[str], status: dict[str, str] | None) -> str:
+    if status is None:
+        return "n/a"
+    seen = {status.get(i, "known") for i in ids}
+    return "new" if "new" in seen else "known"
+
+
+def _cell(text: str, limit: int = 200) -> str:
+    text = " ".join(str(text).split()).replace("|", "\\|")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_KERNEL = re.compile(r"implementation for (\w+\(\d+\))")
+_MISSING = re.compile(r"unsupported operator ([\w.:]+)")
+SECTIONS = ("exporter", "unsupported", "runtime")
+
+
+def section(row: Row) -> str:
+    """Exporter bugs first; feature requests and provider gaps are listed apart."""
+    if row.outcome == "unsupported_op":
+        return "unsupported"
+    if row.outcome == "no_kernel":
+        return "runtime"
+    return "exporter"
+
+
+def _grouped(rows: list[Row], pattern: re.Pattern[str]) -> dict[str, list[Row]]:
+    out: dict[str, list[Row]] = {}
+    for r in rows:
+        m = pattern.search(r.effect)
+        out.setdefault(m.group(1) if m else r.effect[:80], []).append(r)
+    return dict(sorted(out.items()))
+
+
+def _dtypes_of(rows: list[Row]) -> str:
+    return ", ".join(sorted({d for r in rows for d in r.dtypes}, key=_dtype_rank))
+
+
+def _variants_of(rows: list[Row]) -> str:
+    return ", ".join(f"`{v}`" for v in dict.fromkeys(r.variant for r in rows))
+
+
+def summary_lines(table: list[Row]) -> list[str]:
+    """The findings, one line each: exporter rows, then one line per missing op/kernel."""
+    lines = [f"[{r.status}] {r.line()}" for r in table if section(r) == "exporter"]
+    for op, rows in _grouped([r for r in table if section(r) == "unsupported"],
+                             _MISSING).items():
+        lines.append(f"[unsupported] {op}: {', '.join(dict.fromkeys(r.variant for r in rows))}")
+    for kernel, rows in _grouped([r for r in table if section(r) == "runtime"],
+                                 _KERNEL).items():
+        lines.append(f"[no kernel] {kernel} on {_dtypes_of(rows)}: "
+                     f"{', '.join(dict.fromkeys(r.variant for r in rows))}")
+    return lines
+
+
+def render(run: RunResult, table: list[Row], decision: GateDecision | None,
+           repro_dir: str | None = None) -> str:
+    counts = ", ".join(f"{k}: {v}" for k, v in run.counts().items())
+    versions = ", ".join(f"{k} {run.versions[k]}" for k in ("torch", "onnxscript", "onnx",
+                                                           "onnxruntime") if k in run.versions)
+    new = sum(1 for r in table if r.status == "new")
+    verdict = "✅" if decision is None or decision.passed else "❌"
+    lines = [f"## {verdict} parity-gate ops: {len(table)} findings ({new} new) in "
+             f"{len(run.cases)} cases", "",
+             f"**Outcomes:** {counts} · **Time:** {run.duration_s:.0f}s",
+             f"**Versions:** {versions}", ""]
+    if not table:
+        return "\n".join([*lines, "No findings: every applicable case matches eager.", ""])
+    exporter = [r for r in table if section(r) == "exporter"]
+    lines += [f"### Exporter findings ({len(exporter)})", "",
+              "| status | op | variant | input classes | dtypes | outcome | effect | worst "
+              "example | re-check | repro |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(exporter, key=lambda r: (STATUS_ORDER.index(r.status), r.family,
+                                             r.variant, r.outcome)):
+        repro = f"`{repro_dir}/{r.slug}.py`" if repro_dir else ""
+        lines.append(f"| {r.status} | `{r.op}` | `{r.variant}` | {', '.join(r.input_classes)} | "
+                     f"{', '.join(r.dtypes)} | **{r.outcome}** | {_cell(r.effect)} | "
+                     f"{_cell(r.example, 120)} | {_cell(r.recheck, 80)} | {repro} |")
+    missing = _grouped([r for r in table if section(r) == "unsupported"], _MISSING)
+    if missing:
+        lines += ["", f"### Unsupported by the exporter: feature requests ({len(missing)} ops)",
+                  "", "| missing translation | variants | dtypes |", "|---|---|---|"]
+        lines += [f"| `{op}` | {_variants_of(rows)} | {_dtypes_of(rows)} |"
+                  for op, rows in missing.items()]
+    kernels = _grouped([r for r in table if section(r) == "runtime"], _KERNEL)
+    if kernels:
+        lines += ["", f"### No kernel on this provider: valid graphs the runtime cannot run "
+                  f"({len(kernels)} kernels)", "",
+                  "| ONNX op (opset) | dtypes | variants |", "|---|---|---|"]
+        lines += [f"| `{k}` | {_dtypes_of(rows)} | {_variants_of(rows)} |"
+                  for k, rows in kernels.items()]
+    lines.append("")
+    return "\n".join(lines)

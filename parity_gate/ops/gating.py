@@ -1,0 +1,105 @@
+"""The sweep's gate: a new finding fails it; known ones (baseline, catalogue xfail) do not.
+
+Reuses the project's baseline file and gate (parity_gate.baseline, .gate)
+keyed on case ids. A catalogue `xfail` is a known finding too: it becomes a
+glob entry of the same baseline, so one rule decides both and a fixed xfail
+shows up as `fixed` exactly like a fixed baseline entry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from parity_gate import baseline as bl
+from parity_gate.gate import GateDecision, decide
+from parity_gate.ops.records import OpVariant, variant_case_id
+from parity_gate.outcomes import Outcome
+from parity_gate.results import CaseResult, RunResult
+
+# The known findings of the pinned torch/onnxscript/onnxruntime, shipped with the tool.
+BUNDLED = Path(__file__).with_name("known-findings.yml")
+
+
+def xfail_entries(variants: dict[str, OpVariant]) -> list[bl.Entry]:
+    entries: list[bl.Entry] = []
+    for v in variants.values():
+        for e in v.expectations:
+            if e.kind != "xfail":
+                continue
+            for dtype in e.dtypes or ("*",):
+                for cls in e.input_classes or ("*",):
+                    entries.append(bl.Entry(f"{variant_case_id(v.id)}/{dtype}/{cls}/*",
+                                            f"xfail: {e.reason}"))
+    return entries
+
+
+def load_baseline(path: Path | None, variants: dict[str, OpVariant]) -> bl.Baseline | None:
+    """The file's entries, then the catalogue's xfails (an exact file entry wins)."""
+    loaded = bl.load(path) if path is not None else None
+    extra = tuple(xfail_entries(variants))
+    if loaded is None and not extra:
+        return None
+    base = loaded or bl.Baseline("catalogue xfails")
+    return replace(base, entries=(*base.entries, *extra))
+
+
+def gate(run: RunResult, baseline: bl.Baseline | None, fail_on: str | None = None,
+         strict: bool = False) -> GateDecision:
+    """The one call that decides the exit code of `parity-gate ops`."""
+    return decide(run, fail_on, baseline=baseline, strict=strict,
+                  universe={c.id for c in run.cases})
+
+
+def updated_baseline(path: Path, run: RunResult,
+                     variants: dict[str, OpVariant]) -> tuple[str, list[bl.Change]]:
+    """The refreshed file text: old entries kept (reasons and links), new findings added.
+
+    New findings are written as one glob per (variant, dtype) when every case
+    there fails the same way, so the file lists findings rather than cases.
+    Cases a catalogue xfail covers stay out: the catalogue already knows them.
+    """
+    xfails = bl.Baseline("xfails", tuple(xfail_entries(variants)))
+    mine = RunResult(cases=[c for c in run.cases if xfails.entry_for(c.id) is None],
+                     versions=run.versions)
+    old = bl.load(path) if path.is_file() else bl.Baseline(str(path))
+    new, changes = bl.update(old, mine, _reason(run))
+    added = {c.id for c in changes if c.action == "added"}
+    kept = [e for e in new.entries if e.id not in added]
+    fresh = _compact([c for c in mine.cases if c.id in added], mine)
+    changes = [c for c in changes if c.action != "added"] + [
+        bl.Change("added", e.id, e.reason) for e in fresh]
+    return bl.dump(replace(new, entries=(*kept, *fresh))), changes
+
+
+def _reason(run: RunResult) -> str:
+    v = run.versions
+    return ("found by parity-gate ops on " + ", ".join(
+        f"{k} {v[k]}" for k in ("torch", "onnxscript", "onnxruntime") if k in v))
+
+
+def _compact(added: list[CaseResult], run: RunResult) -> list[bl.Entry]:
+    """Globs where a whole variant, or a variant on one dtype, fails alike; else case ids."""
+    groups: dict[str, list[CaseResult]] = {}
+    for case in run.cases:
+        if case.outcome is not Outcome.SKIPPED:
+            groups.setdefault(case.key.module, []).append(case)
+            groups.setdefault(f"{case.key.module}/{case.key.dtype}", []).append(case)
+    entries: list[bl.Entry] = []
+    done: set[str] = set()
+    for case in added:
+        if case.id in done:
+            continue
+        for prefix in (case.key.module, f"{case.key.module}/{case.key.dtype}", None):
+            ran = groups.get(prefix, []) if prefix else [case]
+            if prefix is None or (len(ran) > 1 and all(c.outcome is case.outcome for c in ran)):
+                entries.append(bl.record(bl.Entry(f"{prefix}/*" if prefix else case.id,
+                                                  _why(case, run)), ran))
+                done |= {c.id for c in ran}
+                break
+    return entries
+
+
+def _why(case: CaseResult, run: RunResult) -> str:
+    effect = " ".join(case.reason.split(" | re-check:")[0].split())[:160]
+    return f"{effect} ({_reason(run)})"

@@ -1,0 +1,105 @@
+"""Eager outputs vs ONNX Runtime outputs of one case → comparisons and an outcome.
+
+Pure: arrays in, records out, with `compare()` doing every number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from parity_gate import compare as cmp
+from parity_gate.ops.records import FLOATS, OpVariant
+from parity_gate.outcomes import Outcome
+
+
+@dataclass
+class Judgement:
+    outcome: Outcome
+    reason: str
+    comparisons: list[cmp.Comparison] = field(default_factory=list)
+
+    @property
+    def values_differ(self) -> bool:
+        return self.outcome is Outcome.MISMATCH
+
+
+def _tolerance(variant: OpVariant, dtype: str) -> cmp.Tolerance:
+    atol, rtol = variant.tolerance_for(dtype)
+    return cmp.Tolerance(atol=atol, rtol=rtol)
+
+
+def tolerance_for_output(variant: OpVariant, case_dtype: str, out: np.ndarray) -> cmp.Tolerance:
+    """A float output is judged at its own dtype's tolerance (float16 in, float32 out)."""
+    name = np.dtype(out.dtype).name
+    return _tolerance(variant, name if name in FLOATS else case_dtype)
+
+
+def _shape_only(ref: np.ndarray, got: np.ndarray, tol: cmp.Tolerance, name: str) -> cmp.Comparison:
+    """Shape and dtype only: same-valued stand-ins keep compare() the judge of both."""
+    return cmp.compare(np.zeros(ref.shape, ref.dtype), np.zeros(got.shape, got.dtype), tol,
+                       name=name)
+
+
+def judge(variant: OpVariant, dtype: str, eager: list[np.ndarray],
+          onnx: list[np.ndarray]) -> Judgement:
+    if len(eager) != len(onnx):
+        return Judgement(Outcome.SHAPE_MISMATCH,
+                         f"exported model returns {len(onnx)} output(s), eager returns "
+                         f"{len(eager)}")
+    comparisons = []
+    for m, (ref, got) in enumerate(zip(eager, onnx, strict=True)):
+        name = f"o{m}"
+        tol = tolerance_for_output(variant, dtype, ref)
+        if m in variant.shape_only:
+            comparisons.append(_shape_only(ref, got, tol, name))
+        else:
+            comparisons.append(cmp.compare(ref, got, tol, name=name,
+                                           strict_signed_zeros=variant.signed_zeros))
+    return verdict_of(comparisons)
+
+
+def verdict_of(comparisons: list[cmp.Comparison]) -> Judgement:
+    failing = [c for c in comparisons if not c.passed]
+    if not failing:
+        return Judgement(Outcome.PASS, "", comparisons)
+    verdicts = {c.verdict for c in failing}
+    outcome = (Outcome.SHAPE_MISMATCH if cmp.Verdict.SHAPE in verdicts
+               else Outcome.DTYPE_MISMATCH if cmp.Verdict.DTYPE in verdicts
+               else Outcome.MISMATCH)
+    worst = max(failing, key=lambda c: c.verdict in (cmp.Verdict.SHAPE, cmp.Verdict.DTYPE))
+    return Judgement(outcome, f"{worst.name}: {worst.reason}", comparisons)
+
+
+def fmt_value(value: Any) -> str:
+    """JSON-safe text for one element (reports are written with allow_nan=False)."""
+    if isinstance(value, (np.integer, np.bool_, bool, int)):
+        return str(int(value))
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return str(value)
+    if v != v:
+        return "nan"
+    if v in (float("inf"), float("-inf")):
+        return "inf" if v > 0 else "-inf"
+    if v == 0:
+        return "-0.0" if np.signbit(v) else "0.0"
+    return repr(int(v)) if v.is_integer() and abs(v) < 2**53 else f"{v:.9g}"
+
+
+def example(comparison: cmp.Comparison, eager: np.ndarray, onnx: np.ndarray,
+            inputs: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The worst element, with the inputs at the same index for elementwise ops."""
+    index = comparison.worst_index or comparison.first_index
+    if index is None or eager.shape != onnx.shape or not eager.size:
+        return {}
+    out: dict[str, Any] = {"output": comparison.name, "index": list(index),
+                           "eager": fmt_value(eager[index]), "onnx": fmt_value(onnx[index])}
+    at = {name: fmt_value(arr[index]) for name, arr in inputs.items()
+          if arr.shape == eager.shape}
+    if at:
+        out["inputs"] = at
+    return out

@@ -1,0 +1,134 @@
+"""Catalogue + filters → units → batch jobs, and the cases skipped without running.
+
+Units are grouped by dtype before chunking: the failures of one dtype
+(bfloat16 kernels a provider lacks, integer types a spec forbids) then stay
+in their own batches, where isolation is cheap, instead of splitting every
+batch of the run.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from parity_gate.errors import UserError
+from parity_gate.ops.jobs import DEFAULT_SOURCES, OpBatchJob, Unit
+from parity_gate.ops.records import DTYPES, OpVariant, variant_case_id
+from parity_gate.outcomes import Outcome
+from parity_gate.results import CaseKey, CaseResult
+
+DEFAULT_BATCH = 160
+
+
+@dataclass
+class Selection:
+    """`--select` globs (case ids or variant ids), `--dtype`, `--family`, providers."""
+
+    select: list[str] = field(default_factory=list)
+    dtypes: list[str] = field(default_factory=list)
+    families: list[str] = field(default_factory=list)
+    providers: list[str] = field(default_factory=lambda: ["cpu"])
+
+    def wants_variant(self, v: OpVariant) -> bool:
+        return not self.families or v.family in self.families
+
+    def wants(self, v: OpVariant, key: CaseKey) -> bool:
+        if self.dtypes and key.dtype not in self.dtypes:
+            return False
+        if not self.select:
+            return True
+        return any(fnmatch.fnmatchcase(key.id, p) or fnmatch.fnmatchcase(key.id, p + "/*")
+                   or fnmatch.fnmatchcase(v.id, p) for p in self.select)
+
+
+@dataclass
+class OpPlan:
+    jobs: list[OpBatchJob]
+    skipped: list[CaseResult]
+    variants: dict[str, OpVariant]
+
+    @property
+    def total(self) -> int:
+        return sum(len(j.cases) for j in self.jobs) + len(self.skipped)
+
+    @property
+    def unit_count(self) -> int:
+        return sum(len(j.units) for j in self.jobs)
+
+
+def validate(selection: Selection, variants: dict[str, OpVariant]) -> None:
+    bad = [d for d in selection.dtypes if d not in DTYPES]
+    if bad:
+        raise UserError(f"--dtype: unknown dtype {bad[0]!r} (expected some of "
+                        f"{', '.join(DTYPES)})")
+    families = sorted({v.family for v in variants.values()})
+    bad = [f for f in selection.families if f not in families]
+    if bad:
+        raise UserError(f"--family: unknown family {bad[0]!r} (expected some of "
+                        f"{', '.join(families)})")
+
+
+def base_meta(v: OpVariant, input_class: str) -> dict[str, str]:
+    """What every case carries even when no worker reported it (crash, skip)."""
+    return {"op": guess_aten(v), "variant": v.id, "family": v.family,
+            "input_class": input_class, "call": v.call}
+
+
+def guess_aten(v: OpVariant) -> str:
+    """Best static guess of the ATen name; workers replace it with the op they saw."""
+    return f"aten.{v.id.split('.')[0]}"
+
+
+def units_of(variants: Iterable[OpVariant], selection: Selection) -> tuple[list[Unit],
+                                                                           list[CaseResult]]:
+    units: list[Unit] = []
+    skipped: list[CaseResult] = []
+    for v in variants:
+        if not selection.wants_variant(v):
+            continue
+        for dtype in v.dtypes:
+            for cls in v.classes_for(dtype):
+                unit = Unit(v.id, dtype, cls)
+                keys = [k for k in (unit.key(p) for p in selection.providers)
+                        if selection.wants(v, k)]
+                if not keys:
+                    continue
+                skip = v.expectation("skip", dtype, cls)
+                if skip is not None:
+                    skipped += [CaseResult(k, Outcome.SKIPPED, f"skip: {skip.reason}",
+                                           meta=base_meta(v, cls)) for k in keys]
+                else:
+                    units.append(unit)
+    return units, skipped
+
+
+def plan(variants: dict[str, OpVariant], selection: Selection, *,
+         batch_size: int = DEFAULT_BATCH, sources: tuple[str, ...] = DEFAULT_SOURCES,
+         seed: int = 0) -> OpPlan:
+    validate(selection, variants)
+    units, skipped = units_of(variants.values(), selection)
+    order = {d: i for i, d in enumerate(DTYPES)}
+    units.sort(key=lambda u: (order[u.dtype], variants[u.variant].family, u.variant,
+                              u.input_class))
+    jobs: list[OpBatchJob] = []
+    for dtype in DTYPES:
+        chunk = [u for u in units if u.dtype == dtype]
+        for start in range(0, len(chunk), max(1, batch_size)):
+            part = chunk[start:start + batch_size]
+            jobs.append(job_for(f"{dtype}#{start // batch_size}", part, selection, sources,
+                                seed))
+    jobs.sort(key=lambda j: -len(j.units))
+    return OpPlan(jobs, skipped, variants)
+
+
+def job_for(name: str, units: list[Unit], selection: Selection, sources: tuple[str, ...],
+            seed: int, generation: int = 0) -> OpBatchJob:
+    """Deadline: enough for a worker's warm-up plus a batch whose every case needs isolating."""
+    return OpBatchJob(name, units, list(selection.providers), sources, seed,
+                      timeout=180.0 + 3.0 * len(units), generation=generation)
+
+
+def variant_of_key(key: CaseKey) -> str:
+    prefix = variant_case_id("")
+    return key.module[len(prefix):] if key.module.startswith(prefix) else key.module

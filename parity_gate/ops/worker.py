@@ -1,0 +1,490 @@
+"""Inside a worker: one batch of op cases from eager references to verdicts.
+
+eager (per case) → export (whole batch, isolated on failure) → checker, ORT
+load and run (whole batch, split at the ONNX level on failure) → compare →
+re-check mismatches against float64 → audit dtype handling on the
+un-optimised graph. Results stream out one case at a time, so a crash loses
+only the cases not yet reported, which the parent re-splits.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import onnx
+import torch
+import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from parity_gate.ops import onnxgraph as og
+from parity_gate.ops.export import CASE_FILE, Exported, export_batch, tensor_leaves
+from parity_gate.ops.inputs import make_inputs
+from parity_gate.ops.isolate import StageFailure, isolate
+from parity_gate.ops.jobs import OpBatchJob, Unit
+from parity_gate.ops.judge import example, judge, tolerance_for_output
+from parity_gate.ops.recheck import Recheck, RecheckVerdict, recheck
+from parity_gate.ops.records import FLOATS, OpVariant
+from parity_gate.ops.registry import load_variants
+from parity_gate.outcomes import Outcome
+from parity_gate.results import CaseKey, CaseResult
+from parity_gate.runtime import (
+    ProviderFallback,
+    classify_load_error,
+    classify_run_error,
+    create_session,
+    first_line,
+)
+from parity_gate.workers import CaseStream
+
+Emit = Callable[[str, Any], None]
+
+# Ops that only move or convert data: the case's `op` is the first op not in here.
+_PLUMBING = ("aten._to_copy", "aten.view", "aten.expand", "aten.clone", "aten.detach",
+             "aten.lift_fresh", "aten.alias", "aten.t.", "aten.unsqueeze", "aten.squeeze",
+             "aten.permute", "aten.transpose", "aten._unsafe_view", "aten.empty",
+             "aten.copy", "aten.zeros", "aten.ones", "aten.full", "aten.scalar_tensor",
+             "aten.reshape", "aten.slice", "aten.select", "aten.as_strided", "aten.contiguous",
+             "aten.fill_", "aten.resize_", "aten.new_", "aten._local_scalar_dense",
+             "aten.unbind", "aten.item", "aten.is_nonzero")
+
+
+@dataclass
+class _Case:
+    """One unit prepared in this worker: its inputs, its call and eager's answer."""
+
+    pos: int
+    unit: Unit
+    variant: OpVariant
+    keys: list[CaseKey]
+    inputs: dict[str, np.ndarray]
+    tensors: list[Any]
+    fn: Callable[..., Any]
+    eager: list[np.ndarray] = field(default_factory=list)
+    ops: list[str] = field(default_factory=list)
+    eager_s: float = 0.0
+
+    @property
+    def input_names(self) -> list[str]:
+        return [og.case_input(self.pos, a) for a in self.variant.arg_names]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [og.case_output(self.pos, m) for m in range(len(self.eager))]
+
+    @property
+    def feeds(self) -> dict[str, np.ndarray]:
+        return dict(zip(self.input_names, self.inputs.values(), strict=True))
+
+    @property
+    def grad(self) -> bool:
+        return any(a.requires_grad for a in self.variant.args)
+
+    def meta(self) -> dict[str, Any]:
+        return {"op": main_op(self.ops, self.variant.id), "variant": self.variant.id,
+                "family": self.variant.family, "input_class": self.unit.input_class,
+                "call": self.variant.call, "aten_ops": list(self.ops)}
+
+
+class _Ctx(CaseStream):
+    job: OpBatchJob
+
+
+def run_batch(job: OpBatchJob, emit: Emit) -> None:
+    """A result for every case of `job` (never raises)."""
+    ctx = _Ctx(job, emit)
+    try:
+        _run(ctx)
+    except Exception:
+        tb = traceback.format_exc()[-4000:]
+        for key in list(ctx.pending):
+            ctx.result(CaseResult(key, Outcome.CRASH, "internal error in the parity-gate ops "
+                                  "worker (please report)", tb))
+
+
+def _run(ctx: _Ctx) -> None:
+    job = ctx.job
+    variants = load_variants(job.sources)
+    live: list[_Case] = []
+    for pos, unit in enumerate(job.units):
+        ctx.step(f"eager {unit.variant}/{unit.dtype}/{unit.input_class}")
+        case, rejected = _prepare(job, pos, unit, variants[unit.variant])
+        if case is not None:
+            live.append(case)
+        else:
+            for key in unit_keys(job, unit):
+                ctx.result(replace(rejected, key=key))
+    if not live:
+        return
+    ctx.step(f"exporting {len(live)} cases")
+    suspects = [c for c in live if c.variant.id in _SUSPECTS]
+    others = [c for c in live if c.variant.id not in _SUSPECTS]
+    passed: list[tuple[list[_Case], Exported]] = []
+    for part in (others, suspects):
+        exports = isolate(part, _export, _with_siblings)
+        for case, failure in exports.failed:
+            _SUSPECTS.add(case.variant.id)
+            _fail(ctx, case, case.keys, failure)
+        passed += exports.passed
+    for group, exported in passed:
+        for provider in job.providers:
+            ctx.step(f"running {len(group)} cases on {provider}")
+            _run_group(ctx, group, exported, provider)
+
+
+# Variants whose export failed earlier in this worker. Their other cases (other
+# dtypes, input classes) are still exported, but as a batch of their own, so a
+# failure that is likely again does not cost the big batch a retry.
+_SUSPECTS: set[str] = set()
+
+
+def unit_keys(job: OpBatchJob, unit: Unit) -> list[CaseKey]:
+    return [unit.key(p) for p in job.providers]
+
+
+# --------------------------------------------------------------------------
+# eager
+
+
+class _OpRecorder(TorchDispatchMode):
+    """The ATen ops a call reaches, in order (for the case's `op` and blame)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        name = str(func)
+        if name not in self.ops:
+            self.ops.append(name)
+        return func(*args, **(kwargs or {}))
+
+
+def main_op(ops: list[str], variant_id: str) -> str:
+    """The ATen op a case is about: one named like the variant, else the first real op."""
+    base = variant_id.split(".")[0].lower()
+    real = [o for o in ops if not o.startswith(_PLUMBING)]
+    named = [o for o in real if base in o.lower()]
+    return (named or real or ops or [""])[0]
+
+
+def compile_call(variant: OpVariant, number: int) -> Callable[..., Any]:
+    """The variant's expression as a function, compiled under a file name that names the case."""
+    source = f"lambda {', '.join(variant.arg_names)}: {variant.call}"
+    code = compile(source, CASE_FILE.format(number), "eval")
+    return eval(code, {"torch": torch, "F": F, "math": math})  # the catalogue's own text
+
+
+def to_torch(array: np.ndarray, requires_grad: bool = False) -> Any:
+    if array.dtype.name == "bfloat16":
+        t = torch.from_numpy(array.astype(np.float32)).to(torch.bfloat16)
+    else:
+        t = torch.from_numpy(array.copy())
+    if requires_grad and t.is_floating_point():
+        t.requires_grad_(True)
+    return t
+
+
+def to_numpy(t: Any) -> np.ndarray:
+    import ml_dtypes
+
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        return t.float().numpy().astype(ml_dtypes.bfloat16)
+    return t.resolve_conj().resolve_neg().numpy().copy()
+
+
+def _run_eager(fn: Callable[..., Any], tensors: list[Any],
+               grad: bool) -> tuple[list[np.ndarray], list[str]]:
+    recorder = _OpRecorder()
+    with torch.enable_grad() if grad else torch.no_grad(), recorder:
+        out = fn(*tensors)
+    return [to_numpy(t) for t in tensor_leaves(out)], recorder.ops
+
+
+def _prepare(job: OpBatchJob, pos: int, unit: Unit,
+             variant: OpVariant) -> tuple[_Case | None, CaseResult]:
+    inputs = make_inputs(variant, unit.dtype, unit.input_class, job.seed)
+    tensors = [to_torch(inputs[a.name], a.requires_grad) for a in variant.args]
+    fn = compile_call(variant, pos)
+    case = _Case(pos, unit, variant, unit_keys(job, unit), inputs, tensors, fn)
+    t0 = time.perf_counter()
+    try:
+        _poison(7250.5)
+        case.eager, case.ops = _run_eager(fn, tensors, case.grad)
+    except Exception as exc:
+        reason = f"not applicable: eager rejects this input: {first_line(repr(exc), 240)}"
+        return None, CaseResult(case.keys[0], Outcome.SKIPPED, reason, meta={
+            **case.meta(), "not_applicable": True})
+    case.eager_s = time.perf_counter() - t0
+    unstable = _unstable(case)
+    if unstable is not None:
+        return None, CaseResult(case.keys[0], Outcome.SKIPPED,
+                                f"not applicable: eager is nondeterministic on this input "
+                                f"(two runs differ in output o{unstable})",
+                                meta={**case.meta(), "not_applicable": True})
+    if not case.eager:
+        return None, CaseResult(case.keys[0], Outcome.SKIPPED,
+                                "not applicable: the call returns no tensor",
+                                meta={**case.meta(), "not_applicable": True})
+    return case, CaseResult(case.keys[0], Outcome.PASS)
+
+
+def _unstable(case: _Case) -> int | None:
+    """The first output a second eager run changes (uninitialised memory, e.g. a loss
+    over an empty batch): no parity can be defined against such a reference."""
+    try:
+        _poison(-0.03125)
+        again, _ = _run_eager(case.fn, case.tensors, case.grad)
+    except Exception:
+        return None
+    for m, (a, b) in enumerate(zip(case.eager, again, strict=False)):
+        if m in case.variant.shape_only:
+            continue
+        if a.shape != b.shape or a.tobytes() != b.tobytes():
+            return m
+    return None
+
+
+def _poison(value: float) -> None:
+    """Leave `value` in freed small blocks, so an output built from uninitialised memory
+    differs between two runs instead of repeating the same leftover bytes."""
+    for n in (1, 2, 4, 8, 16, 64, 256, 1024):
+        for dtype in (torch.float32, torch.float64, torch.float16):
+            torch.full((n,), value, dtype=dtype)
+
+
+def _truth(case: _Case) -> list[np.ndarray] | None:
+    """The same call on float64 inputs: the reference both sides are judged against.
+
+    Integer data is upcast too when the op promotes it to a float result
+    (atan2 of int32): float64 holds those values exactly.
+    """
+    if case.unit.dtype == "float64":
+        return None
+    promotes = all(np.dtype(e.dtype).kind == "f" or e.dtype.name == "bfloat16"
+                   for e in case.eager)
+    upcast, changed = [], False
+    for arg, t in zip(case.variant.args, case.tensors, strict=True):
+        if arg.kind in ("data", "prob", "choice") and (t.is_floating_point() or promotes):
+            upcast.append(t.detach().double().requires_grad_(t.requires_grad
+                                                             and t.is_floating_point()))
+            changed = True
+        else:
+            upcast.append(t)
+    if not changed:
+        return None
+    try:
+        out, _ = _run_eager(case.fn, upcast, case.grad)
+    except Exception:
+        return None
+    return out
+
+
+# --------------------------------------------------------------------------
+# export and run
+
+
+def _with_siblings(failure: StageFailure, group: list[_Case]) -> set[int]:
+    """Split the blamed case off together with the other cases of its variant.
+
+    An export error is usually a property of the variant (all its dtypes
+    and input classes hit it), so they leave the big batch together: one
+    retry of the rest instead of one per sibling. Not conclusive: the
+    small group is then tried on its own and split further if need be.
+    """
+    if failure.conclusive:
+        return set()
+    named = {group[i].variant.id for i in failure.culprits if i < len(group)}
+    return {i for i, c in enumerate(group) if c.variant.id in named}
+
+
+def _export(group: list[_Case]) -> Exported:
+    return export_batch([c.fn for c in group], [c.tensors for c in group],
+                        [n for c in group for n in c.input_names],
+                        [n for c in group for n in c.output_names],
+                        [c.pos for c in group], grad=any(c.grad for c in group))
+
+
+@dataclass
+class _Graphs:
+    """The exported batch as ONNX protos, plus what the per-case steps read from them."""
+
+    model: onnx.ModelProto
+    raw: onnx.ModelProto
+    raw_types: dict[str, int]
+    owners: og.Ownership
+    export_s: float
+    inputs: dict[str, str]  # the name we asked for → the graph input's actual name
+
+
+def _run_group(ctx: _Ctx, group: list[_Case], exported: Exported, provider: str) -> None:
+    model = onnx.load_from_string(exported.optimized)
+    raw = onnx.load_from_string(exported.raw)
+    asked = [n for c in group for n in c.input_names]
+    graphs = _Graphs(model, raw, og.value_types(raw),
+                     og.Ownership.of(model, {c.pos: c.output_names for c in group}),
+                     exported.seconds, og.input_names(model, asked))
+    index = {c.pos: c for c in group}
+
+    def attempt(sub: list[_Case]) -> dict[str, np.ndarray]:
+        return _load_and_run(graphs.model, sub, provider, whole=len(sub) == len(group),
+                             inputs=graphs.inputs)
+
+    def blame(failure: StageFailure, sub: list[_Case]) -> set[int]:
+        named = graphs.owners.blame(f"{failure.reason}\n{failure.detail}")
+        return {i for i, c in enumerate(sub) if c.pos in named}
+
+    runs = isolate(group, attempt, blame)
+    for case, failure in runs.failed:
+        _fail(ctx, case, [case.keys[case_provider_index(ctx, provider)]], failure)
+    for sub, outputs in runs.passed:
+        for case in sub:
+            key = case.keys[case_provider_index(ctx, provider)]
+            try:
+                ctx.result(_finish(index[case.pos], key, outputs, graphs, provider))
+            except Exception:
+                ctx.result(CaseResult(key, Outcome.CRASH, "internal error in the parity-gate "
+                                      "ops worker (please report)",
+                                      traceback.format_exc()[-4000:], meta=case.meta()))
+
+
+def case_provider_index(ctx: _Ctx, provider: str) -> int:
+    return ctx.job.providers.index(provider)
+
+
+def _load_and_run(model: onnx.ModelProto, sub: list[_Case], provider: str, whole: bool,
+                  optimization: str = "all",
+                  inputs: dict[str, str] | None = None) -> dict[str, np.ndarray]:
+    names = [n for c in sub for n in c.output_names]
+    part = model if whole else og.extract(model, names)
+    try:
+        onnx.checker.check_model(part, full_check=True)
+    except Exception as exc:
+        msg = f"{type(exc).__name__}: {exc}"
+        raise StageFailure(Outcome.INVALID_MODEL, f"onnx.checker: {first_line(msg)}",
+                           msg[-4000:]) from None
+    try:
+        session = create_session(part.SerializeToString(), provider, {},
+                                 optimization=optimization)
+    except ProviderFallback as exc:
+        raise StageFailure(Outcome.RUNTIME_ERROR, str(exc),
+                           culprits=frozenset(range(len(sub))), conclusive=True) from None
+    except Exception as exc:
+        msg = str(exc)
+        raise StageFailure(classify_load_error(msg), f"onnxruntime load: {first_line(msg)}",
+                           msg[-4000:]) from None
+    feeds: dict[str, np.ndarray] = {}
+    wanted = {i.name for i in session.get_inputs()}
+    alias = inputs or {}
+    for c in sub:
+        feeds.update({alias.get(k, k): v for k, v in c.feeds.items()
+                      if alias.get(k, k) in wanted})
+    try:
+        values = ort_run(session, names, feeds)
+    except Exception as exc:
+        msg = str(exc)
+        raise StageFailure(classify_run_error(msg, -1, -1), f"onnxruntime run: {first_line(msg)}",
+                           msg[-4000:]) from None
+    return dict(zip(names, values, strict=True))
+
+
+def ort_run(session: Any, names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """`session.run`, except that bfloat16 travels as OrtValues (numpy has no bfloat16 for ORT)."""
+    if not any(a.dtype.name == "bfloat16" for a in feeds.values()) and not any(
+            o.type == "tensor(bfloat16)" for o in session.get_outputs()):
+        return list(session.run(names, feeds))
+    import onnxruntime as ort
+
+    values = {k: ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+                  np.ascontiguousarray(v).view(np.uint16), onnx.TensorProto.BFLOAT16)
+              if v.dtype.name == "bfloat16" else ort.OrtValue.ortvalue_from_numpy(v)
+              for k, v in feeds.items()}
+    return [_from_ortvalue(o) for o in session.run_with_ort_values(names, values)]
+
+
+def _from_ortvalue(value: Any) -> np.ndarray:
+    if value.data_type() != "tensor(bfloat16)":
+        return value.numpy()
+    import ml_dtypes
+
+    shape = tuple(value.shape())
+    if not int(np.prod(shape)):
+        return np.zeros(shape, ml_dtypes.bfloat16)
+    return to_numpy(torch.from_dlpack(value))
+
+
+def _fail(ctx: _Ctx, case: _Case, keys: list[CaseKey], failure: StageFailure) -> None:
+    for key in keys:
+        ctx.result(CaseResult(key, failure.outcome, failure.reason, failure.detail,
+                              exporter="dynamo", timings={"eager_s": case.eager_s},
+                              meta=case.meta()))
+
+
+# --------------------------------------------------------------------------
+# judging one case
+
+
+def _finish(case: _Case, key: CaseKey, outputs: dict[str, np.ndarray], graphs: _Graphs,
+            provider: str) -> CaseResult:
+    t0 = time.perf_counter()
+    got = [outputs[n] for n in case.output_names]
+    verdict = judge(case.variant, case.unit.dtype, case.eager, got)
+    outcome, reason = verdict.outcome, verdict.reason
+    meta = case.meta()
+    failing = [m for m, c in enumerate(verdict.comparisons) if not c.passed]
+    if outcome is Outcome.MISMATCH:
+        checked = _recheck(case, got, failing, graphs, provider)
+        meta["recheck"] = checked.to_dict()
+        if checked.verdict.dismisses:
+            outcome, reason = Outcome.PASS, f"re-check: {checked.describe()}"
+        else:
+            reason = f"{reason} | re-check: {checked.describe()}"
+    audit = _audit(case, graphs)
+    if audit:
+        meta["structure"] = {"finding": "low_precision_compute",
+                             "nodes": [a.describe() for a in audit[:5]]}
+        text = f"dtype handling (graph, optimizer off): {audit[0].describe()}"
+        if outcome is Outcome.PASS:
+            outcome = Outcome.DTYPE_MISMATCH
+            reason = f"{text}; values match on {provider}, which hides the wrong graph"
+            meta["structure"]["hidden_by_provider"] = provider
+        else:
+            reason = f"{reason} | {text}"
+    if failing and outcome is not Outcome.PASS:
+        worst = verdict.comparisons[failing[0]]
+        meta["example"] = example(worst, case.eager[failing[0]], got[failing[0]], case.inputs)
+    timings = {"eager_s": case.eager_s, "export_s": graphs.export_s,
+               "compare_s": time.perf_counter() - t0}
+    return CaseResult(key, outcome, reason, comparisons=verdict.comparisons, timings=timings,
+                      exporter="dynamo", meta=meta)
+
+
+def _recheck(case: _Case, got: list[np.ndarray], failing: list[int], graphs: _Graphs,
+             provider: str) -> Recheck:
+    tolerances = [tolerance_for_output(case.variant, case.unit.dtype, e) for e in case.eager]
+    checked = recheck(case.eager, got, _truth(case), tolerances, failing)
+    if checked.verdict is RecheckVerdict.UNVERIFIED and case.unit.dtype in FLOATS:
+        checked = replace(checked, note="float64 is already the reference precision"
+                          if case.unit.dtype == "float64" else checked.note)
+    try:
+        plain = _load_and_run(graphs.model, [case], provider, whole=False,
+                              optimization="disabled", inputs=graphs.inputs)
+        again = judge(case.variant, case.unit.dtype, case.eager,
+                      [plain[n] for n in case.output_names])
+        checked = replace(checked, ort_unoptimized="vanishes" if again.outcome is Outcome.PASS
+                          else "persists")
+    except StageFailure:
+        pass
+    return checked
+
+
+def _audit(case: _Case, graphs: _Graphs) -> list[og.PrecisionFinding]:
+    bits = max((og.NUMPY_FLOAT_BITS.get(e.dtype.name, 0) for e in case.eager), default=0)
+    return og.precision_audit(graphs.raw, graphs.raw_types, case.output_names, bits)
+

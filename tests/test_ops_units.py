@@ -1,0 +1,360 @@
+"""The op sweep's pure parts: records, inputs, isolation, graph reading, re-check, gate."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from parity_gate import compare as cmp
+from parity_gate.ops import findings, gating, onnxgraph, repro
+from parity_gate.ops.catalogue import VARIANTS
+from parity_gate.ops.inputs import float_specials, make_inputs
+from parity_gate.ops.isolate import StageFailure, isolate
+from parity_gate.ops.judge import judge
+from parity_gate.ops.planner import Selection, plan
+from parity_gate.ops.recheck import RecheckVerdict, recheck
+from parity_gate.ops.records import ALL, Arg, OpVariant
+from parity_gate.ops.registry import load_variants
+from parity_gate.outcomes import Outcome
+from parity_gate.results import CaseKey, CaseResult, RunResult
+
+CATALOGUE = {v.id: v for v in VARIANTS}
+FAMILIES = {"unary", "rounding", "predicate", "binary", "compare", "reduction", "softmax",
+            "cumulative", "sort", "select", "index", "scatter", "loss", "special",
+            "activation", "norm", "pool", "interp", "pad", "attention"}
+
+
+# --------------------------------------------------------------------------
+# catalogue and records
+
+
+def test_catalogue_is_large_and_covers_every_family() -> None:
+    assert len(VARIANTS) >= 350
+    assert len(CATALOGUE) == len(VARIANTS), "variant ids must be unique"
+    assert {v.family for v in VARIANTS} >= FAMILIES
+
+
+@pytest.mark.parametrize("needle", [
+    "rounding_mode='floor'", "torch.fmod", "torch.remainder", "torch.pow", "torch.atan2",
+    "include_self=False", "include_self=True", "reduce='mean'", "reduce='amax'",
+    "label_smoothing", "ignore_index", "weight=w", "dtype=torch.float32", "torch.isnan",
+    "torch.signbit", "align_corners=True", "mode='reflect'", "mode='circular'",
+    "is_causal=True", "torch.topk", "torch.argsort", "torch.cumsum", "torch.nan_to_num",
+    "masked_fill", "torch.scatter_reduce", "torch.max(x, dim=-1)"])
+def test_catalogue_covers_required_arguments(needle: str) -> None:
+    assert any(needle in v.call for v in VARIANTS), needle
+
+
+def test_attention_covers_masks_and_grad_bias() -> None:
+    sdpa = [v for v in VARIANTS if v.family == "attention"]
+    assert any(a.kind == "mask" and a.masked_rows for v in sdpa for a in v.args)
+    assert any(a.kind == "data" and a.masked_rows for v in sdpa for a in v.args)
+    assert any(a.requires_grad for v in sdpa for a in v.args)
+
+
+def test_every_call_is_an_expression_over_its_args() -> None:
+    for v in VARIANTS:
+        compile(f"lambda {', '.join(v.arg_names)}: {v.call}", v.id, "eval")
+
+
+def test_expectations_chain_and_need_a_reason() -> None:
+    v = OpVariant("x", "t", "x", (Arg("x", (2,)),))
+    chained = v.xfail("known", dtypes=("float16",)).skip("slow", input_classes=("empty",))
+    assert [e.kind for e in chained.expectations] == ["xfail", "skip"]
+    assert chained.expectation("xfail", "float16", "normal").reason == "known"
+    assert chained.expectation("xfail", "float32", "normal") is None
+    with pytest.raises(ValueError, match="reason"):
+        v.xfail(" ")
+    with pytest.raises(ValueError, match="graph input"):
+        OpVariant("y", "t", "1", ())
+
+
+# --------------------------------------------------------------------------
+# inputs
+
+
+def test_specials_meet_in_every_pair_for_binary_ops() -> None:
+    atan2 = CATALOGUE["atan2"]
+    arrays = make_inputs(atan2, "float32", "specials")
+    specials = float_specials("float32")
+    pairs = {(repr(float(a)), repr(float(b)))
+             for a, b in zip(arrays["x"].ravel(), arrays["y"].ravel(), strict=True)}
+    wanted = {(repr(float(np.float32(a))), repr(float(np.float32(b))))
+              for a in specials for b in specials}
+    assert wanted <= pairs
+
+
+def test_inputs_are_deterministic_and_respect_dtype_specials() -> None:
+    v = CATALOGUE["sin"]
+    a = make_inputs(v, "float16", "specials")["x"]
+    assert np.array_equal(a.view(np.uint16), make_inputs(v, "float16", "specials")["x"]
+                          .view(np.uint16))
+    assert a.dtype == np.float16
+    finite = a[np.isfinite(a) & (a != 0)]
+    assert np.abs(finite).min() < np.finfo(np.float16).tiny  # float16's own denormal
+    b = make_inputs(v, "bfloat16", "specials")["x"]
+    assert b.dtype == ml_dtypes.bfloat16 and np.isnan(b.astype(np.float32)).any()
+    ints = make_inputs(v, "int8", "specials")["x"]
+    assert {-128, 127, 0, -1} <= set(ints.ravel().tolist())
+
+
+def test_empty_class_zeroes_the_last_dim_unless_told() -> None:
+    assert make_inputs(CATALOGUE["sum.dim"], "float32", "empty")["x"].shape == (4, 0)
+    loss = make_inputs(CATALOGUE["cross_entropy.mean"], "float32", "empty")
+    assert loss["x"].shape == (0, 5) and loss["t"].shape == (0,)
+
+
+def test_divisors_stay_nonzero_for_integers_and_unique_indices_are_unique() -> None:
+    y = make_inputs(CATALOGUE["floor_divide"], "int32", "specials")["y"]
+    assert (y != 0).all()
+    i = make_inputs(CATALOGUE["scatter"], "float32", "normal")["i"]
+    assert all(len(set(row)) == len(row) for row in i.tolist())
+
+
+# --------------------------------------------------------------------------
+# isolation (bisection with blame)
+
+
+def _attempt(bad: dict[int, Outcome], calls: list[list[int]]):
+    def attempt(group: list[int]) -> str:
+        calls.append(list(group))
+        broken = [i for i in group if i in bad]
+        if broken:
+            # like ORT, name only the first failing node
+            raise StageFailure(bad[broken[0]], f"item {broken[0]}",
+                               culprits=frozenset({group.index(broken[0])}))
+        return "ok"
+    return attempt
+
+
+def test_isolate_reports_every_good_item_once_and_every_bad_item_alone() -> None:
+    bad = {3: Outcome.INVALID_MODEL, 17: Outcome.NO_KERNEL}
+    calls: list[list[int]] = []
+    result = isolate(list(range(40)), _attempt(bad, calls))
+    passed = sorted(i for group, _ in result.passed for i in group)
+    assert passed == [i for i in range(40) if i not in bad]
+    assert {i: f.outcome for i, f in result.failed} == bad
+    assert result.attempts <= 6  # blame: one retry per bad item, not log2(n) halvings
+
+
+def test_isolate_bisects_when_nothing_is_blamed() -> None:
+    calls: list[list[int]] = []
+
+    def attempt(group: list[int]) -> str:
+        calls.append(group)
+        if 5 in group:
+            raise StageFailure(Outcome.EXPORT_ERROR, "somewhere")
+        return "ok"
+
+    result = isolate(list(range(16)), attempt)
+    assert [i for i, _ in result.failed] == [5]
+    assert sum(len(g) for g, _ in result.passed) == 15
+    assert result.attempts <= 2 * math.ceil(math.log2(16)) + 1
+
+
+def test_conclusive_failures_are_not_retried_alone() -> None:
+    def attempt(group: list[int]) -> str:
+        hit = [k for k, i in enumerate(group) if i in (2, 4, 6)]
+        if hit:
+            raise StageFailure(Outcome.UNSUPPORTED_OP, "op", culprits=frozenset(hit),
+                               conclusive=True, reasons={k: f"op of {group[k]}" for k in hit})
+        return "ok"
+
+    result = isolate(list(range(8)), attempt)
+    assert result.attempts == 2
+    assert {i: f.reason for i, f in result.failed} == {2: "op of 2", 4: "op of 4",
+                                                        6: "op of 6"}
+
+
+# --------------------------------------------------------------------------
+# the ONNX graph of a batch
+
+
+def _softmax_batch(correct: bool) -> onnx.ModelProto:
+    """Case 0: softmax(x16, dtype=float32); case 1: an unrelated sigmoid in float32."""
+    if correct:
+        nodes = [helper.make_node("Cast", ["c0_x"], ["c0_cast"], to=TensorProto.FLOAT,
+                                  name="node_cast"),
+                 helper.make_node("Softmax", ["c0_cast"], ["c0_o0"], name="node_softmax")]
+    else:
+        nodes = [helper.make_node("Softmax", ["c0_x"], ["c0_soft"], name="node_softmax"),
+                 helper.make_node("Cast", ["c0_soft"], ["c0_o0"], to=TensorProto.FLOAT,
+                                  name="node_cast")]
+    nodes += [helper.make_node("Shape", ["c0_x"], ["c0_shape"], name="node_shape"),
+              helper.make_node("Sigmoid", ["c1_x"], ["c1_o0"], name="node_sigmoid")]
+    graph = helper.make_graph(
+        nodes, "batch",
+        [helper.make_tensor_value_info("c0_x", TensorProto.FLOAT16, [2, 3]),
+         helper.make_tensor_value_info("c1_x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("c0_o0", TensorProto.FLOAT, [2, 3]),
+         helper.make_tensor_value_info("c1_o0", TensorProto.FLOAT, [2, 3])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def test_ownership_blame_and_extraction() -> None:
+    model = _softmax_batch(correct=True)
+    owners = onnxgraph.Ownership.of(model, {0: ["c0_o0"], 1: ["c1_o0"]})
+    assert owners.blame("Could not find an implementation for Sigmoid(13) node with name "
+                        "'node_sigmoid'") == {1}
+    assert owners.blame("(op_type:Softmax, node name: node_softmax): bad type") == {0}
+    assert owners.blame("Required inputs (['c1_x']) are missing") == {1}
+    sub = onnxgraph.extract(model, ["c1_o0"])
+    assert [n.name for n in sub.graph.node] == ["node_sigmoid"]
+    assert [i.name for i in sub.graph.input] == ["c1_x"]
+    onnx.checker.check_model(sub, full_check=True)
+
+
+def test_precision_audit_flags_a_narrow_softmax_and_only_that() -> None:
+    for correct, expected in ((False, ["Softmax"]), (True, [])):
+        model = _softmax_batch(correct)
+        types = onnxgraph.value_types(model)
+        found = onnxgraph.precision_audit(model, types, ["c0_o0"], 32)
+        assert [f.op_type for f in found] == expected
+        assert not onnxgraph.precision_audit(model, types, ["c1_o0"], 32)
+
+
+# --------------------------------------------------------------------------
+# judging and re-checking
+
+
+def _tol(dtype: str = "float32") -> cmp.Tolerance:
+    atol, rtol = CATALOGUE["sin"].tolerance_for(dtype)
+    return cmp.Tolerance(atol, rtol)
+
+
+def _ill_conditioned(seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """logit(sigmoid(10 x)) in float32 two ways (false alarm 2) and in float64."""
+    x = np.random.default_rng(seed).uniform(0.5, 1.5, 64)
+    z32 = (np.float32(10) * x.astype(np.float32)).astype(np.float32)
+    s_a = (np.float32(1) / (np.float32(1) + np.exp(-z32))).astype(np.float32)
+    s_b = (np.exp(z32) / (np.float32(1) + np.exp(z32))).astype(np.float32)
+    eager = np.log(s_a / (np.float32(1) - s_a)).astype(np.float32)
+    onnx_ = np.log(s_b / (np.float32(1) - s_b)).astype(np.float32)
+    z = 10 * x
+    truth = np.log((1 / (1 + np.exp(-z))) / (1 - 1 / (1 + np.exp(-z))))
+    return eager, onnx_, truth
+
+
+def test_recheck_calls_an_ill_conditioned_mismatch_a_tolerance_artefact() -> None:
+    eager, onnx_, truth = _ill_conditioned()
+    assert not cmp.compare(eager, onnx_, _tol()).passed  # it does look like a finding
+    checked = recheck([eager], [onnx_], [truth], [_tol()], [0])
+    assert checked.verdict is RecheckVerdict.ILL_CONDITIONED
+    assert checked.verdict.dismisses and checked.closer == "neither"
+
+
+def test_recheck_says_which_side_is_closer_to_the_truth() -> None:
+    truth = np.linspace(-2, 2, 16)
+    good = truth.astype(np.float32)
+    bad = good.copy()
+    bad[3] += np.float32(0.5)
+    confirmed = recheck([good], [bad], [truth], [_tol()], [0])
+    assert confirmed.verdict is RecheckVerdict.CONFIRMED and confirmed.closer == "eager"
+    quirk = recheck([bad], [good], [truth], [_tol()], [0])
+    assert quirk.verdict is RecheckVerdict.EAGER_OFF and quirk.closer == "onnx"
+    assert recheck([good], [bad], None, [_tol()], [0]).verdict is RecheckVerdict.UNVERIFIED
+
+
+def test_recheck_rounds_the_truth_to_the_output_dtype() -> None:
+    truth = np.array([1e39, 1.0])  # overflows float32: a correct float32 op returns inf
+    eager = np.array([np.inf, 1.0], np.float32)
+    onnx_ = np.array([np.float32(3.4e38), 1.0], np.float32)
+    assert recheck([eager], [onnx_], [truth], [_tol()], [0]).verdict is \
+        RecheckVerdict.CONFIRMED
+
+
+def test_judge_compares_nondeterministic_outputs_by_shape_only() -> None:
+    v = CATALOGUE["sort"]
+    vals = np.array([[1.0, 1.0, 2.0]], np.float32)
+    ok = judge(v, "float32", [vals, np.array([[0, 1, 2]])], [vals, np.array([[1, 0, 2]])])
+    assert ok.outcome is Outcome.PASS
+    wrong = judge(v, "float32", [vals, np.array([[0, 1, 2]])],
+                  [vals, np.array([[0, 1, 2]], np.int32)])
+    assert wrong.outcome is Outcome.DTYPE_MISMATCH
+
+
+# --------------------------------------------------------------------------
+# planning, gate, findings, repro
+
+
+def test_planner_filters_and_batches_by_dtype() -> None:
+    variants = load_variants(("parity_gate.ops.catalogue:VARIANTS",))
+    sel = Selection(select=["atan2", "sum.*"], dtypes=["float16", "int32"])
+    p = plan(variants, sel, batch_size=7)
+    units = [u for j in p.jobs for u in j.units]
+    assert {u.dtype for u in units} == {"float16", "int32"}
+    assert {u.variant for u in units} == {"atan2"} | {v for v in variants
+                                                      if v.startswith("sum.")}
+    assert all(len({u.dtype for u in j.units}) == 1 and len(j.units) <= 7 for j in p.jobs)
+    assert all(k.id == f"op/{k.module[3:]}/{k.dtype}/{k.fixture}/cpu" for j in p.jobs
+               for k in j.cases)
+    assert plan(variants, Selection(families=["pad"])).total > 0
+
+
+def test_planner_turns_catalogue_skips_into_skipped_cases() -> None:
+    variants = load_variants(("ops_test_variants:VARIANTS",))
+    p = plan(variants, Selection(select=["t.skip", "t.xfail"]),
+             sources=("ops_test_variants:VARIANTS",))
+    assert [(r.id, r.outcome) for r in p.skipped] == [
+        ("op/t.skip/float32/normal/cpu", Outcome.SKIPPED)]
+    assert [u.variant for j in p.jobs for u in j.units] == ["t.xfail"]
+
+
+def _case(variant: str, outcome: Outcome, dtype: str = "float32", cls: str = "normal",
+          reason: str = "o0: boom") -> CaseResult:
+    return CaseResult(CaseKey(f"op/{variant}", dtype, cls, -1, "cpu"), outcome, reason,
+                      meta={"variant": variant, "op": f"aten.{variant}", "family": "test",
+                            "input_class": cls})
+
+
+def test_gate_blocks_new_findings_only(tmp_path: Path) -> None:
+    variants = load_variants(("ops_test_variants:VARIANTS",))
+    run = RunResult(cases=[_case("t.xfail", Outcome.UNSUPPORTED_OP),
+                           _case("t.sin", Outcome.PASS),
+                           _case("t.neg", Outcome.MISMATCH),
+                           _case("t.cos", Outcome.NO_KERNEL, dtype="bfloat16")])
+    first = gating.gate(run, gating.load_baseline(None, variants))
+    assert sorted(c.id for c in first.blocking) == ["op/t.cos/bfloat16/normal/cpu",
+                                                   "op/t.neg/float32/normal/cpu"]
+    path = tmp_path / "known.yml"
+    text, changes = gating.updated_baseline(path, run, variants)
+    path.write_text(text)
+    assert {c.action for c in changes} == {"added"}
+    assert "t.xfail" not in text  # the catalogue already knows it
+    again = gating.gate(run, gating.load_baseline(path, variants))
+    assert again.passed and not again.blocking
+    worse = RunResult(cases=[*run.cases[:3], _case("t.cos", Outcome.CRASH, dtype="bfloat16")])
+    assert [c.id for c in gating.gate(worse, gating.load_baseline(path, variants)).blocking] \
+        == ["op/t.cos/bfloat16/normal/cpu"]
+
+
+def test_findings_group_cases_and_repro_scripts_are_standalone(tmp_path: Path) -> None:
+    run = RunResult(cases=[_case("atan2", Outcome.MISMATCH, d, c, "o0: sign flip")
+                           for d in ("float32", "float16") for c in ("normal", "specials")]
+                    + [_case("digamma", Outcome.UNSUPPORTED_OP, d, reason="translation: "
+                             "unsupported operator prims.digamma") for d in ("float32", "float64")]
+                    + [_case("sin", Outcome.PASS)])
+    rows = findings.rows(run)
+    assert Counter(r.outcome for r in rows) == {"mismatch": 1, "unsupported_op": 1}
+    atan2 = next(r for r in rows if r.variant == "atan2")
+    assert atan2.input_classes == ("specials", "normal") and atan2.dtypes == ("float32",
+                                                                              "float16")
+    text = findings.render(run, rows, None, "repro")
+    assert "prims.digamma" in text and "`atan2`" in text
+    written = repro.write_all(rows, CATALOGUE, tmp_path, {"torch": "x"})
+    assert len(written) == 2
+    source = written[0].read_text()
+    compile(source, str(written[0]), "exec")
+    assert "torch.onnx.export" in source and "inf" in source and "parity_gate" not in source
+
+
+def test_all_dtypes_constant_is_the_full_set() -> None:
+    assert set(ALL) == {"float32", "float64", "float16", "bfloat16", "int8", "int32", "int64",
+                        "uint8", "bool"}

@@ -1,0 +1,29 @@
+"""Report writers on hand-built results: JUnit must parse whatever text errors carry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import junitparser
+
+from parity_gate.gate import decide
+from parity_gate.outcomes import Outcome
+from parity_gate.report.write import ReportPaths, write_all
+from parity_gate.results import CaseKey, CaseResult, RunResult
+
+
+def test_junit_survives_colour_codes_and_control_bytes(tmp_path: Path) -> None:
+    nasty = "\x1b[96mConversionError\x1b[0m: bad\x00 byte\x07 and \x1b[1;31mcolour\x1b[0m"
+    run = RunResult(cases=[
+        CaseResult(CaseKey("m", "float32", "f", 2, "cpu"), Outcome.EXPORT_ERROR, nasty, nasty),
+        CaseResult(CaseKey("m", "float32", "f", 3, "cpu"), Outcome.SKIPPED, nasty),
+    ])
+    paths = ReportPaths(json=tmp_path / "r.json", junit=tmp_path / "j.xml",
+                        summary=tmp_path / "s.md")
+    write_all(run, decide(run), paths)
+    xml = junitparser.JUnitXml.fromfile(str(paths.junit))
+    results = [c.result[0] for s in xml for c in s]
+    error = next(r for r in results if isinstance(r, junitparser.Error))
+    assert error.type == "export_error"
+    assert error.message == "ConversionError: bad byte and colour"
+    assert "\x1b" not in (error.text or "")
