@@ -961,6 +961,7 @@ def _shape_reason(a: tuple[int, ...], b: tuple[int, ...]) -> str:
     return f"{base} (axis {', '.join(map(str, diff))} differs)"
 
 
+@np.errstate(all="ignore")  # NaN/Inf are data here, not warnings
 def compare(
     reference: np.ndarray,
     actual: np.ndarray,
@@ -978,22 +979,6 @@ def compare(
     ``strict_signed_zeros`` fails a pair whose only difference is +0 vs -0.
     Non-contiguous inputs are copied once; contiguous ones never are.
     """
-    with np.errstate(all="ignore"):  # NaN/Inf are data here, not warnings
-        return _compare(reference, actual, tolerance, name=name, task=task,
-                        min_top1_agreement=min_top1_agreement,
-                        strict_signed_zeros=strict_signed_zeros)
-
-
-def _compare(
-    reference: np.ndarray,
-    actual: np.ndarray,
-    tolerance: Tolerance,
-    *,
-    name: str = "output",
-    task: str | None = None,
-    min_top1_agreement: float = 1.0,
-    strict_signed_zeros: bool = False,
-) -> Comparison:
     if task not in (None, "classification"):
         raise ValueError(f"unknown task {task!r}; expected None or 'classification'")
     ref = np.asarray(reference)
