@@ -13,7 +13,6 @@ import random
 import sys
 import time
 import traceback
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,9 +37,7 @@ from parity_gate.runtime import (
     create_session,
     first_line,
 )
-from parity_gate.workers import CaseStream
-
-Emit = Callable[[str, Any], None]
+from parity_gate.workers import CaseStream, Emit
 
 
 @dataclass

@@ -41,6 +41,9 @@ class Job(Protocol):
         """Send ('case', dict), ('finding', dict) and ('step', str) messages; never raise."""
 
 
+Emit = Callable[[str, Any], None]  # (kind, payload) sent from a worker to the parent
+
+
 class CaseStream:
     """Worker side of the protocol: each planned case is reported exactly once, as it ends.
 
@@ -49,7 +52,7 @@ class CaseStream:
     what keeps a crash from losing finished work.
     """
 
-    def __init__(self, job: Any, emit: Callable[[str, Any], None]) -> None:
+    def __init__(self, job: Any, emit: Emit) -> None:
         self.job = job
         self.emit = emit
         self.pending: list[CaseKey] = list(job.cases)

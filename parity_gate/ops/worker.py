@@ -40,9 +40,7 @@ from parity_gate.runtime import (
     create_session,
     first_line,
 )
-from parity_gate.workers import CaseStream
-
-Emit = Callable[[str, Any], None]
+from parity_gate.workers import CaseStream, Emit
 
 # Ops that only move or convert data: the case's `op` is the first op not in here.
 _PLUMBING = ("aten._to_copy", "aten.view", "aten.expand", "aten.clone", "aten.detach",
