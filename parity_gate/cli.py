@@ -140,15 +140,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         providers=[p.strip() for p in args.providers.split(",") if p.strip()]
         if args.providers else None,
-        fail_on=args.fail_on or "any-failure",
         policy=policy,
         shard=shard,
         timings=timings,
-        reports=ReportPaths(
-            json=args.json or args.out / "results.json",
-            junit=args.junit or args.out / "junit.xml",
-            summary=args.summary or args.out / "summary.md",
-        ),
+        reports=ReportPaths.in_folder(args.out, args.json, args.junit, args.summary),
         quiet=args.quiet,
     )
     run, decision, stopped = run_manifest(manifest, path, options)
@@ -223,9 +218,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
         decision = combine(run, gates, fail_on=args.fail_on, strict=args.strict)
         decision.deltas = (apply(run, policy).deltas if policy.compare_to
                            else combine_deltas([g.get("compare_to", {}) for g in gates]))
-    reports = ReportPaths(json=args.json or args.out / "results.json",
-                          junit=args.junit or args.out / "junit.xml",
-                          summary=args.summary or args.out / "summary.md")
+    reports = ReportPaths.in_folder(args.out, args.json, args.junit, args.summary)
     write_all(run, decision, reports)
     for line in notices(decision):
         print(line, file=sys.stderr)

@@ -8,7 +8,7 @@ from collections import Counter
 from typing import TextIO
 
 from parity_gate.report.fmt import num, seconds
-from parity_gate.results import CaseResult, RunResult
+from parity_gate.results import CaseResult, RunResult, skip_reasons
 
 _LABEL = {"pass": "PASS", "skipped": "SKIP"}
 
@@ -24,11 +24,8 @@ class Progress:
 
     def skipped(self, cases: list[CaseResult]) -> None:
         """Skips known before running: one line per reason, not one per case."""
-        reasons: dict[str, int] = {}
-        for case in cases:
-            reasons[case.reason] = reasons.get(case.reason, 0) + 1
         self.done += len(cases)
-        for reason, n in reasons.items():
+        for reason, n in skip_reasons(cases).items():
             self.message(f"skipping {n} case(s): {reason}")
 
     def case(self, case: CaseResult) -> None:

@@ -137,6 +137,9 @@ class RunResult:
     interrupted: bool = False
     shard: str | None = None
 
+    def skip_reasons(self) -> dict[str, int]:
+        return skip_reasons(self.cases)
+
     def counts(self) -> dict[str, int]:
         c = Counter(r.outcome.value for r in self.cases)
         return {o.value: c.get(o.value, 0) for o in Outcome if c.get(o.value)}
@@ -183,6 +186,11 @@ class RunResult:
             interrupted=bool(d.get("interrupted", False)),
             shard=d.get("shard"),
         )
+
+
+def skip_reasons(cases: list[CaseResult]) -> dict[str, int]:
+    """How many cases were skipped for each distinct reason, in first-seen order."""
+    return dict(Counter(c.reason for c in cases if c.outcome is Outcome.SKIPPED))
 
 
 def _finite_or_inf(x: Any) -> float:

@@ -19,7 +19,7 @@ from parity_gate import __version__
 from parity_gate.cases import Plan, missing_required_providers, plan
 from parity_gate.environment import versions
 from parity_gate.errors import UserError
-from parity_gate.gate import GateDecision, GatePolicy, apply, decide
+from parity_gate.gate import GateDecision, GatePolicy, apply
 from parity_gate.manifest import Manifest, ProviderSettings
 from parity_gate.progress import Progress
 from parity_gate.report.write import ReportPaths, write_all
@@ -34,10 +34,9 @@ class RunOptions:
     select: list[str] = field(default_factory=list)
     jobs: int = 1
     providers: list[str] | None = None
-    fail_on: str = "any-failure"
     reports: ReportPaths = field(default_factory=ReportPaths)
     quiet: bool = False
-    policy: GatePolicy | None = None  # baseline, --strict, --compare-to; overrides fail_on
+    policy: GatePolicy = field(default_factory=GatePolicy)  # fail-on, baseline, --strict...
     shard: Shard | None = None  # --shard K/N
     timings: dict[str, float] | None = None  # module → seconds, from --timings
 
@@ -129,8 +128,7 @@ def run_manifest(manifest: Manifest, manifest_path: Path,
                 pool.close()
     finally:
         run.duration_s = time.monotonic() - t0
-    decision = (apply(run, options.policy, universe) if options.policy
-                else decide(run, options.fail_on))
+    decision = apply(run, options.policy, universe)
     progress.final(run)
     write_all(run, decision, options.reports)
     return run, decision, stopped

@@ -37,7 +37,7 @@ class Job(Protocol):
     @property
     def timeout_s(self) -> float: ...
 
-    def execute(self, emit: Callable[[str, Any], None]) -> None:
+    def execute(self, emit: Emit) -> None:
         """Send ('case', dict), ('finding', dict) and ('step', str) messages; never raise."""
 
 

@@ -181,26 +181,17 @@ def _list(op_plan: Any, selection: Any) -> int:
 
 
 def _report(run: Any, decision: Any, op_plan: Any, args: argparse.Namespace) -> None:
-    import os
 
     from parity_gate.gate import notices
     from parity_gate.ops import findings, repro
-    from parity_gate.report import junit
-    from parity_gate.report.markdown import trim
-    from parity_gate.report.write import atomic_write, run_json
+    from parity_gate.report.write import ReportPaths, write_all
 
     out: Path = args.out
     table = findings.rows(run, decision)
     repro_dir = out / "repro"
     repro.write_all(table, op_plan.variants, repro_dir, run.versions, args.seed)
     summary = findings.render(run, table, decision, str(repro_dir))
-    atomic_write(out / "results.json", run_json(run, decision))
-    atomic_write(out / "junit.xml", junit.to_xml(run))
-    atomic_write(out / "findings.md", summary.encode("utf-8"))
-    step = os.environ.get("GITHUB_STEP_SUMMARY")
-    if step:
-        with open(step, "a", encoding="utf-8") as fh:
-            fh.write(trim(summary) + "\n")
+    write_all(run, decision, ReportPaths.in_folder(out, summary=out / "findings.md"), summary)
     if not args.quiet:
         for line in findings.summary_lines(table):
             print(f"  {line}", file=sys.stderr)

@@ -52,11 +52,8 @@ def _passing_row(case: CaseResult) -> str:
 
 def _skip_lines(run: RunResult) -> list[str]:
     """One line per distinct skip reason, instead of the same reason on every row."""
-    reasons: dict[str, int] = {}
-    for case in run.cases:
-        if case.outcome.value == "skipped":
-            reasons[case.reason] = reasons.get(case.reason, 0) + 1
-    return [f"**Skipped {n}:** {_cell(reason, 300)}" for reason, n in reasons.items()]
+    return [f"**Skipped {n}:** {_cell(reason, 300)}"
+            for reason, n in run.skip_reasons().items()]
 
 
 def render(run: RunResult, decision: GateDecision) -> str:

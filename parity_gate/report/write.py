@@ -19,6 +19,13 @@ class ReportPaths:
     junit: Path | None = None
     summary: Path | None = None
 
+    @classmethod
+    def in_folder(cls, out: Path, json: Path | None = None, junit: Path | None = None,
+                  summary: Path | None = None) -> ReportPaths:
+        """`--out DIR` with the standard names, each overridable by its own flag."""
+        return cls(json or out / "results.json", junit or out / "junit.xml",
+                   summary or out / "summary.md")
+
 
 def atomic_write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -37,9 +44,14 @@ def run_json(run: RunResult, decision: GateDecision) -> bytes:
     return json.dumps(doc, indent=1, allow_nan=False).encode("utf-8")
 
 
-def write_all(run: RunResult, decision: GateDecision, paths: ReportPaths) -> str:
-    """Write the requested reports; returns the markdown (also used for the step summary)."""
-    summary = markdown.render(run, decision)
+def write_all(run: RunResult, decision: GateDecision, paths: ReportPaths,
+              summary: str | None = None) -> str:
+    """Write the requested reports; returns the markdown (also used for the step summary).
+
+    `summary` replaces the default markdown (the op sweep writes its findings table).
+    """
+    if summary is None:
+        summary = markdown.render(run, decision)
     if paths.json:
         atomic_write(paths.json, run_json(run, decision))
     if paths.junit:
