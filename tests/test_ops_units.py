@@ -358,3 +358,29 @@ def test_findings_group_cases_and_repro_scripts_are_standalone(tmp_path: Path) -
 def test_all_dtypes_constant_is_the_full_set() -> None:
     assert set(ALL) == {"float32", "float64", "float16", "bfloat16", "int8", "int32", "int64",
                         "uint8", "bool"}
+
+
+def test_filtered_sweep_does_not_call_other_entries_stale() -> None:
+    from parity_gate.baseline import Baseline, Entry
+    from parity_gate.ops.gating import gate
+    from parity_gate.ops.jobs import DEFAULT_SOURCES
+    from parity_gate.ops.planner import case_ids
+    from parity_gate.ops.registry import load_variants
+    from parity_gate.results import CaseKey, CaseResult, RunResult
+
+    variants = load_variants(DEFAULT_SOURCES)
+    universe = case_ids(variants, ["cpu"])
+    assert "op/atan2/float32/specials/cpu" in universe
+    other = next(i for i in sorted(universe) if not i.startswith("op/atan2/"))
+    run = RunResult(cases=[CaseResult(CaseKey("op/atan2", "float32", "normal", -1, "cpu"),
+                                      Outcome.PASS)])
+    baseline = Baseline("b.yml", (Entry(other, "known elsewhere"), Entry("op/nope/*", "gone")))
+    assert [s.entry for s in gate(run, baseline, universe=universe).stale] == ["op/nope/*"]
+    assert len(gate(run, baseline).stale) == 2  # without the universe: both look stale
+
+
+def test_update_baseline_refuses_a_filtered_sweep(capsys) -> None:
+    from parity_gate.cli import main
+
+    assert main(["ops", "--select", "atan2", "--update-baseline"]) == 2
+    assert "only on the whole catalogue" in capsys.readouterr().err

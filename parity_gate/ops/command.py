@@ -63,7 +63,7 @@ def add_parser(sub: Any, commands: dict[str, Callable[[argparse.Namespace], int]
 def run_command(args: argparse.Namespace) -> int:
     from parity_gate.ops import gating
     from parity_gate.ops.jobs import DEFAULT_SOURCES
-    from parity_gate.ops.planner import DEFAULT_BATCH, Selection, plan
+    from parity_gate.ops.planner import DEFAULT_BATCH, Selection, case_ids, plan
     from parity_gate.ops.registry import load_variants
 
     if args.jobs < 1:
@@ -77,12 +77,17 @@ def run_command(args: argparse.Namespace) -> int:
         return _list(op_plan, selection)
     if not op_plan.total:
         raise UserError("ops: the filters match no case (see `parity-gate ops --list`)")
+    if args.update_baseline and (args.select or args.dtype or args.family):
+        raise UserError("--update-baseline: only on the whole catalogue (expected no --select, "
+                        "--dtype or --family; entries of the ops left out would be dropped "
+                        "as stale)")
     path = None if args.no_baseline else (args.baseline or gating.BUNDLED)
     if args.baseline is not None and not args.baseline.is_file() and not args.update_baseline:
         raise UserError(f"--baseline: {args.baseline}: file not found")
     baseline = gating.load_baseline(path if path and path.is_file() else None, variants)
     run = execute(op_plan, selection, args.jobs, quiet=args.quiet)
-    decision = gating.gate(run, baseline, args.fail_on, args.strict)
+    decision = gating.gate(run, baseline, args.fail_on, args.strict,
+                           case_ids(variants, args.providers))
     _report(run, decision, op_plan, args)
     if args.update_baseline:
         target = args.baseline or gating.BUNDLED

@@ -45,10 +45,13 @@ def load_baseline(path: Path | None, variants: dict[str, OpVariant]) -> bl.Basel
 
 
 def gate(run: RunResult, baseline: bl.Baseline | None, fail_on: str | None = None,
-         strict: bool = False) -> GateDecision:
-    """The one call that decides the exit code of `parity-gate ops`."""
+         strict: bool = False, universe: set[str] | None = None) -> GateDecision:
+    """The one call that decides the exit code of `parity-gate ops`.
+
+    `universe`: the whole catalogue's case ids (see planner.case_ids); default the run's.
+    """
     return decide(run, fail_on, baseline=baseline, strict=strict,
-                  universe={c.id for c in run.cases})
+                  universe=universe if universe is not None else {c.id for c in run.cases})
 
 
 def updated_baseline(path: Path, run: RunResult,

@@ -103,6 +103,16 @@ def units_of(variants: Iterable[OpVariant], selection: Selection) -> tuple[list[
     return units, skipped
 
 
+def case_ids(variants: dict[str, OpVariant], providers: list[str]) -> set[str]:
+    """Every case id of the whole catalogue on these providers, before any filter.
+
+    Baseline entries are judged stale against this, so `--select` or `--family`
+    does not call the entries of the ops it left out stale.
+    """
+    units, skipped = units_of(variants.values(), Selection(providers=list(providers)))
+    return {u.key(p).id for u in units for p in providers} | {c.id for c in skipped}
+
+
 def plan(variants: dict[str, OpVariant], selection: Selection, *,
          batch_size: int = DEFAULT_BATCH, sources: tuple[str, ...] = DEFAULT_SOURCES,
          seed: int = 0) -> OpPlan:
