@@ -11,6 +11,8 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import re
+import types
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -56,24 +58,23 @@ class _Locator:
     def __init__(self, root: yaml.Node | None) -> None:
         self.root = root
 
-    def find(self, loc: Loc) -> tuple[yaml.Node | None, list[Any], bool]:
-        """Deepest node along `loc`, the user-visible path, and whether it was found fully."""
-        node, path, found = self.root, [], True
+    def find(self, loc: Loc) -> tuple[yaml.Node | None, list[Any]]:
+        """Deepest node along `loc`, and the user-visible path up to the missing part."""
+        node, path = self.root, []
         for part in loc:
             child = self._child(node, part)
             if child is None:
-                if isinstance(part, str) and (part in _TAG_PARTS or "[" in part):
+                if isinstance(part, str) and _is_tag(part):
                     continue
                 path.append(part)
-                found = False
                 break
             node = child
             path.append(part)
-        return node, path, found
+        return node, path
 
     def key_node(self, loc: Loc) -> yaml.Node | None:
         """The node of the key itself (for unknown-key errors), not its value."""
-        parent, _, _ = self.find(loc[:-1])
+        parent, _ = self.find(loc[:-1])
         if isinstance(parent, yaml.MappingNode):
             for k, _v in parent.value:
                 if _scalar(k) == loc[-1]:
@@ -121,7 +122,7 @@ class ManifestProblems:
 
     def add(self, loc: Loc, message: str, *, at_key: bool = False,
             node: yaml.Node | None = None) -> None:
-        found_node, path, _found = self.locator.find(loc)
+        found_node, path = self.locator.find(loc)
         if node is not None:
             path = list(loc)
         elif at_key:
@@ -201,7 +202,7 @@ def _translate(error: ValidationError, data: Any) -> list[tuple[Loc, str, bool]]
             out.append((loc, f"got {_show(errs[0]['input'])} (expected {kinds})", False))
             continue
         for err in errs:
-            loc2, message, at_key = _one(loc, err, error.title, data)
+            loc2, message, at_key = _one(loc, err, data)
             out.append((loc2, message, at_key or bool(err.get("at_key"))))
     return out
 
@@ -210,7 +211,7 @@ def _is_tag(part: str) -> bool:
     return part in _TAG_PARTS or "[" in part
 
 
-def _one(loc: Loc, err: dict[str, Any], title: str, data: Any) -> tuple[Loc, str, bool]:
+def _one(loc: Loc, err: dict[str, Any], data: Any) -> tuple[Loc, str, bool]:
     kind, ctx, got = err["type"], err.get("ctx") or {}, err.get("input")
     if kind == "extra_forbidden":
         allowed = _allowed_keys(loc[:-1], data)
@@ -294,8 +295,6 @@ def _allowed_keys(loc: Loc, data: Any) -> list[str]:
 
 def _submodel(model: Any, part: Any, node: Any) -> Any:
     """Walk the annotated type of `model` one step along `part`."""
-    import typing
-
     if model is None:
         return None
     if isinstance(model, type) and issubclass(model, BaseModel):
@@ -310,9 +309,6 @@ def _submodel(model: Any, part: Any, node: Any) -> Any:
 
 def _unwrap(tp: Any, node: Any) -> Any:
     """Strip Optional/Annotated/unions (choosing the fixture kind by `node['kind']`)."""
-    import types
-    import typing
-
     while True:
         origin = typing.get_origin(tp)
         if origin is typing.Annotated:
