@@ -8,7 +8,7 @@
 # on the runner; for older drivers build with CUDA_IMAGE=nvidia/cuda:12.8.1-cudnn-runtime-
 # ubuntu24.04, ORT_GPU_VERSION=1.26.0 and TORCH_INDEX=https://download.pytorch.org/whl/cu128.
 # No USER and no WORKDIR: Actions mounts the workspace and action.yml sets --workdir; it runs as
-# root so that an `install` command can pip-install, and parity_gate/action.py hands the files it
+# root so that an `install` command can pip-install, and parity_gate/github/action.py hands the files it
 # created back to the runner's user.
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
@@ -34,8 +34,8 @@ RUN --mount=type=bind,from=wheel,source=/wheels,target=/wheels \
         "onnxruntime==${ORT_VERSION}" onnx==1.23.2 onnxscript==0.7.2 numpy==2.4.6 \
         ml_dtypes==0.6.0 PyYAML==6.0.4 pydantic==2.14.4 requests==2.34.2 \
  && pip install --no-cache-dir --no-deps /wheels/parity_gate-*.whl \
- && python -c "import parity_gate.action, parity_gate.runner"
-ENTRYPOINT ["python", "-m", "parity_gate.action"]
+ && python -c "import parity_gate.github.action, parity_gate.runner"
+ENTRYPOINT ["python", "-m", "parity_gate.github.action"]
 
 FROM ${CUDA_IMAGE} AS gpu
 ARG TORCH_VERSION=2.13.0
@@ -62,6 +62,6 @@ RUN --mount=type=bind,from=wheel,source=/wheels,target=/wheels \
         "onnxruntime-gpu==${ORT_GPU_VERSION}" onnx==1.23.2 onnxscript==0.7.2 numpy==2.4.6 \
         ml_dtypes==0.6.0 PyYAML==6.0.4 pydantic==2.14.4 requests==2.34.2 \
  && pip install --no-cache-dir --no-deps /wheels/parity_gate-*.whl \
- && python -c "import parity_gate.action, parity_gate.runner, onnxruntime as o; \
+ && python -c "import parity_gate.github.action, parity_gate.runner, onnxruntime as o; \
 assert 'CUDAExecutionProvider' in o.get_available_providers(), o.get_available_providers()"
-ENTRYPOINT ["python", "-m", "parity_gate.action"]
+ENTRYPOINT ["python", "-m", "parity_gate.github.action"]

@@ -25,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from parity_gate.compare import Tolerance, _release_scratch, compare
+from parity_gate.compare.core import Tolerance, _release_scratch, compare
 
 TIME_TARGET = 3.0
 MEM_TARGET = 0.5

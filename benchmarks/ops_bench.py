@@ -33,6 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from parity_gate.model.results import CaseResult
 from parity_gate.ops import export as op_export
 from parity_gate.ops.jobs import OpBatchJob, Unit
 from parity_gate.ops.planner import DEFAULT_BATCH, Selection, job_for, units_of
@@ -56,9 +57,9 @@ def subset(n: int) -> list[Unit]:
 def run_jobs(jobs: list[OpBatchJob]) -> dict[str, str]:
     outcomes: dict[str, str] = {}
 
-    def emit(kind: str, payload: Any) -> None:
-        if kind == "case":
-            outcomes[payload["id"]] = payload["outcome"]
+    def emit(message: Any) -> None:
+        if isinstance(message, CaseResult):
+            outcomes[message.id] = message.outcome.value
 
     for job in jobs:
         run_batch(job, emit)

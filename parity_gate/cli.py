@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING
 
 from parity_gate import __version__
 from parity_gate.errors import EXIT_FAIL, EXIT_INTERNAL, EXIT_USAGE, UserError
+from parity_gate.model.policy import FAIL_ON
 
 if TYPE_CHECKING:  # imported lazily: `check` and `schema` stay fast
-    from parity_gate.baseline import Baseline
-    from parity_gate.gate import GatePolicy
-    from parity_gate.sharding import Shard
+    from parity_gate.gate.baseline import Baseline
+    from parity_gate.gate.decision import GatePolicy
+    from parity_gate.plan.sharding import Shard
 
 DEFAULT_MANIFEST = "fixtures/parity.yml"
 ISSUES_URL = "https://github.com/parity-gate/parity-gate/issues"
-FAIL_ON = ("regressions", "any-failure", "never")  # == gate.FAIL_ON (tested)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -113,8 +113,8 @@ def _add_gate_args(p: argparse.ArgumentParser, merging: bool = False) -> None:
 
 
 def _gate_policy(args: argparse.Namespace, baseline: Baseline | None) -> GatePolicy:
-    from parity_gate.gate import GatePolicy
-    from parity_gate.merge import read_results
+    from parity_gate.gate.decision import GatePolicy
+    from parity_gate.gate.merge import read_results
 
     if args.worsen_factor is not None and not args.worsen_factor >= 1:
         raise UserError(f"--worsen-factor: got {args.worsen_factor} (expected a number >= 1)")
@@ -125,8 +125,8 @@ def _gate_policy(args: argparse.Namespace, baseline: Baseline | None) -> GatePol
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from parity_gate.gate import notices
-    from parity_gate.manifest_loader import load_manifest
+    from parity_gate.gate.decision import notices
+    from parity_gate.manifest.load import load_manifest
     from parity_gate.report.write import ReportPaths
     from parity_gate.runner import RunOptions, run_manifest
 
@@ -161,9 +161,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _run_gate_inputs(args: argparse.Namespace, manifest_path: Path
                      ) -> tuple[GatePolicy, Shard | None, dict[str, float] | None]:
     """Read the baseline, --compare-to and --timings before running: bad input fails fast."""
-    from parity_gate import baseline as baseline_file
-    from parity_gate.merge import read_results
-    from parity_gate.sharding import Shard, recorded_seconds
+    from parity_gate.gate import baseline as baseline_file
+    from parity_gate.gate.merge import read_results
+    from parity_gate.plan.sharding import Shard, recorded_seconds
 
     policy = _gate_policy(args, baseline_file.find(manifest_path, args.baseline))
     shard = Shard.parse(args.shard) if args.shard else None
@@ -172,11 +172,11 @@ def _run_gate_inputs(args: argparse.Namespace, manifest_path: Path
 
 
 def _cmd_baseline(args: argparse.Namespace) -> int:
-    from parity_gate import baseline as baseline_file
-    from parity_gate.merge import read_results
+    from parity_gate.gate import baseline as baseline_file
+    from parity_gate.gate.merge import read_results
     from parity_gate.report.write import atomic_write
 
-    source, run, _ = read_results(args.source)
+    source, run = read_results(args.source)
     if run.shard:
         raise UserError(f"{source}: results of shard {run.shard} only (expected a whole run: "
                         "merge the shards first with `parity-gate merge`, or entries of the "
@@ -201,13 +201,13 @@ def _cmd_baseline(args: argparse.Namespace) -> int:
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:
-    from parity_gate import baseline as baseline_file
-    from parity_gate.deltas import combine as combine_deltas
-    from parity_gate.gate import apply, combine, notices
-    from parity_gate.merge import merge_files
+    from parity_gate.gate import baseline as baseline_file
+    from parity_gate.gate.decision import apply, combine, decide, notices
+    from parity_gate.gate.deltas import combine as combine_deltas
+    from parity_gate.gate.merge import merge_files
     from parity_gate.report.write import ReportPaths, write_all
 
-    run, gates = merge_files(args.files)
+    run, shards = merge_files(args.files)
     if args.worsen_factor is not None and args.baseline is None:
         raise UserError("--worsen-factor: only with --baseline when merging (expected "
                         "--baseline PATH; without it the shards' own rulings are kept)")
@@ -215,11 +215,15 @@ def _cmd_merge(args: argparse.Namespace) -> int:
         decision = apply(run, _gate_policy(args, baseline_file.load(args.baseline)))
     else:
         policy = _gate_policy(args, None)
-        decision = combine(run, gates, fail_on=args.fail_on, strict=args.strict)
-        decision.deltas = (apply(run, policy).deltas if policy.compare_to
-                           else combine_deltas([g.get("compare_to", {}) for g in gates]))
+        gates = [s.gate for s in shards if s.gate is not None]
+        decision = (combine(run, gates, fail_on=args.fail_on, strict=args.strict)
+                    if len(gates) == len(shards)
+                    else decide(run, args.fail_on or "any-failure", strict=args.strict))
+        decision.compare_to = (apply(run, policy).compare_to if policy.compare_to
+                               else combine_deltas([g.compare_to for g in gates]))
+    run.gate = decision
     reports = ReportPaths.in_folder(args.out, args.json, args.junit, args.summary)
-    write_all(run, decision, reports)
+    write_all(run, reports)
     for line in notices(decision):
         print(line, file=sys.stderr)
     if run.interrupted:
@@ -233,7 +237,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from parity_gate.manifest_loader import load_manifest
+    from parity_gate.manifest.load import load_manifest
 
     manifest = load_manifest(Path(args.manifest))
     print(f"{args.manifest}: OK ({len(manifest.modules)} modules, "
@@ -242,7 +246,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_schema(_args: argparse.Namespace) -> int:
-    from parity_gate.schema import manifest_schema
+    from parity_gate.manifest.schema import manifest_schema
 
     print(json.dumps(manifest_schema(), indent=2))
     return 0

@@ -16,17 +16,20 @@ from pathlib import Path
 from typing import Any
 
 from parity_gate import __version__
-from parity_gate.cases import Plan, missing_required_providers, plan
-from parity_gate.environment import versions
+from parity_gate.engine.environment import versions
+from parity_gate.engine.pool import WorkerPool
+from parity_gate.engine.runtime import available_providers
 from parity_gate.errors import UserError
-from parity_gate.gate import GateDecision, GatePolicy, apply
-from parity_gate.manifest import Manifest, ProviderSettings
-from parity_gate.progress import Progress
+from parity_gate.gate.decision import GatePolicy, apply
+from parity_gate.manifest.models import Manifest, ProviderSettings
+from parity_gate.model.findings import Finding
+from parity_gate.model.gate import GateDecision
+from parity_gate.model.results import CaseResult, RunResult
+from parity_gate.plan.cases import ModuleJob, Plan, missing_required_providers, plan
+from parity_gate.plan.providers import EXECUTION_PROVIDERS, check_names
+from parity_gate.plan.sharding import Shard, plan_ids, shard_plan
+from parity_gate.report.progress import Progress
 from parity_gate.report.write import ReportPaths, write_all
-from parity_gate.results import CaseResult, Finding, RunResult
-from parity_gate.runtime import EXECUTION_PROVIDERS, available_providers
-from parity_gate.sharding import Shard, plan_ids, shard_plan
-from parity_gate.workers import WorkerPool
 
 
 @dataclass
@@ -66,10 +69,7 @@ def apply_provider_override(manifest: Manifest, names: list[str] | None) -> Mani
     """`--providers cpu,cuda` replaces the manifest's list, keeping declared settings."""
     if not names:
         return manifest
-    unknown = [n for n in names if n not in EXECUTION_PROVIDERS]
-    if unknown:
-        raise UserError(f"--providers: unknown provider {unknown[0]!r} "
-                        f"(expected a comma-separated list of {', '.join(EXECUTION_PROVIDERS)})")
+    check_names(names)
     chosen = {n: manifest.providers.get(n, ProviderSettings()) for n in names}
     modules = [m.model_copy(update={"providers": [p for p in (m.providers or names)
                                                   if p in chosen] or None})
@@ -110,15 +110,16 @@ def run_manifest(manifest: Manifest, manifest_path: Path,
     progress.skipped(work.skipped)
     stopped: int | None = None
     t0 = time.monotonic()
-    pool = WorkerPool(options.jobs)
+    run.planned = work.total
+    pool = WorkerPool(options.jobs, warm=(ModuleJob.entry.partition(":")[0],))
     try:
         with _interruptible():
             try:
-                for kind, payload in pool.run(work.jobs):
-                    if kind == "case":
-                        _record(run, progress, payload)
-                    elif kind == "finding":
-                        _note(run, progress, payload)
+                for event in pool.run(work.jobs):
+                    if isinstance(event, CaseResult):
+                        _record(run, progress, event)
+                    else:
+                        _note(run, progress, event)
             except Interrupted as stop:
                 stopped = stop.signum
                 run.interrupted = True
@@ -129,8 +130,9 @@ def run_manifest(manifest: Manifest, manifest_path: Path,
     finally:
         run.duration_s = time.monotonic() - t0
     decision = apply(run, options.policy, universe)
+    run.gate = decision
     progress.final(run)
-    write_all(run, decision, options.reports)
+    write_all(run, options.reports)
     return run, decision, stopped
 
 

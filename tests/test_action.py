@@ -1,6 +1,6 @@
 """The GitHub Action: its entrypoint run as Actions runs it, action.yml's shell, the examples.
 
-The end-to-end tests start `python -m parity_gate.action` with the INPUT_*/GITHUB_*
+The end-to-end tests start `python -m parity_gate.github.action` with the INPUT_*/GITHUB_*
 environment a runner gives a pull_request job; the rest feed the entrypoint's
 functions hand-built reports of the real shape (RunResult.to_dict), or run
 action.yml's own script with stub `docker`/`nvidia-smi`/`python` commands.
@@ -19,16 +19,19 @@ import sys
 import textwrap
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import pytest
 import yaml
 
-from parity_gate import action
-from parity_gate.compare import Comparison, Verdict
-from parity_gate.gate import decide
-from parity_gate.outcomes import Outcome
-from parity_gate.results import CaseKey, CaseResult, Finding, RunResult
+from parity_gate.compare.core import Comparison, Verdict
+from parity_gate.errors import UserError
+from parity_gate.gate.decision import decide
+from parity_gate.github import action, install
+from parity_gate.model.findings import Finding
+from parity_gate.model.gate import GateDecision, Ruling
+from parity_gate.model.keys import CaseKey
+from parity_gate.model.outcomes import Outcome
+from parity_gate.model.results import CaseResult, RunResult
 
 REPO = Path(__file__).resolve().parents[1]
 ACTION_YML = REPO / "action.yml"
@@ -126,7 +129,7 @@ def runner_env(tmp: Path, workspace: Path, **inputs: str) -> dict[str, str]:
 
 
 def run_entrypoint(env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "parity_gate.action"], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "parity_gate.github.action"], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=600)
 
 
@@ -140,9 +143,11 @@ def case(module: str, outcome: Outcome, reason: str = "", comparisons: int = 0) 
 
 
 def report(cases: list[CaseResult], findings: list[Finding] | None = None,
-           fail_on: str = "any-failure") -> dict[str, Any]:
+           fail_on: str = "any-failure") -> RunResult:
+    """A run as the Action reads it: decided, written as JSON, read back through the model."""
     run = RunResult(cases=cases, findings=findings or [], tool_version="0.1.0")
-    return json.loads(json.dumps(run.to_dict(gate=decide(run, fail_on).to_dict())))
+    run.gate = decide(run, fail_on)
+    return RunResult.from_dict(json.loads(json.dumps(run.to_dict(), allow_nan=False)))
 
 
 # --------------------------------------------------------------------------
@@ -207,7 +212,7 @@ def test_dockerfile_targets_and_entrypoint() -> None:
     assert re.search(r"^FROM \S+ AS cpu$", text, re.M)
     assert re.search(r"^FROM \S+ AS gpu$", text, re.M)
     assert not re.search(r"^(USER|WORKDIR)\b", text, re.M)
-    assert text.count('ENTRYPOINT ["python", "-m", "parity_gate.action"]') == 2
+    assert text.count('ENTRYPOINT ["python", "-m", "parity_gate.github.action"]') == 2
     assert os.access(REPO / ".ci" / "lint-actions", os.X_OK)
 
 
@@ -311,9 +316,9 @@ def test_non_blocking_failures_and_findings_are_warnings_after_errors() -> None:
                  findings=[Finding("enc", "training_mode", "left in train()", "error"),
                            Finding("enc", "export_warning", "axis renamed")])
     # As under a baseline: only `a` is a new failure; `b` and `c` are known.
-    doc["gate"].update(baseline="parity-baseline.yml", blocking=["a/float32/images/b4/cpu"],
-                       rulings=[{"id": "b/float32/images/b4/cpu", "category": "known",
-                                 "why": "known since #12"}])
+    doc.gate = GateDecision(baseline="parity-baseline.yml", blocking=["a/float32/images/b4/cpu"],
+                            rulings=[Ruling("b/float32/images/b4/cpu", "known", "crash",
+                                            "known since #12")])
     notes = action.annotate(doc)
     assert [(n.level, n.title) for n in notes] == [
         ("error", "parity-gate: a/float32/images/b4/cpu mismatch"),
@@ -342,14 +347,17 @@ def test_annotation_escaping_and_message_content() -> None:
     assert action.escape_property("t: a,b%") == "t%3A a%2Cb%25"
 
 
-def test_unknown_outcome_ranks_worst_and_counts_as_failure() -> None:
-    doc = report([case("a", Outcome.CRASH)])
-    doc["cases"].append({**doc["cases"][0], "id": "z/new", "module": "z",
-                         "outcome": "gpu_hang"})
-    doc["gate"]["blocking"].append("z/new")
-    notes = action.annotate(doc)
-    assert notes[0].title == "parity-gate: z/new gpu_hang"
-    assert len(action.failing_cases(doc)) == 2
+def test_a_report_the_model_cannot_read_is_a_clear_error(tmp_path: Path) -> None:
+    doc = report([case("a", Outcome.CRASH)]).to_dict()
+    doc["cases"][0]["outcome"] = "gpu_hang"  # an outcome from a newer writer
+    bad = tmp_path / "results.json"
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(UserError, match=r"results.json: cases\.0\.outcome: Input should be"):
+        RunResult.load(bad)
+    doc["schema_version"] = 1
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(UserError, match="schema_version 1 is not supported"):
+        RunResult.load(bad)
 
 
 def test_outputs_are_multiline_safe(tmp_path: Path) -> None:
@@ -363,7 +371,7 @@ def test_outputs_are_multiline_safe(tmp_path: Path) -> None:
 def test_outputs_count_blocking_and_failing_cases(tmp_path: Path) -> None:
     doc = report([case("a", Outcome.MISMATCH), case("b", Outcome.CRASH),
                   case("c", Outcome.PASS), case("d", Outcome.SKIPPED)])
-    doc["gate"]["blocking"] = ["a/float32/images/b4/cpu"]
+    doc.gate = GateDecision(blocking=["a/float32/images/b4/cpu"])
     paths = action.Paths(tmp_path, tmp_path / "out", None)
     paths.out_dir.mkdir()
     paths.json.write_text("{}")
@@ -417,18 +425,18 @@ def test_install_self_keeps_onnxruntime_gpu(monkeypatch: pytest.MonkeyPatch) -> 
         calls.append(cmd)
         return 0
 
-    monkeypatch.setattr(action, "_installed", lambda dist: dist == "onnxruntime-gpu")
-    monkeypatch.setattr(action.subprocess, "call", call)
+    monkeypatch.setattr(install, "_installed", lambda dist: dist == "onnxruntime-gpu")
+    monkeypatch.setattr(install.subprocess, "call", call)
     requires = ["torch<2.15,>=2.6", "onnxruntime>=1.20", "pyyaml>=6.0",
                 'pytest>=8; extra == "test"']
-    monkeypatch.setattr(action.subprocess, "run", lambda *a, **k: SimpleNamespace(
+    monkeypatch.setattr(install.subprocess, "run", lambda *a, **k: SimpleNamespace(
         stdout=json.dumps(requires)))
-    assert action.install_self(Path("/opt/action")) == 0
+    assert install.install_self(Path("/opt/action")) == 0
     assert calls[0][-2:] == ["--no-deps", "/opt/action"]
     assert calls[1][-2:] == ["torch<2.15,>=2.6", "pyyaml>=6.0"]
     calls.clear()
-    monkeypatch.setattr(action, "_installed", lambda dist: False)
-    assert action.install_self(Path("/opt/action")) == 0
+    monkeypatch.setattr(install, "_installed", lambda dist: False)
+    assert install.install_self(Path("/opt/action")) == 0
     assert len(calls) == 1 and calls[0][-1] == "/opt/action" and "--no-deps" not in calls[0]
 
 
@@ -487,7 +495,8 @@ def test_example_passes_and_sets_outputs(example_run: SimpleNamespace) -> None:
     assert outputs["junit_path"] == str(out_dir / "junit.xml")
     assert outputs["summary_path"] == str(out_dir / "summary.md")
     doc = json.loads(Path(outputs["json_path"]).read_text())
-    assert doc["verdict"] == "pass" and doc["total"] > 0
+    assert doc["verdict"]["blocks"] is False and doc["verdict"]["result"] == "pass"
+    assert doc["verdict"]["by_outcome"]["pass"] > 0
     assert Path(outputs["junit_path"]).read_text().startswith("<?xml")
 
 
@@ -704,8 +713,9 @@ def test_step_without_docker_installs_into_the_given_python(tmp_path: Path) -> N
     assert step.proc.returncode == 0, step.proc.stderr
     assert not [c for c in step.calls if c[0] == "docker"]
     assert step.calls == [
-        ["python", f"PYTHONPATH={REPO}", "-m", "parity_gate.action", "install-self", str(REPO)],
-        ["python", "PYTHONPATH=", "-m", "parity_gate.action"],
+        ["python", f"PYTHONPATH={REPO}", "-m", "parity_gate.github.action", "install-self",
+         str(REPO)],
+        ["python", "PYTHONPATH=", "-m", "parity_gate.github.action"],
     ]
 
 

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import jsonschema
 
-from parity_gate.docs import END, START, render
-from parity_gate.manifest_loader import parse_yaml
-from parity_gate.schema import SCHEMA_FILE, manifest_schema
+from parity_gate.manifest.docs import END, START, render
+from parity_gate.manifest.load import parse_yaml
+from parity_gate.manifest.schema import SCHEMA_FILE, manifest_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_shipped_schema_matches_models() -> None:
     shipped = json.loads(SCHEMA_FILE.read_text())
-    assert shipped == manifest_schema(), "run: python -m parity_gate.schema"
+    assert shipped == manifest_schema(), "run: python -m parity_gate.manifest.schema"
 
 
 def test_schema_accepts_the_example_and_rejects_a_typo() -> None:
@@ -37,7 +37,7 @@ def test_schema_accepts_the_example_and_rejects_a_typo() -> None:
 def test_readme_key_reference_is_current() -> None:
     text = (ROOT / "README.md").read_text()
     block = text[text.index(START): text.index(END) + len(END)]
-    assert block == render(), "run: python -m parity_gate.docs"
+    assert block == render(), "run: python -m parity_gate.manifest.docs"
 
 
 def test_readme_has_exactly_two_quickstart_commands() -> None:

@@ -8,8 +8,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from parity_gate.fixtures import FixtureError, batch_sizes_for, generate, special_values
-from parity_gate.manifest import EdgeFixture, FileFixture, RandomFixture
+from parity_gate.engine.fixtures import FixtureError, generate, special_values
+from parity_gate.manifest.models import EdgeFixture, FileFixture, RandomFixture
+from parity_gate.plan.cases import batch_sizes_for
 
 
 def random_set(**extra: object) -> RandomFixture:

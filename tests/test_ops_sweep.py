@@ -18,11 +18,14 @@ from pathlib import Path
 
 import pytest
 
+from parity_gate.engine.protocol import entry_point
+from parity_gate.model.findings import RecheckVerdict, Stage, Step
+from parity_gate.model.outcomes import Outcome
+from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.ops.jobs import Unit
 from parity_gate.ops.planner import OpPlan, Selection, job_for
 from parity_gate.ops.registry import load_variants
 from parity_gate.ops.sweep import SweepStats, sweep
-from parity_gate.outcomes import Outcome
 
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
@@ -48,7 +51,8 @@ def test_one_bad_op_never_hides_the_others() -> None:
     stats = SweepStats()
     results = list(sweep(OpPlan([job], [], variants), selection, workers=1, stats=stats))
 
-    by_variant = {r.meta["variant"]: r for r in results}
+    assert all(r.op is not None for r in results)
+    by_variant = {r.op.variant: r for r in results if r.op is not None}
     assert sorted(r.id for r in results) == sorted(k.id for k in job.cases)  # each once
     for good in ("t.sin", "t.cos", "t.tanh", "t.sigmoid", "t.neg", "t.exp"):
         assert by_variant[good].outcome is Outcome.PASS, by_variant[good].reason
@@ -57,11 +61,45 @@ def test_one_bad_op_never_hides_the_others() -> None:
     assert by_variant["t.sin_bf16"].outcome is Outcome.INVALID_MODEL
     crash = by_variant["t.abort_on_export"]
     assert crash.outcome is Outcome.CRASH and "SIGABRT" in crash.reason
-    assert by_variant["t.rejected"].outcome is Outcome.SKIPPED
-    assert "not applicable" in by_variant["t.rejected"].reason
+    # made up by the pool for the lone crasher, with the typed step it died in
+    assert crash.lost is not None and crash.lost.signal == "SIGABRT"
+    assert crash.lost.step.stage is Stage.EXPORTING and not crash.lost.never_started
+    rejected = by_variant["t.rejected"]
+    assert rejected.outcome is Outcome.SKIPPED and "not applicable" in rejected.reason
+    assert rejected.op is not None and rejected.op.not_applicable
     assert stats.resplits >= 2  # the crashing batch was split until the crasher ran alone
     for r in results:
-        assert {"op", "variant", "input_class"} <= set(r.meta), r.id
+        assert r.op is not None and r.op.variant == r.key.module.removeprefix("op/"), r.id
+        assert r.op.family == "test" and r.op.call, r.id
+        assert r.lost is None or r is crash, r.id  # every other case a worker reported
+        if r.outcome is Outcome.PASS:
+            assert r.op.aten_ops and r.op.op.startswith("aten."), r.id
+            assert r.provenance.exporter == "dynamo" and r.provenance.opset, r.id
+
+
+def test_the_worker_reports_typed_steps_and_op_fields() -> None:
+    """The job is data whose entry the worker resolves; its steps name the unit
+    (what the crash re-split reads) and its results carry the typed op fields."""
+    units = [Unit("t.sin", "float32", "normal"), Unit("t.rejected", "float32", "empty")]
+    job = job_for("steps", units, Selection(), TEST_SOURCES, 5)
+    from parity_gate.ops.worker import run_batch
+
+    assert not hasattr(job, "execute") and entry_point(job) is run_batch
+    messages: list[object] = []
+    run_batch(job, messages.append)
+    steps = [m for m in messages if isinstance(m, Step)]
+    assert steps == [Step(Stage.EAGER, "t.sin/float32/normal"),
+                     Step(Stage.EAGER, "t.rejected/float32/empty"),
+                     Step(Stage.EXPORTING, "1 cases"),
+                     Step(Stage.RUNNING, "1 cases", "on cpu")]
+    results = {m.key.module: m for m in messages if isinstance(m, CaseResult)}
+    sin, rejected = results["op/t.sin"], results["op/t.rejected"]
+    assert sin.outcome is Outcome.PASS and sin.op is not None
+    assert sin.op.op == "aten.sin.default" and "aten.sin.default" in sin.op.aten_ops
+    assert sin.provenance.seed == 5 and sin.provenance.opset and sin.provenance.ir_version
+    assert sin.recheck is None and sin.op.example is None
+    assert rejected.outcome is Outcome.SKIPPED and rejected.op is not None
+    assert rejected.op.not_applicable and not sin.op.not_applicable
 
 
 @pytest.fixture(scope="module")
@@ -85,9 +123,10 @@ def cli_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path, float]
     return proc.returncode, out, time.monotonic() - t0
 
 
-def _cases(out: Path) -> dict[str, dict]:
-    doc = json.loads((out / "results.json").read_text())
-    return {c["meta"]["variant"] + "/" + c["dtype"]: c for c in doc["cases"]}
+def _cases(out: Path) -> dict[str, CaseResult]:
+    """The report read back through the records (validated), keyed variant/dtype."""
+    run = RunResult.load(out / "results.json")
+    return {f"{c.op.variant}/{c.key.dtype}": c for c in run.cases if c.op is not None}
 
 
 @pytest.mark.skipif(not _versions_match(), reason=f"outcomes recorded on {RECORDED}")
@@ -108,14 +147,25 @@ def test_each_outcome_class_on_a_real_op(cli_run: tuple[int, Path, float]) -> No
         "atan2/float32": "mismatch",                   # NaN and signed-zero handling
         "floor_divide/int64": "crash",                 # ORT: SIGFPE on int64 min // -1
     }
-    assert {k: cases[k]["outcome"] for k in expected} == expected
+    assert {k: cases[k].outcome.value for k in expected} == expected
     assert code == 1  # findings fail the gate without a baseline
     hidden = cases["softmax.dtype_f32/float16"]
-    assert hidden["meta"]["structure"]["hidden_by_provider"] == "cpu"
-    assert cases["avg_pool2d.divisor/float32"]["meta"]["recheck"]["verdict"] == "confirmed"
-    assert cases["atan2/float32"]["meta"]["op"] == "aten.atan2.default"
-    assert "not applicable" in cases["max.dim/float32"]["reason"]
-    assert "SIGFPE" in cases["floor_divide/int64"]["reason"]
+    assert hidden.op is not None and hidden.op.low_precision is not None
+    assert hidden.op.low_precision.hidden_by_provider == "cpu"
+    assert "Softmax" in hidden.op.low_precision.nodes[0]
+    pool = cases["avg_pool2d.divisor/float32"]
+    assert pool.recheck is not None and pool.recheck.verdict is RecheckVerdict.CONFIRMED
+    assert pool.recheck.unoptimized is not None and pool.recheck.unoptimized.level == "disabled"
+    assert " | " not in pool.reason and "re-check" not in pool.reason  # typed, not appended
+    assert "re-check: confirmed" in pool.explanation
+    atan2 = cases["atan2/float32"]
+    assert atan2.op is not None and atan2.op.op == "aten.atan2.default"
+    assert atan2.op.example is not None and atan2.op.example.inputs  # elementwise: x, y shown
+    assert "not applicable" in cases["max.dim/float32"].reason
+    assert cases["max.dim/float32"].op.not_applicable  # type: ignore[union-attr]
+    crash = cases["floor_divide/int64"]
+    assert "SIGFPE" in crash.reason and crash.lost is not None
+    assert crash.lost.signal == "SIGFPE"
 
 
 def test_reports_and_repro_scripts(cli_run: tuple[int, Path, float]) -> None:
@@ -123,8 +173,10 @@ def test_reports_and_repro_scripts(cli_run: tuple[int, Path, float]) -> None:
     doc = json.loads((out / "results.json").read_text())
     assert doc["cases"] and all(re.fullmatch(r"op/[\w.]+/\w+/\w+/cpu", c["id"])
                                 for c in doc["cases"])  # no /bN: op cases have no batch
-    for c in doc["cases"]:
-        assert {"op", "variant", "input_class"} <= set(c["meta"])
+    assert doc["gate"]["blocking"] and all(isinstance(i, str) for i in doc["gate"]["blocking"])
+    for c in RunResult.load(out / "results.json").cases:
+        assert c.op is not None and c.op.variant and c.op.family, c.id
+        assert c.key.batch_size is None and c.key.inputs in ("normal", "specials", "empty")
     suites = ET.parse(out / "junit.xml").getroot()
     assert int(suites.get("tests")) == len(doc["cases"])
     table = (out / "findings.md").read_text()

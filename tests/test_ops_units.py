@@ -1,4 +1,5 @@
-"""The op sweep's pure parts: records, inputs, isolation, graph reading, re-check, gate."""
+"""The op sweep's pure parts: records, inputs, isolation, graph reading, re-check, gate,
+crash re-splitting and the typed op fields of a case."""
 
 from __future__ import annotations
 
@@ -12,18 +13,32 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from parity_gate import compare as cmp
+from parity_gate.compare import core as cmp
+from parity_gate.model.findings import (
+    Example,
+    Lost,
+    LowPrecision,
+    OpCase,
+    Recheck,
+    RecheckVerdict,
+    Rerun,
+    Stage,
+    Step,
+)
+from parity_gate.model.keys import CaseKey
+from parity_gate.model.outcomes import Outcome
+from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.ops import findings, gating, onnxgraph, repro
 from parity_gate.ops.catalogue import VARIANTS
 from parity_gate.ops.inputs import float_specials, make_inputs
 from parity_gate.ops.isolate import StageFailure, isolate
-from parity_gate.ops.judge import judge
-from parity_gate.ops.planner import Selection, plan
-from parity_gate.ops.recheck import RecheckVerdict, recheck
+from parity_gate.ops.jobs import OpBatchJob, Unit
+from parity_gate.ops.judge import example, judge
+from parity_gate.ops.planner import OpPlan, Selection, job_for, plan
+from parity_gate.ops.recheck import recheck
 from parity_gate.ops.records import ALL, Arg, OpVariant
 from parity_gate.ops.registry import load_variants
-from parity_gate.outcomes import Outcome
-from parity_gate.results import CaseKey, CaseResult, RunResult
+from parity_gate.ops.sweep import SweepStats, _complete, _lost_by_pool, resplit
 
 CATALOGUE = {v.id: v for v in VARIANTS}
 FAMILIES = {"unary", "rounding", "predicate", "binary", "compare", "reduction", "softmax",
@@ -293,9 +308,27 @@ def test_planner_filters_and_batches_by_dtype() -> None:
     assert {u.variant for u in units} == {"atan2"} | {v for v in variants
                                                       if v.startswith("sum.")}
     assert all(len({u.dtype for u in j.units}) == 1 and len(j.units) <= 7 for j in p.jobs)
-    assert all(k.id == f"op/{k.module[3:]}/{k.dtype}/{k.fixture}/cpu" for j in p.jobs
-               for k in j.cases)
+    assert all(k.id == f"op/{k.module[3:]}/{k.dtype}/{k.inputs}/cpu" and k.batch_size is None
+               for j in p.jobs for k in j.cases)
     assert plan(variants, Selection(families=["pad"])).total > 0
+
+
+def _selected(*patterns: str) -> set[tuple[str, str, str]]:
+    variants = load_variants(("parity_gate.ops.catalogue:VARIANTS",))
+    p = plan(variants, Selection(select=list(patterns)))
+    return {(u.variant, u.dtype, u.input_class) for j in p.jobs for u in j.units}
+
+
+def test_selection_uses_the_one_case_id_glob_rule() -> None:
+    atan2 = _selected("atan2")  # a variant id
+    assert atan2 and {v for v, _, _ in atan2} == {"atan2"}
+    assert _selected("op/atan2") == atan2  # a prefix of whole segments: everything under it
+    assert _selected("op/atan2/**") == atan2  # `**` crosses `/` like `*`
+    assert _selected("op/atan2/float16") == {u for u in atan2 if u[1] == "float16"}
+    specials = _selected("op/atan2/**/specials/cpu")
+    assert specials == {u for u in atan2 if u[2] == "specials"} and len(specials) > 1
+    # a prefix of a segment is not a prefix: `op/atan` is atan only, not atan2
+    assert {v for v, _, _ in _selected("op/atan")} == {"atan"}
 
 
 def test_planner_turns_catalogue_skips_into_skipped_cases() -> None:
@@ -308,10 +341,10 @@ def test_planner_turns_catalogue_skips_into_skipped_cases() -> None:
 
 
 def _case(variant: str, outcome: Outcome, dtype: str = "float32", cls: str = "normal",
-          reason: str = "o0: boom") -> CaseResult:
-    return CaseResult(CaseKey(f"op/{variant}", dtype, cls, -1, "cpu"), outcome, reason,
-                      meta={"variant": variant, "op": f"aten.{variant}", "family": "test",
-                            "input_class": cls})
+          reason: str = "o0: boom", **fields: object) -> CaseResult:
+    return CaseResult(CaseKey(f"op/{variant}", dtype, cls, None, "cpu"), outcome, reason,
+                      op=OpCase(variant, "test", f"torch.{variant}(x)", f"aten.{variant}"),
+                      **fields)  # type: ignore[arg-type]
 
 
 def test_gate_blocks_new_findings_only(tmp_path: Path) -> None:
@@ -321,8 +354,8 @@ def test_gate_blocks_new_findings_only(tmp_path: Path) -> None:
                            _case("t.neg", Outcome.MISMATCH),
                            _case("t.cos", Outcome.NO_KERNEL, dtype="bfloat16")])
     first = gating.gate(run, gating.load_baseline(None, variants))
-    assert sorted(c.id for c in first.blocking) == ["op/t.cos/bfloat16/normal/cpu",
-                                                   "op/t.neg/float32/normal/cpu"]
+    assert sorted(first.blocking) == ["op/t.cos/bfloat16/normal/cpu",
+                                      "op/t.neg/float32/normal/cpu"]
     path = tmp_path / "known.yml"
     text, changes = gating.updated_baseline(path, run, variants)
     path.write_text(text)
@@ -331,7 +364,7 @@ def test_gate_blocks_new_findings_only(tmp_path: Path) -> None:
     again = gating.gate(run, gating.load_baseline(path, variants))
     assert again.passed and not again.blocking
     worse = RunResult(cases=[*run.cases[:3], _case("t.cos", Outcome.CRASH, dtype="bfloat16")])
-    assert [c.id for c in gating.gate(worse, gating.load_baseline(path, variants)).blocking] \
+    assert gating.gate(worse, gating.load_baseline(path, variants)).blocking \
         == ["op/t.cos/bfloat16/normal/cpu"]
 
 
@@ -361,18 +394,17 @@ def test_all_dtypes_constant_is_the_full_set() -> None:
 
 
 def test_filtered_sweep_does_not_call_other_entries_stale() -> None:
-    from parity_gate.baseline import Baseline, Entry
+    from parity_gate.gate.baseline import Baseline, Entry
     from parity_gate.ops.gating import gate
     from parity_gate.ops.jobs import DEFAULT_SOURCES
     from parity_gate.ops.planner import case_ids
     from parity_gate.ops.registry import load_variants
-    from parity_gate.results import CaseKey, CaseResult, RunResult
 
     variants = load_variants(DEFAULT_SOURCES)
     universe = case_ids(variants, ["cpu"])
     assert "op/atan2/float32/specials/cpu" in universe
     other = next(i for i in sorted(universe) if not i.startswith("op/atan2/"))
-    run = RunResult(cases=[CaseResult(CaseKey("op/atan2", "float32", "normal", -1, "cpu"),
+    run = RunResult(cases=[CaseResult(CaseKey("op/atan2", "float32", "normal", None, "cpu"),
                                       Outcome.PASS)])
     baseline = Baseline("b.yml", (Entry(other, "known elsewhere"), Entry("op/nope/*", "gone")))
     assert [s.entry for s in gate(run, baseline, universe=universe).stale] == ["op/nope/*"]
@@ -384,3 +416,137 @@ def test_update_baseline_refuses_a_filtered_sweep(capsys) -> None:
 
     assert main(["ops", "--select", "atan2", "--update-baseline"]) == 2
     assert "only on the whole catalogue" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------
+# the typed op fields: what the reports read, and how they travel
+
+
+def _mismatch_with_followups() -> CaseResult:
+    return _case("atan2", Outcome.MISMATCH, reason="o0: values differ",
+                 recheck=Recheck(RecheckVerdict.CONFIRMED, "eager", eager_error=0.0,
+                                 onnx_error=math.inf,
+                                 unoptimized=Rerun("disabled", Outcome.PASS, max_abs=0.0)))
+
+
+def test_findings_read_the_typed_example_recheck_and_structure() -> None:
+    case = _mismatch_with_followups()
+    assert case.op is not None
+    case.op.example = Example("o0", [1, 2], "-0.0", "0.0", {"x": "-0.0", "y": "1"})
+    case.op.low_precision = LowPrecision(["Atan (node_atan) computes in float16 although "
+                                          "eager returns float32"])
+    [row] = findings.rows(RunResult(cases=[case]))
+    assert row.example == "x=-0.0, y=1 → eager -0.0 vs onnx 0.0" == case.op.example.describe()
+    assert row.recheck == ("confirmed; vanishes with ORT optimizations off; "
+                           "graph computes in lower precision")
+    # the reason stays the reason; the audit's node is part of the effect, not of the reason
+    assert case.reason == "o0: values differ"
+    assert row.effect == "o0: values differ | dtype handling (graph, optimizer off): Atan " \
+        "(node_atan) computes in float16 although eager returns float32"
+    assert (row.op, row.family, row.input_classes) == ("aten.atan2", "test", ("normal",))
+    assert "re-check: confirmed" in case.explanation  # what a failure message shows
+
+
+def test_a_wrong_graph_hidden_by_the_provider_leads_its_effect() -> None:
+    node = "Softmax (node_Softmax_0) computes in float16 although eager returns float32"
+    case = _case("softmax", Outcome.DTYPE_MISMATCH, "float16",
+                 reason="the graph computes in lower precision than eager returns; "
+                 "values match on cpu, which hides the wrong graph")
+    assert case.op is not None
+    case.op.low_precision = LowPrecision([node], hidden_by_provider="cpu")
+    [row] = findings.rows(RunResult(cases=[case]))
+    assert row.effect.startswith(f"dtype handling (graph, optimizer off): {node} | the "
+                                 "graph computes")
+    assert row.recheck == "graph computes in lower precision"
+    assert case.explanation.endswith(node)  # the record's own note, after the reason
+
+
+def test_an_op_case_round_trips_through_its_json_form() -> None:
+    case = _mismatch_with_followups()
+    assert case.op is not None
+    case.op.example = Example("o0", [0], "nan", "1.0")
+    data = case.to_dict()
+    assert data["recheck"]["onnx_error"] == "inf"  # the one non-finite encoding
+    assert data["recheck"]["unoptimized"]["level"] == "disabled"
+    assert "meta" not in data and data["key"]["batch_size"] is None
+    back = CaseResult.from_dict(data)
+    assert back.op == case.op and back.recheck == case.recheck and back.key == case.key
+    assert back.recheck is not None and back.recheck.unoptimized is not None
+    assert back.recheck.unoptimized.vanishes and math.isinf(back.recheck.onnx_error or 0)
+
+
+def test_example_names_the_worst_element_and_the_inputs_there() -> None:
+    eager = np.array([1.0, 2.0, 3.0], np.float32)
+    got = np.array([1.0, 2.5, 3.0], np.float32)
+    worst = cmp.compare(eager, got, _tol(), name="o0")
+    ex = example(worst, eager, got, {"x": np.array([0.5, -0.0, 7.0], np.float32),
+                                     "w": np.zeros((2,), np.float32)})
+    assert ex == Example("o0", [1], "2", "2.5", {"x": "-0.0"})  # w has another shape
+    assert example(worst, eager, got[:2], {}) is None
+
+
+# --------------------------------------------------------------------------
+# crash re-splitting reads the typed step, not text
+
+
+def _units(*names: str) -> list[Unit]:
+    return [Unit(n, "float32", "normal") for n in names]
+
+
+def _lost(job: OpBatchJob, step: Step, outcome: Outcome = Outcome.CRASH) -> list[CaseResult]:
+    # the reason is free text and must not matter: it claims another unit on purpose
+    return [CaseResult(k, outcome, "worker killed by SIGSEGV while eager t.neg/float32/normal",
+                       lost=Lost(step, signal="SIGSEGV")) for k in job.cases]
+
+
+def test_resplit_runs_the_unit_named_by_the_eager_step_alone() -> None:
+    sel = Selection()
+    job = job_for("b", _units("t.sin", "t.cos", "t.tanh", "t.neg"), sel, ("x:V",), 3)
+    lost = _lost(job, Step(Stage.EAGER, "t.tanh/float32/normal"))
+    assert all(_lost_by_pool(r) for r in lost)
+    alone, rest = resplit(job, lost, sel)
+    assert (alone.name, alone.units) == ("b/alone", _units("t.tanh"))
+    assert (rest.name, rest.units) == ("b/rest", _units("t.sin", "t.cos", "t.neg"))
+    assert alone.generation == rest.generation == 1 and alone.seed == 3
+    assert alone.sources == ("x:V",)
+
+
+def test_resplit_halves_when_the_step_names_no_unit() -> None:
+    sel = Selection()
+    job = job_for("b", _units("t.sin", "t.cos", "t.tanh", "t.neg"), sel, ("x:V",), 0)
+    for step in (Step(Stage.EXPORTING, "4 cases"), Step(Stage.RUNNING, "4 cases", "on cpu"),
+                 Step(Stage.EAGER, "t.gone/float32/normal")):  # a unit not in the batch
+        a, b = resplit(job, _lost(job, step), sel)
+        assert (a.units, b.units) == (_units("t.sin", "t.cos"), _units("t.tanh", "t.neg"))
+    # only the units the worker never reported go back
+    [alone] = resplit(job, _lost(job, Step(Stage.EXPORTING))[2:3], sel)
+    assert alone.units == _units("t.tanh")
+
+
+def test_a_worker_that_never_started_is_not_split_and_worker_results_are_kept() -> None:
+    job = job_for("b", _units("t.sin", "t.cos"), Selection(), ("x:V",), 0)
+    never = _lost(job, Step(Stage.STARTING, detail="(import failed: ImportError)"))
+    assert never[0].lost is not None and never[0].lost.never_started
+    assert not any(_lost_by_pool(r) for r in never)
+    # a crash the worker reported itself (internal error) is a result, not a lost batch
+    own = CaseResult(job.cases[0], Outcome.CRASH, "internal error")
+    assert not _lost_by_pool(own)
+
+
+def test_complete_fills_the_op_fields_of_results_no_worker_reported() -> None:
+    variants = load_variants(("ops_test_variants:VARIANTS",))
+    op_plan = OpPlan([], [], variants)
+    stats = SweepStats()
+    key = Unit("t.sin", "float32", "normal").key("cpu")
+    seen = CaseResult(key, Outcome.PASS, op=OpCase("t.sin", "test", "torch.sin(x)",
+                                                   "aten.sin.default", ["aten.sin.default"]))
+    assert _complete(seen, op_plan, stats).op == seen.op  # a worker's own fields stay
+    other = Unit("t.sin", "float32", "empty").key("cpu")
+    crash = _complete(CaseResult(other, Outcome.CRASH, "\x1b[31mkilled\x1b[0m",
+                                 lost=Lost(Step(Stage.EXPORTING))), op_plan, stats)
+    assert crash.reason == "killed"
+    assert crash.op == OpCase("t.sin", "test", "torch.sin(x)", "aten.sin.default")
+    assert crash.op.aten_ops == []  # none seen: no worker reported this case
+    unseen = _complete(CaseResult(Unit("t.cos", "float32", "normal").key("cpu"),
+                                  Outcome.TIMEOUT, "timeout"), op_plan, stats)
+    assert unseen.op is not None and unseen.op.op == "aten.t"  # the static guess

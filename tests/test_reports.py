@@ -6,10 +6,10 @@ from pathlib import Path
 
 import junitparser
 
-from parity_gate.gate import decide
-from parity_gate.outcomes import Outcome
+from parity_gate.gate.decision import decide
+from parity_gate.model.outcomes import Outcome
+from parity_gate.model.results import CaseKey, CaseResult, RunResult
 from parity_gate.report.write import ReportPaths, write_all
-from parity_gate.results import CaseKey, CaseResult, RunResult
 
 
 def test_junit_survives_colour_codes_and_control_bytes(tmp_path: Path) -> None:
@@ -20,7 +20,8 @@ def test_junit_survives_colour_codes_and_control_bytes(tmp_path: Path) -> None:
     ])
     paths = ReportPaths(json=tmp_path / "r.json", junit=tmp_path / "j.xml",
                         summary=tmp_path / "s.md")
-    write_all(run, decide(run), paths)
+    run.gate = decide(run)
+    write_all(run, paths)
     xml = junitparser.JUnitXml.fromfile(str(paths.junit))
     results = [c.result[0] for s in xml for c in s]
     error = next(r for r in results if isinstance(r, junitparser.Error))

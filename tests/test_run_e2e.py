@@ -16,6 +16,7 @@ import junitparser
 import pytest
 
 from parity_gate.cli import main
+from parity_gate.model.results import RunResult
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "fixtures" / "parity.yml"
@@ -54,9 +55,9 @@ def test_example_passes_with_every_planned_case(example_run: tuple[int, Path, Pa
     code, out, _ = example_run
     doc, cases = load(out)
     assert code == 0
-    assert doc["verdict"] == "pass"
+    assert doc["verdict"]["result"] == "pass" and doc["verdict"]["blocks"] is False
     # 3 modules; cnn+encoder: 1 fixture x 3 batches; mlp: 2 dtypes x (3 + 4 edge batches)
-    cpu = [c for c in cases.values() if c["provider"] == "cpu"]
+    cpu = [c for c in cases.values() if c["key"]["provider"] == "cpu"]
     assert len(cpu) == 3 + 3 + 2 * (3 + 4)
     assert all(c["outcome"] == "pass" for c in cpu), [c["id"] for c in cpu
                                                      if c["outcome"] != "pass"]
@@ -66,7 +67,8 @@ def test_example_passes_with_every_planned_case(example_run: tuple[int, Path, Pa
     assert mlp["comparisons"][0]["dtype_got"] == "float16"
     cnn = cases["cnn/float32/images/b4/cpu"]
     assert cnn["comparisons"][0]["top1_agreement"] == 1.0
-    assert cnn["samples"] == 2 and cnn["reference_device"] == "cpu"
+    assert cnn["samples"] == 2 and cnn["provenance"]["reference_device"] == "cpu"
+    assert cnn["provenance"]["exporter"] == "dynamo" and cnn["provenance"]["seed"] is not None
     assert {"torch", "onnx", "onnxscript", "onnxruntime"} <= set(doc["versions"])
 
 
@@ -102,8 +104,8 @@ def test_faulty_manifest_exit_code_and_outcomes(faulty_run: tuple[int, Path]) ->
     code, out = faulty_run
     doc, cases = load(out)
     assert code == 1
-    assert doc["verdict"] == "fail"
-    outcome = {cid: c["outcome"] for cid, c in cases.items() if c["provider"] == "cpu"}
+    assert doc["verdict"]["result"] == "fail" and doc["verdict"]["blocks"] is True
+    outcome = {cid: c["outcome"] for cid, c in cases.items() if c["key"]["provider"] == "cpu"}
     assert outcome == {
         "healthy/float32/vec/b2/cpu": "pass",
         "healthy/float32/vec/b3/cpu": "pass",
@@ -142,7 +144,7 @@ def test_faulty_crash_and_hang_reasons(faulty_run: tuple[int, Path]) -> None:
 
 def test_faulty_mismatch_evidence(faulty_run: tuple[int, Path]) -> None:
     _, out = faulty_run
-    _, cases = load(out)
+    doc, cases = load(out)
     comp = cases["approximated/float32/vec/b3/cpu"]["comparisons"][0]
     assert not comp["passed"]
     assert comp["max_abs"] > comp["atol"]
@@ -150,9 +152,12 @@ def test_faulty_mismatch_evidence(faulty_run: tuple[int, Path]) -> None:
     assert comp["needed_atol"] >= comp["max_abs"] - comp["rtol"] * abs(comp["ref_value"])
     # the graph itself differs, so switching ORT's optimizations off does not help
     case = cases["approximated/float32/vec/b3/cpu"]
-    assert case["meta"]["optimizations_off"]["outcome"] == "mismatch"
-    assert case["meta"]["optimizations_off"]["max_abs"] > comp["atol"]
-    assert "persists with ORT graph optimizations disabled" in case["reason"]
+    assert case["rerun"]["level"] == "disabled" and case["rerun"]["outcome"] == "mismatch"
+    assert case["rerun"]["max_abs"] > comp["atol"]
+    assert "persists with ORT graph optimizations disabled" in RunResult.from_dict(
+        doc).cases[[c["id"] for c in doc["cases"]].index(case["id"])].explanation
+    # what ran is recorded on the case: the opset and IR version of the graph
+    assert case["provenance"]["opset"] >= 18 and case["provenance"]["ir_version"] >= 8
 
 
 def test_faulty_findings(faulty_run: tuple[int, Path]) -> None:

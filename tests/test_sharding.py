@@ -10,12 +10,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from parity_gate import cli
-from parity_gate.cases import Plan, plan
 from parity_gate.errors import UserError
-from parity_gate.manifest_loader import load_manifest
-from parity_gate.outcomes import Outcome
-from parity_gate.results import CaseKey, CaseResult, RunResult
-from parity_gate.sharding import (
+from parity_gate.manifest.load import load_manifest
+from parity_gate.model.outcomes import Outcome
+from parity_gate.model.results import CaseKey, CaseResult, RunResult
+from parity_gate.plan.cases import Plan, plan
+from parity_gate.plan.sharding import (
     EXPORT_WEIGHT,
     Shard,
     assign,

@@ -65,6 +65,7 @@ def run_command(args: argparse.Namespace) -> int:
     from parity_gate.ops.jobs import DEFAULT_SOURCES
     from parity_gate.ops.planner import DEFAULT_BATCH, Selection, case_ids, plan
     from parity_gate.ops.registry import load_variants
+    from parity_gate.report.write import atomic_write
 
     if args.jobs < 1:
         raise UserError(f"--jobs: got {args.jobs} (expected an integer >= 1)")
@@ -88,11 +89,12 @@ def run_command(args: argparse.Namespace) -> int:
     run = execute(op_plan, selection, args.jobs, quiet=args.quiet)
     decision = gating.gate(run, baseline, args.fail_on, args.strict,
                            case_ids(variants, args.providers))
+    run.gate = decision  # results.json carries the decision (and its one verdict)
     _report(run, decision, op_plan, args)
     if args.update_baseline:
         target = args.baseline or gating.BUNDLED
         text, changes = gating.updated_baseline(target, run, variants)
-        target.write_text(text, encoding="utf-8")
+        atomic_write(target, text.encode("utf-8"))
         for change in changes:
             print(f"parity-gate ops: baseline {change}", file=sys.stderr)
         print(f"parity-gate ops: wrote {target}", file=sys.stderr)
@@ -102,12 +104,10 @@ def run_command(args: argparse.Namespace) -> int:
 
 def _check_providers(names: list[str]) -> None:
     """A provider this machine cannot run is a usage error, not 9 000 runtime errors."""
-    from parity_gate.runtime import EXECUTION_PROVIDERS, availability, available_providers
+    from parity_gate.engine.runtime import available_providers
+    from parity_gate.plan.providers import availability, check_names
 
-    unknown = [n for n in names if n not in EXECUTION_PROVIDERS]
-    if unknown:
-        raise UserError(f"--providers: unknown provider {unknown[0]!r} (expected some of "
-                        f"{', '.join(EXECUTION_PROVIDERS)})")
+    check_names(names)
     found = available_providers()
     missing = [availability(n, found) for n in names]
     problems = [f"--providers: {m.reason}" for m in missing if not m.available]
@@ -118,10 +118,10 @@ def _check_providers(names: list[str]) -> None:
 def execute(op_plan: Any, selection: Any, jobs: int, quiet: bool = False) -> Any:
     """Run the plan; Ctrl-C keeps what finished."""
     from parity_gate import __version__
-    from parity_gate.environment import versions
+    from parity_gate.engine.environment import versions
+    from parity_gate.engine.runtime import available_providers
+    from parity_gate.model.results import RunResult
     from parity_gate.ops.sweep import SweepStats, sweep
-    from parity_gate.results import RunResult
-    from parity_gate.runtime import available_providers
 
     run = RunResult(tool_version=__version__,
                     started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -187,7 +187,7 @@ def _list(op_plan: Any, selection: Any) -> int:
 
 def _report(run: Any, decision: Any, op_plan: Any, args: argparse.Namespace) -> None:
 
-    from parity_gate.gate import notices
+    from parity_gate.gate.decision import notices
     from parity_gate.ops import findings, repro
     from parity_gate.report.write import ReportPaths, write_all
 
@@ -196,7 +196,7 @@ def _report(run: Any, decision: Any, op_plan: Any, args: argparse.Namespace) -> 
     repro_dir = out / "repro"
     repro.write_all(table, op_plan.variants, repro_dir, run.versions, args.seed)
     summary = findings.render(run, table, decision, str(repro_dir))
-    write_all(run, decision, ReportPaths.in_folder(out, summary=out / "findings.md"), summary)
+    write_all(run, ReportPaths.in_folder(out, summary=out / "findings.md"), summary)
     if not args.quiet:
         for line in findings.summary_lines(table):
             print(f"  {line}", file=sys.stderr)

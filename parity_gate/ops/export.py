@@ -25,12 +25,15 @@ from typing import Any
 import torch
 from torch.utils._pytree import tree_leaves
 
-from parity_gate.exporting import classify_export_error
+from parity_gate.engine.exporting import classify_export_error
+from parity_gate.engine.runtime import first_line
+from parity_gate.model.outcomes import Outcome
 from parity_gate.ops.isolate import StageFailure
-from parity_gate.outcomes import Outcome
-from parity_gate.runtime import first_line
 
 CASE_FILE = "<parity-gate case {}>"
+# How the graph that runs was made (recorded per case): torch.onnx.export with the dynamo
+# exporter, then its optimizer (run as a separate step so the raw graph can be audited).
+EXPORT_OPTIONS: dict[str, Any] = {"dynamo": True, "optimize": True}
 _CASE_FILE = re.compile(r"<parity-gate case (\d+)>")
 _SUBMODULE = re.compile(r"(?:^|\.)c\.(\d+)(?:$|\.)")
 _NODE = re.compile(r"Error when translating node %(\w+)")

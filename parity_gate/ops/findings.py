@@ -11,10 +11,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
-from parity_gate.gate import GateDecision
-from parity_gate.results import CaseResult, RunResult
+from parity_gate.model.gate import GateDecision
+from parity_gate.model.results import CaseResult, RunResult
 
 STATUS_ORDER = ("new", "known", "n/a")
 
@@ -61,32 +60,32 @@ def effect_key(case: CaseResult) -> str:
     if worst is not None and not worst.passed and case.outcome.value == "mismatch":
         kinds = sorted(worst.nonfinite)
         return f"{worst.name}: {worst.verdict.value} {' '.join(kinds)}".strip()
-    text = case.reason.split(" | ")[0].split(" Signature:")[0]  # type unions print unordered
+    text = case.reason.split(" Signature:")[0]  # type unions print unordered
     text = _PAREN.sub("", _PAREN.sub("", _NODE.sub("#", text)))
     return " ".join(_NUMBER.sub("#", text).split())[:160]
 
 
-def _effect(case: CaseResult) -> str:
-    text = case.reason.split(" | re-check:")[0]
-    return " ".join(text.split())[:220]
+def effect(case: CaseResult, limit: int = 220) -> str:
+    """The failure in words: the reason, and the graph's low-precision node if the audit
+    found one (the float64 re-check is a column of its own)."""
+    low = case.op.low_precision if case.op is not None else None
+    parts = [case.reason, low.describe() if low is not None else ""]
+    if low is not None and low.hidden_by_provider:  # the graph is the finding: say it first
+        parts.reverse()
+    return " ".join(" | ".join(p for p in parts if p).split())[:limit]
 
 
 def _example(case: CaseResult) -> str:
-    ex: dict[str, Any] = case.meta.get("example") or {}
-    if not ex:
-        return ""
-    inputs = ", ".join(f"{k}={v}" for k, v in (ex.get("inputs") or {}).items())
-    where = f"[{','.join(map(str, ex.get('index', [])))}]"
-    head = f"{inputs} → " if inputs else f"{ex.get('output', '')}{where}: "
-    return f"{head}eager {ex.get('eager')} vs onnx {ex.get('onnx')}"
+    ex = case.op.example if case.op is not None else None
+    return ex.describe() if ex is not None else ""
 
 
 def _recheck(case: CaseResult) -> str:
-    rc = case.meta.get("recheck") or {}
-    parts = [rc["verdict"]] if rc.get("verdict") else []
-    if rc.get("ort_unoptimized") == "vanishes":
+    rc = case.recheck
+    parts = [rc.verdict.value] if rc is not None else []
+    if rc is not None and rc.unoptimized is not None and rc.unoptimized.vanishes:
         parts.append("vanishes with ORT optimizations off")
-    if case.meta.get("structure"):
+    if case.op is not None and case.op.low_precision is not None:
         parts.append("graph computes in lower precision")
     return "; ".join(parts)
 
@@ -98,12 +97,13 @@ def rows(run: RunResult, decision: GateDecision | None = None) -> list[Row]:
     for case in run.cases:
         if not case.failed:
             continue
-        key = (case.meta.get("variant", case.key.module), case.outcome.value, effect_key(case))
+        variant = case.op.variant if case.op is not None else case.key.module
+        key = (variant, case.outcome.value, effect_key(case))
         groups.setdefault(key, []).append(case)
     out: list[Row] = []
     slugs: set[str] = set()
     for (variant, outcome, _), cases in sorted(groups.items()):
-        cases.sort(key=lambda c: (_CLASS_ORDER.get(c.key.fixture, 9), _dtype_rank(c.key.dtype)))
+        cases.sort(key=lambda c: (_CLASS_ORDER.get(c.key.inputs, 9), _dtype_rank(c.key.dtype)))
         first = cases[0]
         ids = tuple(c.id for c in cases)
         slug = f"{variant}__{outcome}"
@@ -112,10 +112,11 @@ def rows(run: RunResult, decision: GateDecision | None = None) -> list[Row]:
             slug, n = f"{variant}__{outcome}_{n}", n + 1
         slugs.add(slug)
         out.append(Row(
-            variant=variant, op=first.meta.get("op", ""), family=first.meta.get("family", ""),
-            input_classes=tuple(dict.fromkeys(c.key.fixture for c in cases)), outcome=outcome,
+            variant=variant, op=first.op.op if first.op else "",
+            family=first.op.family if first.op else "",
+            input_classes=tuple(dict.fromkeys(c.key.inputs for c in cases)), outcome=outcome,
             dtypes=tuple(sorted({c.key.dtype for c in cases}, key=_dtype_rank)),
-            effect=_effect(first), example=_example(first), recheck=_recheck(first),
+            effect=effect(first), example=_example(first), recheck=_recheck(first),
             status=_row_status(ids, status), cases=ids, slug=slug, dtype=first.key.dtype))
     out.sort(key=lambda r: (r.family, r.variant, r.outcome))
     return out

@@ -1,6 +1,6 @@
 """The sweep's gate: a new finding fails it; known ones (baseline, catalogue xfail) do not.
 
-Reuses the project's baseline file and gate (parity_gate.baseline, .gate)
+Reuses the project's baseline file and gate (parity_gate.gate.baseline, .gate)
 keyed on case ids. A catalogue `xfail` is a known finding too: it becomes a
 glob entry of the same baseline, so one rule decides both and a fixed xfail
 shows up as `fixed` exactly like a fixed baseline entry.
@@ -11,11 +11,13 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from parity_gate import baseline as bl
-from parity_gate.gate import GateDecision, decide
+from parity_gate.gate import baseline as bl
+from parity_gate.gate.decision import decide
+from parity_gate.model.gate import GateDecision
+from parity_gate.model.outcomes import Outcome
+from parity_gate.model.results import CaseResult, RunResult
+from parity_gate.ops.findings import effect
 from parity_gate.ops.records import OpVariant, variant_case_id
-from parity_gate.outcomes import Outcome
-from parity_gate.results import CaseResult, RunResult
 
 # The known findings of the pinned torch/onnxscript/onnxruntime, shipped with the tool.
 BUNDLED = Path(__file__).with_name("known-findings.yml")
@@ -104,5 +106,4 @@ def _compact(added: list[CaseResult], run: RunResult) -> list[bl.Entry]:
 
 
 def _why(case: CaseResult, run: RunResult) -> str:
-    effect = " ".join(case.reason.split(" | re-check:")[0].split())[:160]
-    return f"{effect} ({_reason(run)})"
+    return f"{effect(case, 160)} ({_reason(run)})"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from parity_gate.fixtures import NUMPY_DTYPES, derive_seed, special_values
+from parity_gate.engine.fixtures import NUMPY_DTYPES, derive_seed, special_values
 from parity_gate.ops.records import EMPTY, FLOATS, SPECIALS, Arg, OpVariant
 
 

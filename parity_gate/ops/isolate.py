@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from parity_gate.outcomes import Outcome
+from parity_gate.model.outcomes import Outcome
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -1,17 +1,18 @@
 """The unit a worker runs: a batch of op cases, exported as one module.
 
-Picklable and torch-free: variants travel as ids plus the catalogue modules
-that define them (`sources`), so test-only catalogues work in a worker too.
+Picklable and torch-free data: variants travel as ids plus the catalogue
+modules that define them (`sources`), so test-only catalogues work in a
+worker too. The code that runs a job is named by `entry` and resolved by the
+pool inside the worker; this module never imports it (no jobs ↔ worker cycle).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import ClassVar
 
+from parity_gate.model.keys import CaseKey
 from parity_gate.ops.records import variant_case_id
-from parity_gate.results import CaseKey
 
 DEFAULT_SOURCES: tuple[str, ...] = ("parity_gate.ops.catalogue:VARIANTS",)
 
@@ -25,12 +26,15 @@ class Unit:
     input_class: str
 
     def key(self, provider: str) -> CaseKey:
-        return CaseKey(variant_case_id(self.variant), self.dtype, self.input_class, -1, provider)
+        return CaseKey(variant_case_id(self.variant), self.dtype, self.input_class, None,
+                       provider)
 
 
 @dataclass
 class OpBatchJob:
     """Many units in one export; `timeout_s` covers the batch and the isolation of failures."""
+
+    entry: ClassVar[str] = "parity_gate.ops.worker:run_batch"  # called as run_batch(job, emit)
 
     name: str
     units: list[Unit]
@@ -47,8 +51,3 @@ class OpBatchJob:
     @property
     def timeout_s(self) -> float:
         return self.timeout
-
-    def execute(self, emit: Callable[[str, Any], None]) -> None:
-        from parity_gate.ops.worker import run_batch
-
-        run_batch(self, emit)

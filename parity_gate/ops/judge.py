@@ -10,9 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from parity_gate import compare as cmp
+from parity_gate.compare import core as cmp
+from parity_gate.model.findings import Example
+from parity_gate.model.outcomes import Outcome
 from parity_gate.ops.records import FLOATS, OpVariant
-from parity_gate.outcomes import Outcome
 
 
 @dataclass
@@ -91,15 +92,12 @@ def fmt_value(value: Any) -> str:
 
 
 def example(comparison: cmp.Comparison, eager: np.ndarray, onnx: np.ndarray,
-            inputs: dict[str, np.ndarray]) -> dict[str, Any]:
+            inputs: dict[str, np.ndarray]) -> Example | None:
     """The worst element, with the inputs at the same index for elementwise ops."""
     index = comparison.worst_index or comparison.first_index
     if index is None or eager.shape != onnx.shape or not eager.size:
-        return {}
-    out: dict[str, Any] = {"output": comparison.name, "index": list(index),
-                           "eager": fmt_value(eager[index]), "onnx": fmt_value(onnx[index])}
+        return None
     at = {name: fmt_value(arr[index]) for name, arr in inputs.items()
           if arr.shape == eager.shape}
-    if at:
-        out["inputs"] = at
-    return out
+    return Example(output=comparison.name, index=list(index), eager=fmt_value(eager[index]),
+                   onnx=fmt_value(onnx[index]), inputs=at)

@@ -8,15 +8,16 @@ batch of the run.
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from parity_gate.errors import UserError
+from parity_gate.model.findings import OpCase
+from parity_gate.model.keys import CaseKey, matches
+from parity_gate.model.outcomes import Outcome
+from parity_gate.model.results import CaseResult
 from parity_gate.ops.jobs import DEFAULT_SOURCES, OpBatchJob, Unit
 from parity_gate.ops.records import DTYPES, OpVariant, variant_case_id
-from parity_gate.outcomes import Outcome
-from parity_gate.results import CaseKey, CaseResult
 
 DEFAULT_BATCH = 160
 
@@ -36,10 +37,9 @@ class Selection:
     def wants(self, v: OpVariant, key: CaseKey) -> bool:
         if self.dtypes and key.dtype not in self.dtypes:
             return False
-        if not self.select:
-            return True
-        return any(fnmatch.fnmatchcase(key.id, p) or fnmatch.fnmatchcase(key.id, p + "/*")
-                   or fnmatch.fnmatchcase(v.id, p) for p in self.select)
+        # The one case-id rule, plus: a pattern may name variants (`atan2`, `sum.*`).
+        return not self.select or any(matches(key.id, p) or matches(v.id, p)
+                                      for p in self.select)
 
 
 @dataclass
@@ -69,10 +69,10 @@ def validate(selection: Selection, variants: dict[str, OpVariant]) -> None:
                         f"{', '.join(families)})")
 
 
-def base_meta(v: OpVariant, input_class: str) -> dict[str, str]:
-    """What every case carries even when no worker reported it (crash, skip)."""
-    return {"op": guess_aten(v), "variant": v.id, "family": v.family,
-            "input_class": input_class, "call": v.call}
+def base_op(v: OpVariant, op: str | None = None) -> OpCase:
+    """What every case carries even when no worker reported it (crash, skip): no ATen ops
+    seen, the blamed op `op` (one a worker saw for the variant) or a static guess."""
+    return OpCase(variant=v.id, family=v.family, call=v.call, op=op or guess_aten(v))
 
 
 def guess_aten(v: OpVariant) -> str:
@@ -97,7 +97,7 @@ def units_of(variants: Iterable[OpVariant], selection: Selection) -> tuple[list[
                 skip = v.expectation("skip", dtype, cls)
                 if skip is not None:
                     skipped += [CaseResult(k, Outcome.SKIPPED, f"skip: {skip.reason}",
-                                           meta=base_meta(v, cls)) for k in keys]
+                                           op=base_op(v)) for k in keys]
                 else:
                     units.append(unit)
     return units, skipped

@@ -5,84 +5,20 @@ bits of its inputs, so eager and the exported model can disagree while both
 are as right as the dtype allows. The truth here is the same op run in
 float64 (or an exact reference); each side is compared against it with the
 case's own tolerance. Pure maths: arrays in, a verdict out, `compare()` doing
-every number.
+every number; the verdict's record (`Recheck`) lives in the result model.
 """
 
 from __future__ import annotations
 
-import enum
 import math
-from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from parity_gate import compare as cmp
+from parity_gate.compare import core as cmp
+from parity_gate.model.findings import Recheck, RecheckVerdict
 
 # How much further one side must be from the truth to be called the wrong one.
 FACTOR = 10.0
-
-
-class RecheckVerdict(str, enum.Enum):
-    CONFIRMED = "confirmed"              # eager is (much) closer to the truth: the export is wrong
-    EAGER_OFF = "eager_off"              # the exported model is (much) closer: an eager quirk
-    ILL_CONDITIONED = "ill_conditioned"  # both comparably close/far: a tolerance artefact
-    BOTH_OFF = "both_off"                # both sides give non-finite values the truth does not
-    UNVERIFIED = "unverified"            # no independent reference for this case
-
-    @property
-    def explanation(self) -> str:
-        return _EXPLAIN[self]
-
-    @property
-    def dismisses(self) -> bool:
-        """True when the mismatch is explained away (not a finding)."""
-        return self is RecheckVerdict.ILL_CONDITIONED
-
-
-_EXPLAIN = {
-    RecheckVerdict.CONFIRMED: "eager matches the float64 reference; the exported model does not",
-    RecheckVerdict.EAGER_OFF: "the exported model is closer to the float64 reference than eager "
-                              "(eager quirk, not an exporter bug)",
-    RecheckVerdict.ILL_CONDITIONED: "both sides are as close to the float64 reference as each "
-                                    "other: ill-conditioned input, tolerance artefact",
-    RecheckVerdict.BOTH_OFF: "both sides differ from the float64 reference in non-finite values",
-    RecheckVerdict.UNVERIFIED: "no independent reference (float64 or integer-only inputs)",
-}
-
-
-@dataclass(frozen=True)
-class Recheck:
-    verdict: RecheckVerdict
-    closer: str  # "eager" | "onnx" | "neither" | "n/a"
-    eager_error: float | None = None  # needed atol of eager vs truth (inf: non-finite)
-    onnx_error: float | None = None
-    ort_unoptimized: str | None = None  # "vanishes" | "persists" | None (not tried)
-    note: str = ""
-
-    def describe(self) -> str:
-        text = f"{self.verdict.value}: {self.verdict.explanation}"
-        if self.ort_unoptimized == "vanishes":
-            text += "; the difference vanishes with ORT graph optimizations off (fusion)"
-        if self.note:
-            text += f"; {self.note}"
-        return text
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "verdict": self.verdict.value,
-            "closer": self.closer,
-            "eager_error": _enc(self.eager_error),
-            "onnx_error": _enc(self.onnx_error),
-            "ort_unoptimized": self.ort_unoptimized,
-            "conclusion": self.describe(),
-        }
-
-
-def _enc(x: float | None) -> Any:
-    if x is None:
-        return None
-    return "inf" if math.isinf(x) else float(x)
 
 
 def _is_float(a: np.ndarray) -> bool:

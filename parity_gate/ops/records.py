@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from parity_gate.manifest import DEFAULT_TOLERANCES
+from parity_gate.manifest.models import DEFAULT_TOLERANCES
 
 FLOATS: tuple[str, ...] = ("float32", "float64", "float16", "bfloat16")
 SIGNED_INTS: tuple[str, ...] = ("int8", "int32", "int64")

@@ -13,13 +13,14 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from parity_gate.engine.pool import WorkerPool
+from parity_gate.model.findings import Stage
+from parity_gate.model.results import CaseResult
 from parity_gate.ops.jobs import OpBatchJob, Unit
-from parity_gate.ops.planner import OpPlan, Selection, base_meta, job_for, variant_of_key
-from parity_gate.outcomes import Outcome
-from parity_gate.results import CaseResult
-from parity_gate.workers import WorkerPool
+from parity_gate.ops.planner import OpPlan, Selection, base_op, job_for, variant_of_key
 
-_LOST = (Outcome.CRASH, Outcome.TIMEOUT)
+# Imported once per worker at start-up, so the first batch does not pay for it.
+WARM = ("parity_gate.ops.worker",)
 
 
 @dataclass
@@ -31,31 +32,32 @@ class SweepStats:
 
 
 def _lost_by_pool(result: CaseResult) -> bool:
-    """A batch died under its cases (pool-made results carry no meta; a worker's own do).
+    """A batch died under this case: the pool made the result up (the worker never
+    reported it).
 
     A worker that never came up says nothing about the batch: splitting it
     would only start more workers that cannot start.
     """
-    never_started = any(s in result.reason for s in _NOT_STARTED)
-    return result.outcome in _LOST and not result.meta and not never_started
+    return result.lost is not None and not result.lost.never_started
 
 
-_NOT_STARTED = ("waiting for the worker to start", "import failed")
-
-
-# The worker's step names the unit when it died in a per-case step (eager).
-_STEP_UNIT = re.compile(r"while eager ([\w.]+)/(\w+)/(\w+)")
+def culprit(result: CaseResult) -> Unit | None:
+    """The unit a dead worker was on when it died in a per-unit step (eager), if any."""
+    step = result.lost.step if result.lost is not None else None
+    if step is None or step.stage is not Stage.EAGER:
+        return None
+    parts = step.subject.rsplit("/", 2)
+    return Unit(*parts) if len(parts) == 3 and all(parts) else None
 
 
 def resplit(job: OpBatchJob, lost: list[CaseResult], selection: Selection) -> list[OpBatchJob]:
     """Fresh jobs from the units a dead worker never reported: the unit its last step
     names alone plus the rest, else two halves (one job if one unit is left)."""
-    wanted = {(variant_of_key(r.key), r.key.dtype, r.key.fixture) for r in lost}
-    units = [u for u in job.units if (u.variant, u.dtype, u.input_class) in wanted]
-    named = _STEP_UNIT.search(lost[0].reason) if lost else None
-    culprit = Unit(*named.groups()) if named else None
-    if culprit in units and len(units) > 1:
-        parts = [("alone", [culprit]), ("rest", [u for u in units if u != culprit])]
+    wanted = {unit_of(r) for r in lost}
+    units = [u for u in job.units if u in wanted]
+    named = culprit(lost[0]) if lost else None
+    if named in units and len(units) > 1:
+        parts = [("alone", [named]), ("rest", [u for u in units if u != named])]
     elif len(units) <= 1:
         parts = [("alone", units)] if units else []
     else:
@@ -71,20 +73,20 @@ def sweep(op_plan: OpPlan, selection: Selection, workers: int = 2,
     """Yield a result for every planned case, re-splitting batches whose worker died."""
     stats = stats if stats is not None else SweepStats()
     queue = list(op_plan.jobs)
-    pool = WorkerPool(workers, threads=1)
+    pool = WorkerPool(workers, threads=1, warm=WARM)
     try:
         while queue:
             owner = {key: job for job in queue for key in job.cases}
             lost: dict[str, list[CaseResult]] = {}
             stats.jobs += len(queue)
-            for kind, payload in pool.run(queue):
-                if kind != "case":
+            for event in pool.run(queue):
+                if not isinstance(event, CaseResult):  # op workers report no findings
                     continue
-                job = owner[payload.key]
-                if _lost_by_pool(payload) and len(job.units) > 1:
-                    lost.setdefault(job.name, []).append(payload)
+                job = owner[event.key]
+                if _lost_by_pool(event) and len(job.units) > 1:
+                    lost.setdefault(job.name, []).append(event)
                     continue
-                yield _complete(payload, op_plan, stats)
+                yield _complete(event, op_plan, stats)
             by_name = {j.name: j for j in queue}
             queue = [new for name, results in lost.items()
                      for new in resplit(by_name[name], results, selection)]
@@ -104,21 +106,18 @@ def clean_text(text: str) -> str:
 
 
 def _complete(result: CaseResult, op_plan: OpPlan, stats: SweepStats) -> CaseResult:
-    """Fill the op fields of results the pool made up (a crash reports no meta), and
-    strip what the exporter's and ORT's coloured messages would break in JUnit."""
+    """Fill the op fields of results no worker reported (crash, timeout), and strip what
+    the exporter's and ORT's coloured messages would break in JUnit."""
     result.reason, result.detail = clean_text(result.reason), clean_text(result.detail)
     variant = op_plan.variants.get(variant_of_key(result.key))
     if variant is None:
         return result
-    if result.meta.get("op") and "aten_ops" in result.meta:
-        stats.seen_ops.setdefault(variant.id, result.meta["op"])
-    if not result.meta:
-        result.meta = base_meta(variant, result.key.fixture)
-        seen = stats.seen_ops.get(variant.id)
-        if seen:
-            result.meta["op"] = seen
+    if result.op is not None and result.op.aten_ops and result.op.op:
+        stats.seen_ops.setdefault(variant.id, result.op.op)  # the op a worker saw it call
+    if result.op is None:
+        result.op = base_op(variant, stats.seen_ops.get(variant.id))
     return result
 
 
 def unit_of(result: CaseResult) -> Unit:
-    return Unit(variant_of_key(result.key), result.key.dtype, result.key.fixture)
+    return Unit(variant_of_key(result.key), result.key.dtype, result.key.inputs)

@@ -22,25 +22,40 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from parity_gate.ops import onnxgraph as og
-from parity_gate.ops.export import CASE_FILE, Exported, export_batch, tensor_leaves
-from parity_gate.ops.inputs import make_inputs
-from parity_gate.ops.isolate import StageFailure, isolate
-from parity_gate.ops.jobs import OpBatchJob, Unit
-from parity_gate.ops.judge import example, judge, tolerance_for_output
-from parity_gate.ops.recheck import Recheck, RecheckVerdict, recheck
-from parity_gate.ops.records import FLOATS, OpVariant
-from parity_gate.ops.registry import load_variants
-from parity_gate.outcomes import Outcome
-from parity_gate.results import CaseKey, CaseResult
-from parity_gate.runtime import (
+from parity_gate.engine.protocol import CaseStream, Emit
+from parity_gate.engine.runtime import (
     ProviderFallback,
     classify_load_error,
     classify_run_error,
     create_session,
     first_line,
 )
-from parity_gate.workers import CaseStream, Emit
+from parity_gate.model.findings import (
+    LowPrecision,
+    OpCase,
+    Recheck,
+    RecheckVerdict,
+    Rerun,
+    Stage,
+)
+from parity_gate.model.keys import CaseKey
+from parity_gate.model.outcomes import Outcome
+from parity_gate.model.results import CaseResult, Provenance
+from parity_gate.ops import onnxgraph as og
+from parity_gate.ops.export import (
+    CASE_FILE,
+    EXPORT_OPTIONS,
+    Exported,
+    export_batch,
+    tensor_leaves,
+)
+from parity_gate.ops.inputs import make_inputs
+from parity_gate.ops.isolate import StageFailure, isolate
+from parity_gate.ops.jobs import OpBatchJob, Unit
+from parity_gate.ops.judge import example, judge, tolerance_for_output
+from parity_gate.ops.recheck import recheck
+from parity_gate.ops.records import OpVariant
+from parity_gate.ops.registry import load_variants
 
 # Ops that only move or convert data: the case's `op` is the first op not in here.
 _PLUMBING = ("aten._to_copy", "aten.view", "aten.expand", "aten.clone", "aten.detach",
@@ -83,14 +98,32 @@ class _Case:
     def grad(self) -> bool:
         return any(a.requires_grad for a in self.variant.args)
 
-    def meta(self) -> dict[str, Any]:
-        return {"op": main_op(self.ops, self.variant.id), "variant": self.variant.id,
-                "family": self.variant.family, "input_class": self.unit.input_class,
-                "call": self.variant.call, "aten_ops": list(self.ops)}
+    def op_case(self, not_applicable: bool = False) -> OpCase:
+        """The case's op fields: the ATen ops eager dispatched and the one blamed."""
+        return OpCase(variant=self.variant.id, family=self.variant.family,
+                      call=self.variant.call, op=main_op(self.ops, self.variant.id),
+                      aten_ops=list(self.ops), not_applicable=not_applicable)
 
 
 class _Ctx(CaseStream):
     job: OpBatchJob
+
+
+EXPORTER = "dynamo"
+
+
+def unit_subject(unit: Unit) -> str:
+    """How a step names a unit; the parent's re-split reads it back (sweep.culprit)."""
+    return f"{unit.variant}/{unit.dtype}/{unit.input_class}"
+
+
+def provenance(job: OpBatchJob, model: onnx.ModelProto | None = None) -> Provenance:
+    """What ran: the exporter, the graph's opset and IR version when there is one, the seed."""
+    if model is None:
+        return Provenance(exporter=EXPORTER, export_options=dict(EXPORT_OPTIONS), seed=job.seed)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    return Provenance(exporter=EXPORTER, opset=opset, ir_version=model.ir_version,
+                      export_options=dict(EXPORT_OPTIONS), seed=job.seed)
 
 
 def run_batch(job: OpBatchJob, emit: Emit) -> None:
@@ -102,7 +135,7 @@ def run_batch(job: OpBatchJob, emit: Emit) -> None:
         tb = traceback.format_exc()[-4000:]
         for key in list(ctx.pending):
             ctx.result(CaseResult(key, Outcome.CRASH, "internal error in the parity-gate ops "
-                                  "worker (please report)", tb))
+                                  "worker (please report)", tb, provenance=provenance(job)))
 
 
 def _run(ctx: _Ctx) -> None:
@@ -110,7 +143,7 @@ def _run(ctx: _Ctx) -> None:
     variants = load_variants(job.sources)
     live: list[_Case] = []
     for pos, unit in enumerate(job.units):
-        ctx.step(f"eager {unit.variant}/{unit.dtype}/{unit.input_class}")
+        ctx.step(Stage.EAGER, subject=unit_subject(unit))
         case, rejected = _prepare(job, pos, unit, variants[unit.variant])
         if case is not None:
             live.append(case)
@@ -119,7 +152,7 @@ def _run(ctx: _Ctx) -> None:
                 ctx.result(replace(rejected, key=key))
     if not live:
         return
-    ctx.step(f"exporting {len(live)} cases")
+    ctx.step(Stage.EXPORTING, subject=f"{len(live)} cases")
     suspects = [c for c in live if c.variant.id in _SUSPECTS]
     others = [c for c in live if c.variant.id not in _SUSPECTS]
     passed: list[tuple[list[_Case], Exported]] = []
@@ -131,7 +164,7 @@ def _run(ctx: _Ctx) -> None:
         passed += exports.passed
     for group, exported in passed:
         for provider in job.providers:
-            ctx.step(f"running {len(group)} cases on {provider}")
+            ctx.step(Stage.RUNNING, subject=f"{len(group)} cases", detail=f"on {provider}")
             _run_group(ctx, group, exported, provider)
 
 
@@ -217,19 +250,19 @@ def _prepare(job: OpBatchJob, pos: int, unit: Unit,
         case.eager, case.ops = _run_eager(fn, tensors, case.grad)
     except Exception as exc:
         reason = f"not applicable: eager rejects this input: {first_line(repr(exc), 240)}"
-        return None, CaseResult(case.keys[0], Outcome.SKIPPED, reason, meta={
-            **case.meta(), "not_applicable": True})
+        return None, CaseResult(case.keys[0], Outcome.SKIPPED, reason,
+                                provenance=provenance(job), op=case.op_case(True))
     case.eager_s = time.perf_counter() - t0
     unstable = _unstable(case)
     if unstable is not None:
         return None, CaseResult(case.keys[0], Outcome.SKIPPED,
                                 f"not applicable: eager is nondeterministic on this input "
                                 f"(two runs differ in output o{unstable})",
-                                meta={**case.meta(), "not_applicable": True})
+                                provenance=provenance(job), op=case.op_case(True))
     if not case.eager:
         return None, CaseResult(case.keys[0], Outcome.SKIPPED,
                                 "not applicable: the call returns no tensor",
-                                meta={**case.meta(), "not_applicable": True})
+                                provenance=provenance(job), op=case.op_case(True))
     return case, CaseResult(case.keys[0], Outcome.PASS)
 
 
@@ -319,6 +352,7 @@ class _Graphs:
     owners: og.Ownership
     export_s: float
     inputs: dict[str, str]  # the name we asked for → the graph input's actual name
+    provenance: Provenance  # what ran: opset, IR version, export options, seed
 
 
 def _run_group(ctx: _Ctx, group: list[_Case], exported: Exported, provider: str) -> None:
@@ -327,7 +361,8 @@ def _run_group(ctx: _Ctx, group: list[_Case], exported: Exported, provider: str)
     asked = [n for c in group for n in c.input_names]
     graphs = _Graphs(model, raw, og.value_types(raw),
                      og.Ownership.of(model, {c.pos: c.output_names for c in group}),
-                     exported.seconds, og.input_names(model, asked))
+                     exported.seconds, og.input_names(model, asked),
+                     provenance(ctx.job, model))
     index = {c.pos: c for c in group}
 
     def attempt(sub: list[_Case]) -> dict[str, np.ndarray]:
@@ -340,7 +375,8 @@ def _run_group(ctx: _Ctx, group: list[_Case], exported: Exported, provider: str)
 
     runs = isolate(group, attempt, blame)
     for case, failure in runs.failed:
-        _fail(ctx, case, [case.keys[case_provider_index(ctx, provider)]], failure)
+        _fail(ctx, case, [case.keys[case_provider_index(ctx, provider)]], failure,
+              graphs.provenance)
     for sub, outputs in runs.passed:
         for case in sub:
             key = case.keys[case_provider_index(ctx, provider)]
@@ -349,7 +385,8 @@ def _run_group(ctx: _Ctx, group: list[_Case], exported: Exported, provider: str)
             except Exception:
                 ctx.result(CaseResult(key, Outcome.CRASH, "internal error in the parity-gate "
                                       "ops worker (please report)",
-                                      traceback.format_exc()[-4000:], meta=case.meta()))
+                                      traceback.format_exc()[-4000:],
+                                      provenance=graphs.provenance, op=case.op_case()))
 
 
 def case_provider_index(ctx: _Ctx, provider: str) -> int:
@@ -417,11 +454,12 @@ def _from_ortvalue(value: Any) -> np.ndarray:
     return to_numpy(torch.from_dlpack(value))
 
 
-def _fail(ctx: _Ctx, case: _Case, keys: list[CaseKey], failure: StageFailure) -> None:
+def _fail(ctx: _Ctx, case: _Case, keys: list[CaseKey], failure: StageFailure,
+          ran: Provenance | None = None) -> None:
     for key in keys:
         ctx.result(CaseResult(key, failure.outcome, failure.reason, failure.detail,
-                              exporter="dynamo", timings={"eager_s": case.eager_s},
-                              meta=case.meta()))
+                              timings={"eager_s": case.eager_s},
+                              provenance=ran or provenance(ctx.job), op=case.op_case()))
 
 
 # --------------------------------------------------------------------------
@@ -434,52 +472,49 @@ def _finish(case: _Case, key: CaseKey, outputs: dict[str, np.ndarray], graphs: _
     got = [outputs[n] for n in case.output_names]
     verdict = judge(case.variant, case.unit.dtype, case.eager, got)
     outcome, reason = verdict.outcome, verdict.reason
-    meta = case.meta()
+    op = case.op_case()
+    checked: Recheck | None = None
     failing = [m for m, c in enumerate(verdict.comparisons) if not c.passed]
     if outcome is Outcome.MISMATCH:
         checked = _recheck(case, got, failing, graphs, provider)
-        meta["recheck"] = checked.to_dict()
-        if checked.verdict.dismisses:
-            outcome, reason = Outcome.PASS, f"re-check: {checked.describe()}"
-        else:
-            reason = f"{reason} | re-check: {checked.describe()}"
+        if checked.verdict.dismisses:  # a tolerance artefact, not a finding
+            outcome = Outcome.PASS
+            reason = f"mismatch dismissed by the float64 re-check: {checked.describe()}"
     audit = _audit(case, graphs)
     if audit:
-        meta["structure"] = {"finding": "low_precision_compute",
-                             "nodes": [a.describe() for a in audit[:5]]}
-        text = f"dtype handling (graph, optimizer off): {audit[0].describe()}"
-        if outcome is Outcome.PASS:
+        hidden = outcome is Outcome.PASS
+        op.low_precision = LowPrecision([a.describe() for a in audit[:5]],
+                                        hidden_by_provider=provider if hidden else None)
+        if hidden:
             outcome = Outcome.DTYPE_MISMATCH
-            reason = f"{text}; values match on {provider}, which hides the wrong graph"
-            meta["structure"]["hidden_by_provider"] = provider
-        else:
-            reason = f"{reason} | {text}"
+            reason = (f"the graph computes in lower precision than eager returns; values "
+                      f"match on {provider}, which hides the wrong graph")
     if failing and outcome is not Outcome.PASS:
         worst = verdict.comparisons[failing[0]]
-        meta["example"] = example(worst, case.eager[failing[0]], got[failing[0]], case.inputs)
+        op.example = example(worst, case.eager[failing[0]], got[failing[0]], case.inputs)
     timings = {"eager_s": case.eager_s, "export_s": graphs.export_s,
                "compare_s": time.perf_counter() - t0}
     return CaseResult(key, outcome, reason, comparisons=verdict.comparisons, timings=timings,
-                      exporter="dynamo", meta=meta)
+                      provenance=graphs.provenance, recheck=checked, op=op)
 
 
 def _recheck(case: _Case, got: list[np.ndarray], failing: list[int], graphs: _Graphs,
              provider: str) -> Recheck:
     tolerances = [tolerance_for_output(case.variant, case.unit.dtype, e) for e in case.eager]
     checked = recheck(case.eager, got, _truth(case), tolerances, failing)
-    if checked.verdict is RecheckVerdict.UNVERIFIED and case.unit.dtype in FLOATS:
-        checked = replace(checked, note="float64 is already the reference precision"
-                          if case.unit.dtype == "float64" else checked.note)
+    if checked.verdict is RecheckVerdict.UNVERIFIED and case.unit.dtype == "float64":
+        checked = replace(checked, note="float64 is already the reference precision")
     try:
         plain = _load_and_run(graphs.model, [case], provider, whole=False,
                               optimization="disabled", inputs=graphs.inputs)
         again = judge(case.variant, case.unit.dtype, case.eager,
                       [plain[n] for n in case.output_names])
-        checked = replace(checked, ort_unoptimized="vanishes" if again.outcome is Outcome.PASS
-                          else "persists")
-    except StageFailure:
-        pass
-    return checked
+        worst = max((c.max_abs for c in again.comparisons if c.max_abs is not None),
+                    default=None, key=lambda x: math.inf if math.isnan(x) else x)
+        rerun = Rerun("disabled", again.outcome, max_abs=worst)
+    except StageFailure as failure:
+        rerun = Rerun("disabled", None, error=failure.reason)
+    return replace(checked, unoptimized=rerun)
 
 
 def _audit(case: _Case, graphs: _Graphs) -> list[og.PrecisionFinding]:

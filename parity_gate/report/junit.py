@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 from typing import Any
 
-from parity_gate.results import CaseResult, RunResult
+from parity_gate.model.results import CaseResult, RunResult
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
@@ -22,11 +22,11 @@ def _message(case: CaseResult) -> str:
     worst = case.worst()
     if worst is not None and not worst.passed:
         return worst.headline()
-    return case.reason or case.outcome.info.description
+    return case.explanation or case.outcome.info.description
 
 
 def _body(case: CaseResult) -> str:
-    lines = [f"case: {case.id}", f"outcome: {case.outcome.value}", f"reason: {case.reason}"]
+    lines = [f"case: {case.id}", f"outcome: {case.outcome.value}", f"reason: {case.explanation}"]
     for c in case.comparisons:
         lines.append(f"{'pass' if c.passed else 'FAIL'} {c.headline()}")
     if case.detail:
@@ -42,7 +42,7 @@ def _seconds(case: CaseResult) -> float:
 def to_xml(run: RunResult) -> bytes:
     root = ET.Element("testsuites", name="parity-gate")
     by_module: dict[str, list[CaseResult]] = defaultdict(list)
-    for case in sorted(run.cases, key=lambda c: c.key):
+    for case in sorted(run.cases, key=lambda c: c.key.sort_key):
         by_module[case.key.module].append(case)
     totals: dict[str, Any] = defaultdict(int)
     for module, cases in by_module.items():

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
-from parity_gate.deltas import Deltas
-from parity_gate.gate import FIXED, KNOWN, REGRESSION, GateDecision, Ruling, counts_line
+from parity_gate.model.gate import (
+    FIXED,
+    KNOWN,
+    REGRESSION,
+    Deltas,
+    GateDecision,
+    Ruling,
+    counts_line,
+)
+from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.report.fmt import num, seconds
-from parity_gate.results import CaseResult, RunResult
 
 STEP_SUMMARY_LIMIT = 1024 * 1024 - 4096  # GitHub rejects step summaries over 1 MiB
+
+
+def decision_of(run: RunResult) -> GateDecision:
+    """The run's recorded decision, or the plain any-failure one when it has none."""
+    return run.gate or GateDecision(blocking=[c.id for c in run.failures])
 
 
 def _headline(run: RunResult, decision: GateDecision) -> str:
@@ -39,7 +51,7 @@ def _failure_row(case: CaseResult) -> str:
         why = f"{worst.name}: {worst.reason}"
     else:
         figures = "n/a | n/a | n/a"
-        why = case.reason
+        why = case.explanation
     return f"| `{case.id}` | **{case.outcome.value}** | {figures} | {_cell(why)} |"
 
 
@@ -56,7 +68,9 @@ def _skip_lines(run: RunResult) -> list[str]:
             for reason, n in run.skip_reasons().items()]
 
 
-def render(run: RunResult, decision: GateDecision) -> str:
+def render(run: RunResult) -> str:
+    """The summary of a run and of the gate decision it carries."""
+    decision = decision_of(run)
     lines = [_headline(run, decision), ""]
     counts = ", ".join(f"{k}: {v}" for k, v in run.counts().items())
     versions = ", ".join(f"{k} {run.versions[k]}" for k in ("torch", "onnx", "onnxscript",
@@ -72,7 +86,7 @@ def render(run: RunResult, decision: GateDecision) -> str:
     lines += _skip_lines(run)
     lines.append("")
     lines += _gate_sections(decision)
-    lines += _delta_section(decision.deltas)
+    lines += _delta_section(decision.compare_to)
     failures = run.failures
     if failures:
         lines += ["### Failing cases", "",
@@ -87,7 +101,7 @@ def render(run: RunResult, decision: GateDecision) -> str:
             icon = "❗" if f.severity == "error" else "⚠️"
             lines.append(f"- {icon} `{f.module}` **{f.kind}**: {_cell(f.message, 400)}")
         lines.append("")
-    others = [c for c in sorted(run.cases, key=lambda c: c.key) if not c.failed]
+    others = [c for c in sorted(run.cases, key=lambda c: c.key.sort_key) if not c.failed]
     if others:
         lines += [f"<details><summary>{len(others)} passing or skipped cases</summary>", "",
                   "| case | outcome | max abs | max rel | note |", "|---|---|---|---|---|"]
@@ -130,7 +144,7 @@ def _gate_sections(decision: GateDecision) -> list[str]:
     if decision.baseline is None:
         return []
     out: list[str] = []
-    blocking = {c.id for c in decision.blocking} if not decision.passed else set()
+    blocking = set(decision.blocking) if not decision.passed else set()
     regressions = decision.of(REGRESSION)
     if regressions:
         out += [f"### Regressions ({len(regressions)})", "",
@@ -176,7 +190,7 @@ def _delta_section(deltas: Deltas | None) -> list[str]:
     """What changed against `--compare-to`: outcome changes first, then error growth."""
     if deltas is None:
         return []
-    head = f"### Changes since `{deltas.against}`"
+    head = f"### Changes since `{deltas.path}`"
     if not deltas.changes:
         return [head, "", f"No case changed ({deltas.unchanged} compared).", ""]
     out = [head, "", f"{len(deltas.changes)} changed, {deltas.unchanged} unchanged.", "",

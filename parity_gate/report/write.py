@@ -8,9 +8,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from parity_gate.gate import GateDecision
+from parity_gate.model.results import RunResult
 from parity_gate.report import junit, markdown
-from parity_gate.results import RunResult
 
 
 @dataclass
@@ -39,21 +38,20 @@ def atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
-def run_json(run: RunResult, decision: GateDecision) -> bytes:
-    doc = run.to_dict(gate=decision.to_dict())
+def run_json(run: RunResult) -> bytes:
+    doc = run.to_dict()
     return json.dumps(doc, indent=1, allow_nan=False).encode("utf-8")
 
 
-def write_all(run: RunResult, decision: GateDecision, paths: ReportPaths,
-              summary: str | None = None) -> str:
+def write_all(run: RunResult, paths: ReportPaths, summary: str | None = None) -> str:
     """Write the requested reports; returns the markdown (also used for the step summary).
 
     `summary` replaces the default markdown (the op sweep writes its findings table).
     """
     if summary is None:
-        summary = markdown.render(run, decision)
+        summary = markdown.render(run)
     if paths.json:
-        atomic_write(paths.json, run_json(run, decision))
+        atomic_write(paths.json, run_json(run))
     if paths.junit:
         atomic_write(paths.junit, junit.to_xml(run))
     if paths.summary:

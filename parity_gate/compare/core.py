@@ -62,17 +62,18 @@ differs only in the sign of zeros fails as ``signed_zero``.
 
 from __future__ import annotations
 
-import enum
 import itertools
 import math
 import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from parity_gate.model.comparison import Comparison, Tolerance, Verdict, fmt_number, value_format
 
 try:  # bfloat16 is an optional extension dtype
     import ml_dtypes
@@ -82,144 +83,6 @@ except ImportError:  # pragma: no cover
     _BF16 = None
 
 __all__ = ["Comparison", "Tolerance", "Verdict", "compare", "ulp_distance"]
-
-
-# --------------------------------------------------------------------------
-# public records
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    """Elementwise tolerance: pass iff ``|got - ref| <= atol + rtol*|ref|``."""
-
-    atol: float
-    rtol: float
-
-
-class Verdict(str, enum.Enum):
-    """One value per outcome class; the value is the stable lower_snake name."""
-
-    PASS = "pass"
-    SHAPE = "shape"
-    DTYPE = "dtype"
-    NON_FINITE = "non_finite"
-    REGION = "region"
-    OFFSET = "offset"
-    SIGN = "sign"
-    ROUNDING = "rounding"
-    LABEL_FLIP = "label_flip"
-    SIGNED_ZERO = "signed_zero"
-    MISMATCH = "mismatch"  # generic / scattered
-
-
-# Float fields that may hold nan/inf; JSON carries those as strings.
-_FLOAT_FIELDS = (
-    "atol", "rtol", "max_abs", "max_rel", "ref_value", "got_value",
-    "mismatch_fraction", "needed_atol", "needed_rtol", "median_abs", "p99_abs",
-    "top1_agreement", "min_top1_agreement",
-)
-_TUPLE_FIELDS = ("worst_index", "first_index")
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """Everything known about one reference/actual pair.
-
-    ``worst_index`` is the element furthest beyond its allowance, i.e. the
-    one with the largest ``|got - ref| - rtol*|ref|`` (it sets needed_atol),
-    or, when that is <= 0 everywhere, the largest ``|got - ref|``; with a
-    one-sided NaN/Inf it is the first such element; for integers the first
-    mismatch. ``first_index`` is the first out-of-tolerance element in
-    row-major order. Indices are tuples over the full shape.
-    """
-
-    name: str
-    passed: bool
-    verdict: Verdict
-    reason: str
-    shape_ref: str
-    shape_got: str
-    dtype_ref: str
-    dtype_got: str
-    atol: float
-    rtol: float
-    max_abs: float | None = None
-    max_rel: float | None = None
-    worst_index: tuple[int, ...] | None = None
-    ref_value: float | None = None
-    got_value: float | None = None
-    ref_bits: str | None = None
-    got_bits: str | None = None
-    ulp: int | None = None
-    mismatch_count: int = 0
-    total: int = 0
-    mismatch_fraction: float = 0.0
-    first_index: tuple[int, ...] | None = None
-    needed_atol: float | None = None
-    needed_rtol: float | None = None
-    histogram: dict[str, int] = field(default_factory=dict)
-    median_abs: float | None = None
-    p99_abs: float | None = None
-    nonfinite: dict[str, Any] = field(default_factory=dict)
-    signed_zeros: int | None = None
-    region: dict[str, Any] | None = None
-    task: str | None = None
-    min_top1_agreement: float | None = None
-    top1_agreement: float | None = None
-    flipped: list[int] = field(default_factory=list)
-    flipped_count: int = 0
-
-    def __bool__(self) -> bool:
-        return self.passed
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict: plain Python types, non-finite floats as strings."""
-        out = asdict(self)
-        out["verdict"] = self.verdict.value
-        for key in _FLOAT_FIELDS:
-            out[key] = _enc_float(out[key])
-        for key in _TUPLE_FIELDS:
-            if out[key] is not None:
-                out[key] = list(out[key])
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Comparison:
-        """Inverse of :meth:`to_dict` (unknown keys are ignored)."""
-        names = {f.name for f in fields(cls)}
-        kw = {k: v for k, v in data.items() if k in names}
-        kw["verdict"] = Verdict(kw["verdict"])
-        for key in _FLOAT_FIELDS:
-            if key in kw:
-                kw[key] = _dec_float(kw[key])
-        for key in _TUPLE_FIELDS:
-            if kw.get(key) is not None:
-                kw[key] = tuple(int(i) for i in kw[key])
-        return cls(**kw)
-
-    def headline(self) -> str:
-        """One line for a JUnit failure message."""
-        head = f"{self.name}: {self.verdict.value}"
-        if self.verdict in (Verdict.SHAPE, Verdict.DTYPE):
-            return f"{head}: {self.reason}"
-        parts = [head]
-        if self.total:
-            parts.append(f"{self.mismatch_count}/{self.total} out of tolerance")
-        if self.worst_index is not None:
-            fmt = _value_format(self.dtype_ref)
-            ulp = "" if self.ulp is None else f" ({self.ulp} ulp)"
-            parts.append(
-                f"worst {list(self.worst_index)}: ref={_fmt(self.ref_value, fmt)} "
-                f"got={_fmt(self.got_value, fmt)}{ulp}"
-            )
-        if self.needed_atol is not None or self.needed_rtol is not None:
-            parts.append(
-                f"needs atol>={_fmt(self.needed_atol)} (rtol={self.rtol:g}) "
-                f"or rtol>={_fmt(self.needed_rtol)} (atol={self.atol:g})"
-            )
-        if self.top1_agreement is not None:
-            parts.append(f"top1 agreement {self.top1_agreement:.4f}")
-        return "; ".join(parts)
 
 
 # --------------------------------------------------------------------------
@@ -262,28 +125,6 @@ _HIST_LABELS = _hist_labels()
 
 # --------------------------------------------------------------------------
 # small helpers
-
-
-def _enc_float(x: Any) -> Any:
-    if isinstance(x, float) and not math.isfinite(x):
-        return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
-    return x
-
-
-def _dec_float(x: Any) -> Any:
-    if isinstance(x, str):
-        return float(x)
-    return None if x is None else float(x)
-
-
-def _fmt(x: float | None, spec: str = ".3g") -> str:
-    if x is None:
-        return "None"
-    return format(x, spec)
-
-
-def _value_format(dtype: str) -> str:
-    return {"float16": ".5g", "bfloat16": ".4g", "float32": ".9g"}.get(dtype, ".17g")
 
 
 def _kind(dtype: np.dtype) -> str:
@@ -1123,7 +964,7 @@ def _decide(*, ctx: _Ctx, sc: _Scan, dname: str, region: dict[str, Any] | None,
     pct = 100.0 * sc.nbad / sc.total
     where = f"{sc.nbad}/{sc.total} elements ({pct:.3g}%) out of tolerance"
     need_a, need_r = need
-    need_s = (f"needs atol>={_fmt(need_a)} or rtol>={_fmt(need_r)}"
+    need_s = (f"needs atol>={fmt_number(need_a)} or rtol>={fmt_number(need_r)}"
               if need_a is not None else "")
     label_bad = top1 is not None and top1 < min_top1
     flip_s = ""
@@ -1174,10 +1015,10 @@ def _decide(*, ctx: _Ctx, sc: _Scan, dname: str, region: dict[str, Any] | None,
                 f"offset: {sc.f_n} failing elements {pat} (constant, "
                 f"{pct:.3g}% of the tensor); {need_s}")
     wi = w["worst_index"]
-    fmt = _value_format(dname)
+    fmt = value_format(dname)
     return (Verdict.MISMATCH,
-            f"mismatch: {where}, scattered; worst at {wi}: ref {_fmt(w['ref_value'], fmt)} "
-            f"got {_fmt(w['got_value'], fmt)}; {need_s}")
+            f"mismatch: {where}, scattered; worst at {wi}: ref {fmt_number(w['ref_value'], fmt)} "
+            f"got {fmt_number(w['got_value'], fmt)}; {need_s}")
 
 
 def _region_where(region: dict[str, Any] | None) -> str:

@@ -8,65 +8,29 @@ replaced, and the cases it never reported become timeout/crash results.
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing as mp
 import os
 import signal
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from parity_gate.outcomes import Outcome
-from parity_gate.results import CaseKey, CaseResult, Finding
+from parity_gate.engine.protocol import Done, Fatal, Job, Ready, entry_point
+from parity_gate.model.findings import Finding, Lost, Stage, Step
+from parity_gate.model.keys import CaseKey
+from parity_gate.model.outcomes import Outcome
+from parity_gate.model.results import CaseResult
 
 _CTX = mp.get_context("spawn")
 
 
-class Job(Protocol):
-    """What a worker runs: a picklable unit (a module, or a batch of ops) and its cases."""
-
-    name: str
-
-    @property
-    def cases(self) -> list[CaseKey]: ...
-
-    @property
-    def timeout_s(self) -> float: ...
-
-    def execute(self, emit: Emit) -> None:
-        """Send ('case', dict), ('finding', dict) and ('step', str) messages; never raise."""
-
-
-Emit = Callable[[str, Any], None]  # (kind, payload) sent from a worker to the parent
-
-
-class CaseStream:
-    """Worker side of the protocol: each planned case is reported exactly once, as it ends.
-
-    The parent turns whatever is still pending when a worker dies into
-    crash/timeout results, so reporting each case the moment it is known is
-    what keeps a crash from losing finished work.
-    """
-
-    def __init__(self, job: Any, emit: Emit) -> None:
-        self.job = job
-        self.emit = emit
-        self.pending: list[CaseKey] = list(job.cases)
-
-    def step(self, text: str) -> None:
-        self.emit("step", text)
-
-    def result(self, result: CaseResult) -> None:
-        if result.key in self.pending:
-            self.pending.remove(result.key)
-            self.emit("case", result.to_dict())
-
-
-def _worker_main(conn: Connection, log_path: str, threads: int) -> None:
+def _worker_main(conn: Connection, log_path: str, threads: int, warm: Sequence[str]) -> None:
     """Worker loop: import the heavy stack once, then serve jobs until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -83,11 +47,12 @@ def _worker_main(conn: Connection, log_path: str, threads: int) -> None:
         import onnx  # noqa: F401
         import onnxruntime  # noqa: F401
 
-        import parity_gate.execute  # noqa: F401  (warm the module-job path too)
+        for name in warm:  # the caller's job code, imported once per worker
+            importlib.import_module(name)
     except BaseException:
-        conn.send(("fatal", traceback.format_exc()))
+        conn.send(Fatal(traceback.format_exc()))
         return
-    conn.send(("ready", os.getpid()))
+    conn.send(Ready(os.getpid()))
     while True:
         try:
             message = conn.recv()
@@ -96,8 +61,11 @@ def _worker_main(conn: Connection, log_path: str, threads: int) -> None:
         if message is None:
             return
         job: Job = message
-        job.execute(lambda kind, payload: conn.send((kind, payload)))
-        conn.send(("done", job.name))
+        try:
+            entry_point(job)(job, conn.send)
+        except BaseException:  # an entry point must not raise; its cases become crashes
+            traceback.print_exc()
+        conn.send(Done(job.name))
 
 
 @dataclass
@@ -107,19 +75,21 @@ class _Worker:
     log_path: str
     job: Job | None = None
     deadline: float = 0.0
-    step: str = ""
+    step: Step = field(default_factory=lambda: Step(Stage.STARTING))
     pending: list[CaseKey] = field(default_factory=list)
     started: float = 0.0
 
 
-Event = tuple[str, Any]  # ("case", CaseResult) | ("finding", Finding)
+Event = CaseResult | Finding
 
 
 class WorkerPool:
     """Runs module jobs on `size` warm workers and yields results as they arrive."""
 
-    def __init__(self, size: int = 1, threads: int | None = None) -> None:
+    def __init__(self, size: int = 1, threads: int | None = None,
+                 warm: Sequence[str] = ()) -> None:
         self.size = max(1, size)
+        self.warm = tuple(warm)
         cpus = os.cpu_count() or 1
         self.threads = threads or max(1, cpus // self.size)
         self._logdir = tempfile.mkdtemp(prefix="parity-gate-workers-")
@@ -130,7 +100,7 @@ class WorkerPool:
         self._spawned += 1
         log_path = str(Path(self._logdir) / f"worker-{self._spawned}.log")
         parent, child = _CTX.Pipe()
-        process = _CTX.Process(target=_worker_main, args=(child, log_path, self.threads),
+        process = _CTX.Process(target=_worker_main, args=(child, log_path, self.threads, self.warm),
                                daemon=True, name=f"parity-gate-worker-{self._spawned}")
         process.start()
         child.close()
@@ -141,7 +111,7 @@ class WorkerPool:
         return self._spawned
 
     def run(self, jobs: list[Job]) -> Iterator[Event]:
-        """Yield ('case', CaseResult) and ('finding', Finding) until every job is done."""
+        """Yield CaseResults and Findings until every job is done."""
         queue = list(jobs)
         while len(self._workers) < min(self.size, len(queue)):
             self._workers.append(self._spawn())
@@ -164,7 +134,7 @@ class WorkerPool:
                     finished, events = self._drain(worker)
                     yield from events
                     if finished is None:  # died
-                        yield from self._lost(worker, Outcome.CRASH, self._death_reason(worker))
+                        yield from self._lost(worker, Outcome.CRASH, *self._death(worker))
                         busy.remove(worker)
                         idle.append(self._replace(worker))
                         continue
@@ -177,14 +147,14 @@ class WorkerPool:
                     limit = worker.job.timeout_s if worker.job else 0
                     yield from self._lost(worker, Outcome.TIMEOUT,
                                           f"module exceeded its timeout of {limit:g}s "
-                                          f"while {worker.step or 'starting'}")
+                                          f"while {worker.step.describe()}", Lost(worker.step))
                     busy.remove(worker)
                     idle.append(self._replace(worker))
 
     def _assign(self, worker: _Worker, job: Job) -> None:
         worker.job = job
         worker.pending = list(job.cases)
-        worker.step = "waiting for the worker to start"
+        worker.step = Step(Stage.STARTING)
         worker.started = time.monotonic()
         # The first job also pays the worker's torch import; give it that time.
         worker.deadline = worker.started + job.timeout_s
@@ -197,44 +167,46 @@ class WorkerPool:
             try:
                 if not worker.conn.poll(0):
                     break
-                kind, payload = worker.conn.recv()
+                message = worker.conn.recv()
             except (EOFError, OSError):
                 return None, events
-            if kind == "case":
-                result = CaseResult.from_dict(payload)
-                if result.key in worker.pending:
-                    worker.pending.remove(result.key)
-                    events.append(("case", result))
-            elif kind == "finding":
-                events.append(("finding", Finding.from_dict(payload)))
-            elif kind == "step":
-                worker.step = payload
-            elif kind == "ready":
+            if isinstance(message, CaseResult):
+                if message.key in worker.pending:
+                    worker.pending.remove(message.key)
+                    events.append(message)
+            elif isinstance(message, Finding):
+                events.append(message)
+            elif isinstance(message, Step):
+                worker.step = message
+            elif isinstance(message, Ready):
                 worker.deadline = time.monotonic() + (worker.job.timeout_s if worker.job else 0)
-            elif kind == "fatal":
-                worker.step = f"starting (import failed: {payload.strip().splitlines()[-1]})"
+            elif isinstance(message, Fatal):
+                last = message.traceback.strip().splitlines()[-1]
+                worker.step = Step(Stage.STARTING, detail=f"(import failed: {last})")
                 return None, events
-            elif kind == "done":
+            elif isinstance(message, Done):
                 return True, events
         if not worker.process.is_alive():
             return None, events
         return False, events
 
-    def _lost(self, worker: _Worker, outcome: Outcome, reason: str) -> Iterator[Event]:
+    def _lost(self, worker: _Worker, outcome: Outcome, reason: str,
+              lost: Lost) -> Iterator[Event]:
         detail = self._log_tail(worker)
         for key in worker.pending:
-            yield "case", CaseResult(key, outcome, reason=reason, detail=detail)
+            yield CaseResult(key, outcome, reason=reason, detail=detail, lost=lost)
         worker.pending = []
 
-    def _death_reason(self, worker: _Worker) -> str:
+    def _death(self, worker: _Worker) -> tuple[str, Lost]:
         worker.process.join(timeout=5)
         code = worker.process.exitcode
-        where = f"while {worker.step}" if worker.step else ""
+        where = f"while {worker.step.describe()}"
         if code is not None and code < 0:
             name = signal.Signals(-code).name
             extra = " (likely out of memory)" if name == "SIGKILL" else ""
-            return f"worker killed by {name}{extra} {where}".strip()
-        return f"worker exited with code {code} {where}".strip()
+            return (f"worker killed by {name}{extra} {where}",
+                    Lost(worker.step, signal=name))
+        return f"worker exited with code {code} {where}", Lost(worker.step, exit_code=code)
 
     def _log_tail(self, worker: _Worker, limit: int = 3000) -> str:
         try:

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 from parity_gate.errors import UserError
 
 if TYPE_CHECKING:
-    from parity_gate.cases import Plan
-    from parity_gate.results import RunResult
+    from parity_gate.model.results import RunResult
+    from parity_gate.plan.cases import Plan
 
 # Estimate, in "case units": one export (per module and dtype) costs about as much as
 # this many cases, since export dominates a small model's time.
@@ -112,7 +112,7 @@ def assign(module_costs: dict[str, float], count: int) -> list[list[str]]:
 
 def shard_plan(plan: Plan, shard: Shard, recorded: dict[str, float] | None = None) -> Plan:
     """The part of `plan` that shard K of N runs."""
-    from parity_gate.cases import Plan
+    from parity_gate.plan.cases import Plan
 
     mine = set(assign(costs(plan, recorded), shard.count)[shard.index - 1])
     return Plan(jobs=[j for j in plan.jobs if j.name in mine],

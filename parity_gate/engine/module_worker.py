@@ -18,26 +18,27 @@ from typing import Any
 
 import numpy as np
 
-from parity_gate import compare as cmp
-from parity_gate.cases import ModuleJob
-from parity_gate.exporting import ExportedModel, ExportFailure, export_module
-from parity_gate.fixtures import (
+from parity_gate.compare import core as cmp
+from parity_gate.engine.exporting import ExportedModel, ExportFailure, export_module
+from parity_gate.engine.fixtures import (
     FixtureError,
-    batch_sizes_for,
     derive_seed,
     generate,
 )
-from parity_gate.manifest import EdgeFixture, output_names
-from parity_gate.outcomes import Outcome
-from parity_gate.results import CaseKey, CaseResult, Finding
-from parity_gate.runtime import (
+from parity_gate.engine.protocol import CaseStream, Emit
+from parity_gate.engine.runtime import (
     ProviderFallback,
     classify_load_error,
     classify_run_error,
     create_session,
     first_line,
 )
-from parity_gate.workers import CaseStream, Emit
+from parity_gate.manifest.models import EdgeFixture, output_names
+from parity_gate.model.findings import Finding, Rerun, Stage
+from parity_gate.model.keys import CaseKey
+from parity_gate.model.outcomes import Outcome
+from parity_gate.model.results import CaseResult, Provenance
+from parity_gate.plan.cases import ModuleJob, batch_sizes_for
 
 
 @dataclass
@@ -60,8 +61,17 @@ class _Ctx(CaseStream):
         for key in list(keys):
             self.result(CaseResult(key, outcome, reason=reason, detail=detail, **extra))
 
-    def finding(self, kind: str, message: str, severity: str = "warning") -> None:
-        self.emit("finding", Finding(self.job.name, kind, message, severity).to_dict())
+    def note(self, kind: str, message: str, severity: str = "warning") -> None:
+        self.finding(Finding(self.job.name, kind, message, severity))
+
+    def provenance(self, device: str, exported: ExportedModel | None = None) -> Provenance:
+        """What ran for this job's cases: recorded on every result, failed ones included."""
+        export = self.job.settings.export
+        return Provenance(
+            exporter=export.exporter or "", export_options=export.model_dump(exclude_none=True),
+            opset=exported.opset if exported else None,
+            ir_version=exported.ir_version if exported else None,
+            seed=self.job.seed, reference_device=device)
 
 
 def run_job(job: ModuleJob, emit: Emit) -> None:
@@ -80,7 +90,7 @@ def _run(ctx: _Ctx) -> None:
     job = ctx.job
     settings = job.settings
     _seed_everything(torch, derive_seed(job.seed, job.name))
-    ctx.step("building module")
+    ctx.step(Stage.BUILDING, job.name)
     try:
         module = _build(job)
     except Exception as exc:
@@ -94,7 +104,7 @@ def _run(ctx: _Ctx) -> None:
                      "expected a torch.nn.Module")
         return
     if module.training:
-        ctx.finding("training_mode", f"factory {job.module.factory} returned the module in "
+        ctx.note("training_mode", f"factory {job.module.factory} returned the module in "
                     "training mode (dropout/batch-norm statistics would be exported); "
                     "parity-gate called .eval()")
     module.eval()
@@ -113,52 +123,52 @@ def _run_dtype(ctx: _Ctx, torch: Any, module: Any, dtype: str, device: str,
                keys: list[CaseKey]) -> None:
     job = ctx.job
     settings = job.settings
-    ctx.step(f"casting to {dtype}")
+    ctx.step(Stage.CASTING, dtype)
     typed = copy.deepcopy(module).to(getattr(torch, dtype))
     refs: dict[tuple[str, int], _Reference] = {}
-    for fixture_name in dict.fromkeys(k.fixture for k in keys):
+    for fixture_name in dict.fromkeys(k.inputs for k in keys):
         fixture = job.fixtures[fixture_name]
         for batch in batch_sizes_for(fixture, settings.batch_sizes or []):
-            if any(k.fixture == fixture_name and k.batch_size == batch for k in keys):
-                ctx.step(f"eager {dtype}/{fixture_name}/b{batch}")
+            if any(k.inputs == fixture_name and k.batch_size == batch for k in keys):
+                ctx.step(Stage.EAGER, f"{dtype}/{fixture_name}/b{batch}")
                 refs[(fixture_name, batch)] = _reference(ctx, torch, typed, dtype, device,
                                                          fixture_name, batch)
     for (fixture_name, batch), ref in refs.items():
         if ref.error is not None:
-            hit = [k for k in keys if k.fixture == fixture_name and k.batch_size == batch]
+            hit = [k for k in keys if k.inputs == fixture_name and k.batch_size == batch]
             for k in hit:
                 ctx.result(CaseResult(k, ref.error.outcome, ref.error.reason, ref.error.detail,
-                                      reference_device=device))
+                                      provenance=ctx.provenance(device)))
     live = [k for k in keys if k in ctx.pending]
     if not live:
         return
     export_batch = _export_batch(settings.export.batch_size, settings.batch_sizes or [])
     example = _example(ctx, dtype, export_batch)
-    ctx.step(f"exporting {dtype}")
+    ctx.step(Stage.EXPORTING, dtype)
     t0 = time.perf_counter()
     names = output_names(job.module, len(next(iter(r.outputs[0] for r in refs.values()
                                                    if r.outputs), [])))
-    exporter = settings.export.exporter
     try:
         example_t = [_to_torch(torch, example[i.name], device) for i in job.module.inputs]
         exported = export_module(typed.to(device), example_t, job.module.inputs, names,
                                  settings.export)
     except ExportFailure as failure:
-        ctx.fail_all(live, failure.outcome, failure.reason, failure.detail, exporter=exporter,
-                     reference_device=device)
+        ctx.fail_all(live, failure.outcome, failure.reason, failure.detail,
+                     provenance=ctx.provenance(device))
         return
     except FixtureError as exc:
-        ctx.fail_all(live, Outcome.EAGER_ERROR, f"fixture: {exc}", reference_device=device)
+        ctx.fail_all(live, Outcome.EAGER_ERROR, f"fixture: {exc}",
+                     provenance=ctx.provenance(device))
         return
     export_s = time.perf_counter() - t0
     _export_findings(ctx, dtype, exported, export_batch)
-    ctx.step(f"checking {dtype} model")
+    ctx.step(Stage.CHECKING, dtype)
     t0 = time.perf_counter()
     problem = _check(exported.model)
     check_s = time.perf_counter() - t0
     if problem:
         ctx.fail_all(live, Outcome.INVALID_MODEL, f"onnx.checker: {first_line(problem)}",
-                     problem[-4000:], exporter=exporter, reference_device=device)
+                     problem[-4000:], provenance=ctx.provenance(device, exported))
         return
     for provider in dict.fromkeys(k.provider for k in live):
         pkeys = [k for k in live if k.provider == provider]
@@ -170,30 +180,29 @@ def _run_provider(ctx: _Ctx, exported: ExportedModel, provider: str, keys: list[
                   refs: dict[tuple[str, int], _Reference], export_batch: int,
                   shared: dict[str, float], dtype: str, device: str) -> None:
     job = ctx.job
-    exporter = job.settings.export.exporter
-    ctx.step(f"loading {dtype} model on {provider}")
+    provenance = ctx.provenance(device, exported)
+    ctx.step(Stage.LOADING, f"{dtype}", f"on {provider}")
     t0 = time.perf_counter()
     try:
         session = create_session(exported.model, provider, job.providers[provider].options)
     except ProviderFallback as exc:
-        ctx.fail_all(keys, Outcome.RUNTIME_ERROR, str(exc), exporter=exporter,
-                     reference_device=device)
+        ctx.fail_all(keys, Outcome.RUNTIME_ERROR, str(exc), provenance=provenance)
         return
     except Exception as exc:
         msg = str(exc)
         ctx.fail_all(keys, classify_load_error(msg), f"onnxruntime load: {first_line(msg)}",
-                     msg[-4000:], exporter=exporter, reference_device=device)
+                     msg[-4000:], provenance=provenance)
         return
     timings = {**shared, "session_s": time.perf_counter() - t0}
     feed_names = {i.name for i in session.get_inputs()}
     unoptimized: list[Any] = []  # created on the first mismatch only
     for key in keys:
-        ref = refs[(key.fixture, key.batch_size)]
-        ctx.step(f"running {key.id}")
+        ref = refs[(key.inputs, key.batch_size)]
+        ctx.step(Stage.RUNNING, key.id)
         result = _run_case(job, session, key, ref, feed_names, export_batch, dict(timings),
-                           exporter, device)
+                           provenance)
         if result.outcome is Outcome.MISMATCH:
-            ctx.step(f"re-running {key.id} with ORT graph optimizations off")
+            ctx.step(Stage.RECHECKING, key.id, "with ORT graph optimizations off")
             _fusion_check(job, exported, provider, result, ref, feed_names, export_batch,
                           unoptimized)
         ctx.result(result)
@@ -213,27 +222,20 @@ def _fusion_check(job: ModuleJob, exported: ExportedModel, provider: str, result
                                         job.providers[provider].options,
                                         optimization="disabled"))
         again = _run_case(job, cache[0], result.key, ref, feed_names, export_batch, {},
-                          result.exporter, result.reference_device)
+                          result.provenance)
     except Exception as exc:  # the check is advisory; never lose the real result
-        result.meta["optimizations_off"] = {"error": first_line(repr(exc))}
+        result.rerun = Rerun(error=first_line(repr(exc)))
         return
     worst = again.worst()
-    result.meta["optimizations_off"] = {
-        "outcome": again.outcome.value,
-        "max_abs": worst.to_dict()["max_abs"] if worst is not None else None,
-    }
-    if again.outcome is Outcome.PASS:
-        result.reason += (" — passes with ORT graph optimizations disabled: an ONNX Runtime "
-                          "fusion/rewrite is the likely cause")
-    elif again.outcome is Outcome.MISMATCH:
-        result.reason += " — persists with ORT graph optimizations disabled (not a fusion)"
+    result.rerun = Rerun(outcome=again.outcome,
+                         max_abs=worst.max_abs if worst is not None else None)
 
 
 def _run_case(job: ModuleJob, session: Any, key: CaseKey, ref: _Reference, feed_names: set[str],
-              export_batch: int, timings: dict[str, float], exporter: str,
-              device: str) -> CaseResult:
+              export_batch: int, timings: dict[str, float],
+              provenance: Provenance) -> CaseResult:
     """Run every sample of one case, then compare each output over all samples at once."""
-    meta = {"exporter": exporter, "reference_device": device, "samples": len(ref.inputs)}
+    common: dict[str, Any] = {"provenance": provenance, "samples": len(ref.inputs)}
     got_all: list[list[np.ndarray]] = []
     t0 = time.perf_counter()
     for inputs in ref.inputs:
@@ -248,10 +250,10 @@ def _run_case(job: ModuleJob, session: Any, key: CaseKey, ref: _Reference, feed_
                 reason = (f"batch {key.batch_size} fails on the model exported at batch "
                           f"{export_batch} while eager works: {reason}")
             timings["run_s"] = time.perf_counter() - t0
-            return CaseResult(key, outcome, reason, msg[-4000:], timings=timings, **meta)
+            return CaseResult(key, outcome, reason, msg[-4000:], timings=timings, **common)
     timings["run_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    result = _judge(job, key, ref, got_all, meta, export_batch)
+    result = _judge(job, key, ref, got_all, common, export_batch)
     timings["compare_s"] = time.perf_counter() - t0
     timings["eager_s"] = ref.eager_s
     result.timings = timings
@@ -259,12 +261,12 @@ def _run_case(job: ModuleJob, session: Any, key: CaseKey, ref: _Reference, feed_
 
 
 def _judge(job: ModuleJob, key: CaseKey, ref: _Reference, got_all: list[list[np.ndarray]],
-           meta: dict[str, Any], export_batch: int) -> CaseResult:
+           common: dict[str, Any], export_batch: int) -> CaseResult:
     n_ref, n_got = len(ref.outputs[0]), len(got_all[0])
     if n_ref != n_got:
         return CaseResult(key, Outcome.SHAPE_MISMATCH,
                           f"exported model returns {n_got} output(s), eager returns {n_ref}",
-                          **meta)
+                          **common)
     names = output_names(job.module, n_ref)
     specs = {o.name: o for o in job.module.outputs or []}
     comparisons = []
@@ -285,7 +287,7 @@ def _judge(job: ModuleJob, key: CaseKey, ref: _Reference, got_all: list[list[np.
         ))
     failing = [c for c in comparisons if not c.passed]
     if not failing:
-        return CaseResult(key, Outcome.PASS, "", comparisons=comparisons, **meta)
+        return CaseResult(key, Outcome.PASS, "", comparisons=comparisons, **common)
     verdicts = {c.verdict for c in failing}
     outcome = (Outcome.SHAPE_MISMATCH if cmp.Verdict.SHAPE in verdicts
                else Outcome.DTYPE_MISMATCH if cmp.Verdict.DTYPE in verdicts
@@ -297,7 +299,7 @@ def _judge(job: ModuleJob, key: CaseKey, ref: _Reference, got_all: list[list[np.
         outcome = Outcome.BAKED_SHAPE
         reason = (f"batch {key.batch_size}: {baked} — the exported model (exported at batch "
                   f"{export_batch}) silently reshapes to the export batch size")
-    return CaseResult(key, outcome, reason, comparisons=comparisons, **meta)
+    return CaseResult(key, outcome, reason, comparisons=comparisons, **common)
 
 
 def _baked_output(batch: int, export_batch: int, refs: list[np.ndarray],
@@ -379,11 +381,11 @@ def _export_batch(configured: int | None, batch_sizes: list[int]) -> int:
 
 def _export_findings(ctx: _Ctx, dtype: str, exported: ExportedModel, export_batch: int) -> None:
     for name, index, symbol, value in exported.baked_dims:
-        ctx.finding("baked_shape", f"{dtype}: input {name!r} dim {index} was declared dynamic "
+        ctx.note("baked_shape", f"{dtype}: input {name!r} dim {index} was declared dynamic "
                     f"({symbol!r}) but the exported graph fixes it to {value} (exported at "
                     f"batch {export_batch}); other sizes will fail", "error")
     for text in exported.warnings[:5]:
-        ctx.finding("export_warning", f"{dtype}: {text}")
+        ctx.note("export_warning", f"{dtype}: {text}")
 
 
 def _check(model: bytes) -> str:

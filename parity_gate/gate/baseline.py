@@ -9,7 +9,6 @@ matching, dumping and `update` are pure; `load`/`find` are the only readers.
 from __future__ import annotations
 
 import difflib
-import fnmatch
 import math
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, Context
@@ -18,13 +17,13 @@ from typing import Any
 
 import yaml
 
-from parity_gate.deltas import FIGURES, Figures
 from parity_gate.errors import UserError
-from parity_gate.outcomes import Outcome
-from parity_gate.results import CaseResult, RunResult
+from parity_gate.model.gate import FIGURES, Figures
+from parity_gate.model.keys import is_glob, matches
+from parity_gate.model.outcomes import Outcome
+from parity_gate.model.results import CaseResult, RunResult
 
 DEFAULT_NAME = "parity-baseline.yml"
-DEFAULT_WORSEN_FACTOR = 2.0
 TODO_REASON = "TODO: explain"
 TOP_KEYS = ("version", "worsen_factor", "known_failures")
 ENTRY_KEYS = ("id", "reason", "link", "outcome", *FIGURES)
@@ -49,10 +48,10 @@ class Entry:
 
     @property
     def is_pattern(self) -> bool:
-        return any(ch in self.id for ch in "*?[")
+        return is_glob(self.id)
 
     def matches(self, case_id: str) -> bool:
-        return case_id == self.id or (self.is_pattern and fnmatch.fnmatchcase(case_id, self.id))
+        return case_id == self.id or (self.is_pattern and matches(case_id, self.id))
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"id": self.id, "reason": self.reason}

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from parity_gate.manifest import Manifest
+from parity_gate.manifest.models import Manifest
 
-SCHEMA_FILE = Path(__file__).with_name("parity.schema.json")
+SCHEMA_FILE = Path(__file__).parent.parent / "parity.schema.json"
 SCHEMA_ID = "https://parity-gate.dev/schema/parity.schema.json"
 
 

@@ -8,63 +8,16 @@ here, because a "CUDA pass" that really ran on CPU proves nothing.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
-from parity_gate.outcomes import Outcome
-
-EXECUTION_PROVIDERS: dict[str, str] = {
-    "cpu": "CPUExecutionProvider",
-    "cuda": "CUDAExecutionProvider",
-    "tensorrt": "TensorrtExecutionProvider",
-}
-
-# Strict parity reads: TF32 off on CUDA matches eager with TF32 disabled.
-DEFAULT_PROVIDER_OPTIONS: dict[str, dict[str, Any]] = {
-    "cuda": {"use_tf32": 0},
-    "tensorrt": {},
-    "cpu": {},
-}
-
-
-@dataclass(frozen=True)
-class Availability:
-    available: bool
-    reason: str = ""
+from parity_gate.model.outcomes import Outcome
+from parity_gate.plan.providers import EXECUTION_PROVIDERS, provider_chain
 
 
 def available_providers() -> list[str]:
     import onnxruntime as ort
 
     return list(ort.get_available_providers())
-
-
-def availability(name: str, available: list[str]) -> Availability:
-    """Whether provider `name` can run here, and if not, a reason a user can act on."""
-    ep = EXECUTION_PROVIDERS[name]
-    if ep in available:
-        return Availability(True)
-    hint = {
-        "cuda": "install onnxruntime-gpu and run on a machine with an NVIDIA GPU",
-        "tensorrt": "install onnxruntime-gpu with TensorRT libraries on a GPU machine",
-    }.get(name, "reinstall onnxruntime")
-    return Availability(
-        False, f"{ep} not available (onnxruntime offers: {', '.join(available)}; {hint})"
-    )
-
-
-def provider_chain(name: str, options: dict[str, Any]) -> list[Any]:
-    """The providers list for a session: the EP under test, then its usual fallbacks."""
-    merged = {**DEFAULT_PROVIDER_OPTIONS.get(name, {}), **options}
-    if name == "cpu":
-        return [("CPUExecutionProvider", merged)]
-    if name == "cuda":
-        return [("CUDAExecutionProvider", merged), "CPUExecutionProvider"]
-    return [
-        ("TensorrtExecutionProvider", merged),
-        ("CUDAExecutionProvider", DEFAULT_PROVIDER_OPTIONS["cuda"]),
-        "CPUExecutionProvider",
-    ]
 
 
 def create_session(model: bytes, provider: str, options: dict[str, Any],

@@ -7,8 +7,8 @@ import time
 from collections import Counter
 from typing import TextIO
 
+from parity_gate.model.results import CaseResult, RunResult, skip_reasons
 from parity_gate.report.fmt import num, seconds
-from parity_gate.results import CaseResult, RunResult, skip_reasons
 
 _LABEL = {"pass": "PASS", "skipped": "SKIP"}
 

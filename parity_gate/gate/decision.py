@@ -9,100 +9,25 @@ and tests build it from RunResult objects without running anything.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
-from parity_gate.baseline import DEFAULT_WORSEN_FACTOR, Baseline, Entry
-from parity_gate.deltas import FIGURES, Deltas, Figures
-from parity_gate.deltas import compute as compute_deltas
-from parity_gate.errors import EXIT_FAIL, EXIT_PASS
-from parity_gate.outcomes import Outcome
-from parity_gate.results import CaseResult, RunResult
-
-FAIL_ON = ("regressions", "any-failure", "never")
-REGRESSION, KNOWN, FIXED = "regression", "known", "fixed"
-CATEGORIES = (REGRESSION, FIXED, KNOWN)  # the order the summary reads them in
-
-
-@dataclass(frozen=True)
-class Ruling:
-    """Why one case is a regression, a known failure or fixed."""
-
-    id: str
-    category: str
-    outcome: str
-    why: str
-    entry: str | None = None  # the baseline entry's id (a case id or glob)
-    where: str = ""  # file:line of that entry
-    figures: Figures = field(default_factory=Figures)
-    recorded: Figures = field(default_factory=Figures)
-
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"id": self.id, "category": self.category,
-                             "outcome": self.outcome, "why": self.why}
-        if self.entry is not None:
-            d.update(entry=self.entry, where=self.where, recorded=self.recorded.to_dict())
-        d["figures"] = self.figures.to_dict()
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Ruling:
-        return cls(d["id"], d["category"], d.get("outcome", ""), d.get("why", ""),
-                   d.get("entry"), d.get("where", ""), Figures.from_dict(d.get("figures")),
-                   Figures.from_dict(d.get("recorded")))
-
-
-@dataclass(frozen=True)
-class Stale:
-    """A baseline entry that matches no case: it protects nothing and should go."""
-
-    entry: str
-    where: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"entry": self.entry, "where": self.where}
-
-
-@dataclass
-class GateDecision:
-    """What blocks, and why; `to_dict` is the JSON report's `gate` object."""
-
-    blocking: list[CaseResult] = field(default_factory=list)
-    fail_on: str = "any-failure"
-    strict: bool = False
-    baseline: str | None = None
-    worsen_factor: float = DEFAULT_WORSEN_FACTOR
-    rulings: list[Ruling] = field(default_factory=list)
-    stale: list[Stale] = field(default_factory=list)
-    deltas: Deltas | None = None
-
-    @property
-    def passed(self) -> bool:
-        return not self.blocking or self.fail_on == "never"
-
-    @property
-    def exit_code(self) -> int:
-        return EXIT_PASS if self.passed else EXIT_FAIL
-
-    def of(self, category: str) -> list[Ruling]:
-        return [r for r in self.rulings if r.category == category]
-
-    def to_dict(self) -> dict[str, object]:
-        d: dict[str, object] = {
-            "passed": self.passed,
-            "fail_on": self.fail_on,
-            "strict": self.strict,
-            "baseline": self.baseline,
-            "worsen_factor": self.worsen_factor,
-            "blocking": [r.id for r in self.blocking],
-            **{category: [r.id for r in self.of(category)] for category in CATEGORIES},
-            "stale": [s.entry for s in self.stale],
-            "stale_entries": [s.to_dict() for s in self.stale],
-            "rulings": [r.to_dict() for r in self.rulings],
-        }
-        if self.deltas is not None:
-            d["compare_to"] = self.deltas.to_dict()
-        return d
+from parity_gate.gate.baseline import Baseline, Entry
+from parity_gate.gate.deltas import compute as compute_deltas
+from parity_gate.model.gate import (
+    CATEGORIES,
+    DEFAULT_WORSEN_FACTOR,
+    FIGURES,
+    FIXED,
+    KNOWN,
+    REGRESSION,
+    Figures,
+    GateDecision,
+    Ruling,
+    Stale,
+    counts_line,
+)
+from parity_gate.model.outcomes import Outcome
+from parity_gate.model.results import CaseResult, RunResult
 
 
 @dataclass
@@ -123,7 +48,7 @@ def apply(run: RunResult, policy: GatePolicy, universe: set[str] | None = None
                       worsen_factor=policy.worsen_factor, universe=universe)
     if policy.compare_to is not None:
         path, old = policy.compare_to
-        decision.deltas = compute_deltas(old, run, path, universe)
+        decision.compare_to = compute_deltas(old, run, path, universe)
     return decision
 
 
@@ -160,8 +85,8 @@ def finish(run: RunResult, rulings: list[Ruling], stale: list[Stale], fail_on: s
     block = {REGRESSION} | ({KNOWN} if fail_on == "any-failure" else set()) \
         | ({FIXED} if strict else set())
     blocking_ids = {r.id for r in rulings if r.category in block}
-    blocking = sorted((c for c in run.cases if c.id in blocking_ids),
-                      key=lambda c: (-c.outcome.severity, c.id))
+    blocking = [c.id for c in sorted((c for c in run.cases if c.id in blocking_ids),
+                                     key=lambda c: (-c.outcome.severity, c.id))]
     order = {c: i for i, c in enumerate(CATEGORIES)}
     rulings = sorted(rulings, key=lambda r: (order[r.category], r.id))
     return GateDecision(blocking, fail_on, strict, baseline, factor, rulings, stale)
@@ -209,33 +134,19 @@ def worsened(entry: Entry, outcome: Outcome, figures: Figures, factor: float) ->
     return ""
 
 
-def combine(run: RunResult, gates: list[dict[str, Any]], *, fail_on: str | None = None,
+def combine(run: RunResult, gates: list[GateDecision], *, fail_on: str | None = None,
             strict: bool | None = None) -> GateDecision:
     """One decision from the shards' recorded ones (merge without --baseline).
 
     Each shard ruled its own cases; an entry is stale only if every shard found it stale.
     """
     first = gates[0]
-    rulings = [Ruling.from_dict(r) for g in gates for r in g.get("rulings", [])]
-    stale_sets = [{s["entry"] for s in g.get("stale_entries", [])} for g in gates]
-    common = set.intersection(*stale_sets)
-    stale = [Stale(s["entry"], s.get("where", "")) for s in first.get("stale_entries", [])
-             if s["entry"] in common]
-    if not any("rulings" in g for g in gates):  # results from before the baseline gate
-        return decide(run, fail_on or first.get("fail_on") or "any-failure",
-                      strict=bool(strict))
-    return finish(run, rulings, stale, fail_on or first.get("fail_on", "any-failure"),
-                  first.get("strict", False) if strict is None else strict,
-                  first.get("baseline"), float(first.get("worsen_factor")
-                                               or DEFAULT_WORSEN_FACTOR))
-
-
-def counts_line(decision: GateDecision) -> str:
-    """`2 regressions, 1 fixed, 3 known, 1 stale entry`, in the summary's order."""
-    parts = [_plural(len(decision.of(REGRESSION)), "regression"),
-             f"{len(decision.of(FIXED))} fixed", f"{len(decision.of(KNOWN))} known",
-             _plural(len(decision.stale), "stale entry", "stale entries")]
-    return ", ".join(parts)
+    rulings = [r for g in gates for r in g.rulings]
+    common = set.intersection(*({s.entry for s in g.stale} for g in gates))
+    stale = [s for s in first.stale if s.entry in common]
+    return finish(run, rulings, stale, fail_on or first.fail_on,
+                  first.strict if strict is None else strict, first.baseline,
+                  first.worsen_factor or DEFAULT_WORSEN_FACTOR)
 
 
 def notices(decision: GateDecision) -> list[str]:
@@ -252,7 +163,3 @@ def notices(decision: GateDecision) -> list[str]:
                  f"{', strict' if decision.strict else ''}): {counts_line(decision)} → "
                  f"{'pass' if decision.passed else 'BLOCKING'}")
     return lines
-
-
-def _plural(n: int, one: str, many: str | None = None) -> str:
-    return f"{n} {one if n == 1 else (many or one + 's')}"

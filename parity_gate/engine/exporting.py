@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from parity_gate.manifest import ExportSettings, InputSpec
-from parity_gate.outcomes import Outcome
+from parity_gate.manifest.models import ExportSettings, InputSpec
+from parity_gate.model.outcomes import Outcome
 
 
 @dataclass
@@ -25,6 +25,7 @@ class ExportedModel:
     # (input name, dim index, symbol, constant it was baked to)
     baked_dims: list[tuple[str, int, str, int]] = field(default_factory=list)
     opset: int | None = None
+    ir_version: int | None = None
 
 
 class ExportFailure(Exception):
@@ -90,7 +91,8 @@ def export_module(
 
     proto = onnx.load_from_string(model)
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
-    return ExportedModel(model, messages, find_baked_dims(proto, inputs), opset)
+    return ExportedModel(model, messages, find_baked_dims(proto, inputs), opset,
+                         proto.ir_version)
 
 
 def _export_dynamo(torch: Any, module: Any, example: Sequence[Any], inputs: Sequence[InputSpec],

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from parity_gate.errors import UserError
-from parity_gate.results import RunResult
-from parity_gate.sharding import Shard
+from parity_gate.model.results import RunResult
+from parity_gate.plan.sharding import Shard
 
-Loaded = tuple[str, RunResult, dict[str, Any]]  # display path, result, raw JSON
+Loaded = tuple[str, RunResult]  # display path, result
 
 
 def read_results(path: Path) -> Loaded:
@@ -32,18 +32,14 @@ def read_results(path: Path) -> Loaded:
     if not isinstance(raw, dict) or "cases" not in raw or "schema_version" not in raw:
         raise UserError(f"{path}: not a parity-gate results file (expected a JSON object "
                         "with `schema_version` and `cases`)")
-    try:
-        return str(path), RunResult.from_dict(raw), raw
-    except (KeyError, TypeError, ValueError) as e:
-        raise UserError(f"{path}: malformed case record: {e!r} (expected the JSON report "
-                        "of `parity-gate run`)") from None
+    return str(path), RunResult.from_dict(raw, str(path))
 
 
 def problems(loaded: list[Loaded]) -> list[str]:
     """Why these files cannot be merged into one run (empty list: they can)."""
     out: list[str] = []
-    first_path, first, _ = loaded[0]
-    for path, run, _ in loaded[1:]:
+    first_path, first = loaded[0]
+    for path, run in loaded[1:]:
         if run.manifest.get("sha256") != first.manifest.get("sha256"):
             out.append(f"{path}: manifest sha256 {_short(run.manifest.get('sha256'))} differs "
                        f"from {first_path}'s {_short(first.manifest.get('sha256'))} (expected "
@@ -55,7 +51,7 @@ def problems(loaded: list[Loaded]) -> list[str]:
     if out:
         return out
     seen: dict[str, str] = {}
-    for path, run, _ in loaded:
+    for path, run in loaded:
         for case in run.cases:
             if case.id in seen and seen[case.id] != path:
                 out.append(f"{path}: case {case.id} is also in {seen[case.id]} (expected each "
@@ -67,7 +63,7 @@ def problems(loaded: list[Loaded]) -> list[str]:
 
 def _shard_problems(loaded: list[Loaded]) -> list[str]:
     shards: dict[str, Shard | None] = {}
-    for path, run, _ in loaded:
+    for path, run in loaded:
         try:
             shards[path] = Shard.parse(run.shard) if run.shard else None
         except UserError:
@@ -107,7 +103,7 @@ def merge_runs(runs: list[RunResult]) -> RunResult:
     for run in runs:
         findings += [f for f in run.findings if f not in findings]
     return RunResult(
-        cases=sorted((c for run in runs for c in run.cases), key=lambda c: c.key),
+        cases=sorted((c for run in runs for c in run.cases), key=lambda c: c.key.sort_key),
         findings=findings,
         versions=first.versions,
         manifest=first.manifest,
@@ -119,14 +115,14 @@ def merge_runs(runs: list[RunResult]) -> RunResult:
     )
 
 
-def merge_files(paths: list[Path]) -> tuple[RunResult, list[dict[str, Any]]]:
-    """Read, check and merge; also returns each file's recorded `gate` object."""
+def merge_files(paths: list[Path]) -> tuple[RunResult, list[RunResult]]:
+    """Read, check and merge; also returns the shards (their recorded gate decisions)."""
     loaded = [read_results(p) for p in paths]
     found = problems(loaded)
     if found:
         raise UserError(found)
-    return merge_runs([run for _, run, _ in loaded]), [raw.get("gate") or {}
-                                                        for _, _, raw in loaded]
+    shards = [run for _, run in loaded]
+    return merge_runs(shards), shards
 
 
 def _short(sha: Any) -> str:

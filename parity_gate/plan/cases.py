@@ -7,17 +7,23 @@ crashed or hung worker never reached still appear in the reports.
 
 from __future__ import annotations
 
-import fnmatch
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from parity_gate.fixtures import batch_sizes_for
-from parity_gate.manifest import Manifest, ModuleSpec, ProviderSettings, Settings, resolve_settings
-from parity_gate.outcomes import Outcome
-from parity_gate.results import CaseKey, CaseResult
-from parity_gate.runtime import availability
+from parity_gate.manifest.models import (
+    EdgeFixture,
+    Manifest,
+    ModuleSpec,
+    ProviderSettings,
+    Settings,
+    resolve_settings,
+)
+from parity_gate.model.keys import CaseKey, matches_any
+from parity_gate.model.outcomes import Outcome
+from parity_gate.model.results import CaseResult
+from parity_gate.plan.providers import availability
 
 
 @dataclass
@@ -32,15 +38,11 @@ class ModuleJob:
     base_dir: Path
     python_path: list[Path]
     cases: list[CaseKey] = field(default_factory=list)
+    entry: ClassVar[str] = "parity_gate.engine.module_worker:run_job"
 
     @property
     def name(self) -> str:
         return self.module.name
-
-    def execute(self, emit: Callable[[str, Any], None]) -> None:
-        from parity_gate.execute import run_job
-
-        run_job(self, emit)
 
     @property
     def timeout_s(self) -> float:
@@ -57,6 +59,14 @@ class Plan:
         return sum(len(j.cases) for j in self.jobs) + len(self.skipped)
 
 
+def batch_sizes_for(fixture: Any, batch_sizes: Sequence[int]) -> list[int]:
+    """Edge sets add an empty batch, the input class most often mishandled."""
+    sizes = list(dict.fromkeys(batch_sizes))
+    if isinstance(fixture, EdgeFixture) and fixture.empty and 0 not in sizes:
+        sizes.append(0)
+    return sizes
+
+
 def all_case_keys(manifest: Manifest, module: ModuleSpec, settings: Settings) -> list[CaseKey]:
     keys: list[CaseKey] = []
     for dtype in settings.dtypes or []:
@@ -66,14 +76,6 @@ def all_case_keys(manifest: Manifest, module: ModuleSpec, settings: Settings) ->
                 for provider in settings.providers or []:
                     keys.append(CaseKey(module.name, dtype, fixture_name, batch, provider))
     return keys
-
-
-def matches(key: CaseKey, patterns: list[str]) -> bool:
-    """`--select` patterns are globs on case ids; `module` alone selects the whole module."""
-    if not patterns:
-        return True
-    return any(fnmatch.fnmatchcase(key.id, p) or fnmatch.fnmatchcase(key.id, p + "/*")
-               for p in patterns)
 
 
 def plan(manifest: Manifest, manifest_path: Path, available: list[str],
@@ -94,7 +96,7 @@ def plan(manifest: Manifest, manifest_path: Path, available: list[str],
             python_path=[(base / p).resolve() for p in manifest.python_path] + [base],
         )
         for key in all_case_keys(manifest, module, settings):
-            if not matches(key, select or []):
+            if not matches_any(key.id, select or []):
                 continue
             reason = _skip_reason(module, key.provider, available)
             if reason:

@@ -15,7 +15,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from parity_gate.manifest import (
+from parity_gate.manifest.models import (
     FLOAT_DTYPES,
     EdgeFixture,
     FileFixture,
@@ -51,14 +51,6 @@ def derive_seed(*parts: object) -> int:
 
 def is_float_dtype(name: str) -> bool:
     return name in FLOAT_DTYPES
-
-
-def batch_sizes_for(fixture: Any, batch_sizes: Sequence[int]) -> list[int]:
-    """Edge sets add an empty batch, the input class most often mishandled."""
-    sizes = list(dict.fromkeys(batch_sizes))
-    if isinstance(fixture, EdgeFixture) and fixture.empty and 0 not in sizes:
-        sizes.append(0)
-    return sizes
 
 
 def sample_count(fixture: Any) -> int:

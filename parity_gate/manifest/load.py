@@ -20,7 +20,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from parity_gate.errors import UserError
-from parity_gate.manifest import EdgeFixture, FileFixture, Manifest, RandomFixture
+from parity_gate.manifest.models import EdgeFixture, FileFixture, Manifest, RandomFixture
 
 Loc = tuple[Any, ...]
 

@@ -1,0 +1,267 @@
+"""The GitHub Action's entrypoint: inputs → `parity-gate run` → outputs, annotations, exit code.
+
+It runs the same way in both of the action's modes: as the image's ENTRYPOINT
+(`container: docker`) and on the runner's own Python (`container: none`).
+Module-level imports are the standard library and stdlib-only parity_gate
+modules: `install-self` runs before the gate's dependencies are installed; the
+result model is imported when the report is read.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import uuid
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from parity_gate.errors import EXIT_FAIL, EXIT_INTERNAL, EXIT_PASS, EXIT_USAGE
+from parity_gate.github.annotations import OUTPUTS, annotate, module_lines, outputs
+from parity_gate.github.commands import (
+    ANNOTATION_LIMIT,
+    Annotation,
+    escape_data,
+    escape_property,
+    write_outputs,
+)
+from parity_gate.github.inputs import INPUTS, InputError, input_env, read_inputs
+from parity_gate.github.install import install_self
+
+if TYPE_CHECKING:
+    from parity_gate.model.results import RunResult
+
+__all__ = ["ANNOTATION_LIMIT", "INPUTS", "OUTPUTS", "Annotation", "escape_data",
+           "escape_property", "input_env", "module_lines"]
+
+
+@dataclass(frozen=True)
+class Paths:
+    workspace: Path
+    out_dir: Path
+    cache_dir: Path | None
+
+    @property
+    def json(self) -> Path:
+        return self.out_dir / "results.json"
+
+    @property
+    def junit(self) -> Path:
+        return self.out_dir / "junit.xml"
+
+    @property
+    def summary(self) -> Path:
+        return self.out_dir / "summary.md"
+
+
+def resolve_paths(inputs: Mapping[str, str], env: Mapping[str, str]) -> Paths:
+    """Reports go to $RUNNER_TEMP/parity-gate unless `out_dir` says otherwise."""
+    workspace = Path(env.get("GITHUB_WORKSPACE") or os.getcwd()).absolute()
+    if inputs["out_dir"]:
+        out = workspace / inputs["out_dir"]
+    elif env.get("RUNNER_TEMP"):
+        out = Path(env["RUNNER_TEMP"]) / "parity-gate"
+    else:
+        out = workspace / "parity-reports"
+    cache = workspace / inputs["cache_dir"] if inputs["cache_dir"] else None
+    return Paths(workspace, out, cache)
+
+
+def build_command(inputs: Mapping[str, str], paths: Paths) -> list[str]:
+    cmd = [sys.executable, "-m", "parity_gate", "run", inputs["manifest"],
+           "--out", str(paths.out_dir), "--json", str(paths.json), "--junit", str(paths.junit),
+           "--summary", str(paths.summary), "--fail-on", inputs["fail_on"]]
+    for flag, name in (("--providers", "providers"), ("--baseline", "baseline"),
+                       ("--shard", "shard"), ("--jobs", "jobs")):
+        if inputs[name]:
+            cmd += [flag, inputs[name]]
+    for pattern in re.split(r"[\s,]+", inputs["select"]):
+        if pattern:
+            cmd += ["--select", pattern]
+    return cmd
+
+
+def cache_env(env: Mapping[str, str], cache_dir: Path | None) -> dict[str, str]:
+    """Point pip, torch hub and Hugging Face downloads at `cache_dir` (kept between runs)."""
+    out = dict(env)
+    if cache_dir is not None:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        out.update(XDG_CACHE_HOME=str(cache_dir), PIP_CACHE_DIR=str(cache_dir / "pip"),
+                   TORCH_HOME=str(cache_dir / "torch"), HF_HOME=str(cache_dir / "huggingface"))
+    return out
+
+
+def run_logged(cmd: list[str], cwd: Path, env: Mapping[str, str]) -> tuple[int, list[str]]:
+    """Run `cmd` with its output passed through live; returns its code and last stderr lines.
+
+    Workflow commands are paused meanwhile: the user's code (and a pull request's)
+    prints into this log, and must not be able to forge annotations or masks.
+    """
+    token = f"parity-gate-{uuid.uuid4().hex}"
+    print(f"::stop-commands::{token}", flush=True)
+    tail: deque[str] = deque(maxlen=12)
+    try:
+        with subprocess.Popen(cmd, cwd=cwd, env=dict(env), stderr=subprocess.PIPE,
+                              text=True, errors="replace") as proc:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+                if line.strip():
+                    tail.append(line.rstrip())
+    except OSError as err:  # bash or python missing: report it like a failed command
+        return 127, [str(err)]
+    finally:
+        sys.stderr.flush()
+        print(f"::{token}::", flush=True)
+    return proc.returncode, list(tail)
+
+
+def restore_ownership(roots: Iterable[Path], env: Mapping[str, str]) -> None:
+    """Docker mode runs as root: hand what it created back to the runner's user.
+
+    Otherwise root-owned reports, caches and build files stay in a self-hosted
+    runner's workspace, and the next job's checkout fails to clean them.
+    """
+    uid, gid = env.get("PARITY_GATE_HOST_UID", ""), env.get("PARITY_GATE_HOST_GID", "")
+    if not (uid.isdigit() and gid.isdigit()) or int(uid) == 0 or os.geteuid() != 0:
+        return
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            for name in (".", *dirnames, *filenames):
+                path = os.path.join(dirpath, name)
+                try:
+                    if _owner(path) == 0:
+                        os.lchown(path, int(uid), int(gid))
+                except OSError:
+                    pass
+
+
+def _owner(path: str) -> int:
+    return os.lstat(path).st_uid
+
+
+def _failure_annotation(rc: int, tail: list[str], what: str, lead: str = "") -> Annotation:
+    if what == "run" and rc == EXIT_USAGE:
+        kind = "usage error"
+    elif what == "run" and rc == EXIT_INTERNAL:
+        kind = "internal error"
+    elif rc > 128:
+        kind = f"stopped by signal {rc - 128}"
+    else:
+        kind = f"exit code {rc}"
+    return Annotation("error", f"parity-gate: {what} failed ({kind})",
+                      "\n".join([lead, *tail[-6:]] if lead else tail[-6:])
+                      or f"{what} exited with {rc}; see the log")
+
+
+def _append_summary(env: Mapping[str, str], note: Annotation) -> None:
+    """Only when `run` wrote no report (and so no summary) of its own."""
+    path = env.get("GITHUB_STEP_SUMMARY")
+    if path:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(f"## ⚠️ {note.title}\n\n```\n{note.message}\n```\n")
+
+
+def run_action(inputs: Mapping[str, str], paths: Paths, env: Mapping[str, str]) -> int:
+    """Install, run the gate, then outputs and annotations from its JSON report."""
+    env = cache_env(env, paths.cache_dir)
+    github_output = env.get("GITHUB_OUTPUT")
+    if inputs["comment"] == "true" or inputs["github_token"]:
+        print("parity-gate: the comment and github_token inputs are reserved for a later "
+              "release and have no effect yet")
+    if inputs["install"]:
+        print("::group::install", flush=True)
+        rc, tail = run_logged(["bash", "-c", inputs["install"]], paths.workspace, env)
+        print("::endgroup::", flush=True)
+        if rc:
+            note = _failure_annotation(rc, tail, "install", f"install: the command exited with "
+                                       f"{rc} (expected it to install your project)")
+            print(note.render())
+            _append_summary(env, note)
+            write_outputs(github_output, {"result": "error"})
+            return EXIT_USAGE
+    manifest = paths.workspace / inputs["manifest"]
+    if not manifest.is_file():
+        note = Annotation("error", "parity-gate: invalid input",
+                          f"manifest: {inputs['manifest']!r} is not a file in the workspace "
+                          f"{paths.workspace} (expected a path to parity.yml relative to it)")
+        print(note.render())
+        write_outputs(github_output, {"result": "error"})
+        return EXIT_USAGE
+    for stale in (paths.json, paths.junit, paths.summary):  # a reused out_dir's old reports
+        stale.unlink(missing_ok=True)
+    cmd = build_command(inputs, paths)
+    print(f"parity-gate: {shlex.join(cmd)}", flush=True)
+    rc, tail = run_logged(cmd, paths.workspace, env)
+    report = _load(paths.json)
+    code = EXIT_INTERNAL if rc in (EXIT_PASS, EXIT_FAIL) and report is None else rc
+    result = {EXIT_PASS: "pass", EXIT_FAIL: "fail"}.get(code, "error")
+    write_outputs(github_output, outputs(result, report, paths))
+    notes: list[Annotation] = []
+    if result == "error":
+        notes.append(_failure_annotation(rc, tail, "run"))
+        if report is None:
+            _append_summary(env, notes[0])
+    if report is not None:
+        file = _relative(manifest.resolve(), paths.workspace.resolve())
+        lines = module_lines(manifest.read_text(encoding="utf-8", errors="replace"))
+        notes += annotate(report, manifest_file=file, manifest_lines=lines,
+                             limit=ANNOTATION_LIMIT - len(notes))
+    for note in notes:
+        print(note.render())
+    return code
+
+
+def _load(path: Path) -> RunResult | None:
+    """The run's report through the result model; None when there is none to read."""
+    from parity_gate.errors import UserError
+    from parity_gate.model.results import RunResult
+
+    if not path.is_file():
+        return None
+    try:
+        return RunResult.load(path)
+    except UserError as err:
+        print(f"parity-gate: {err}", file=sys.stderr)
+        return None
+
+
+def _relative(path: Path, root: Path) -> str | None:
+    try:
+        return path.relative_to(root).as_posix()
+    except ValueError:
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) == 2 and args[0] == "install-self":
+        return install_self(Path(args[1]))
+    if args:
+        print("usage: python -m parity_gate.github.action [install-self PATH]\n(inputs come from "
+              "INPUT_* environment variables, as GitHub Actions sets them)", file=sys.stderr)
+        return EXIT_USAGE
+    env = dict(os.environ)
+    try:
+        inputs = read_inputs(env)
+    except InputError as err:
+        for problem in err.problems:
+            print(Annotation("error", "parity-gate: invalid input", problem).render())
+        write_outputs(env.get("GITHUB_OUTPUT"), {"result": "error"})
+        return EXIT_USAGE
+    paths = resolve_paths(inputs, env)
+    try:
+        return run_action(inputs, paths, env)
+    finally:
+        restore_ownership([p for p in (paths.workspace, paths.out_dir, paths.cache_dir)
+                           if p is not None], env)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,92 @@
+"""The Action's inputs: one table of defaults and checks, read from INPUT_* variables.
+
+Composite actions get no INPUT_* variables from the runner, so action.yml maps
+every input into the step's `env:`; only environment variables are read here,
+never templated text (no template injection). Stdlib-only: runs before install.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from parity_gate.model.policy import FAIL_ON
+from parity_gate.plan.providers import EXECUTION_PROVIDERS
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One action input: its default (== action.yml's) and what a valid value looks like."""
+
+    default: str = ""
+    expected: str = ""
+    check: Callable[[str], bool] | None = None
+
+
+def _one_of(*choices: str) -> Callable[[str], bool]:
+    return lambda v: v in choices
+
+
+def _is_shard(v: str) -> bool:
+    m = re.fullmatch(r"(\d+)/(\d+)", v)
+    return m is not None and 1 <= int(m.group(1)) <= int(m.group(2))
+
+
+def _is_providers(v: str) -> bool:
+    return all(p.strip() in EXECUTION_PROVIDERS for p in v.split(","))
+
+
+def _is_path(v: str) -> bool:  # a leading '-' would be read as a flag by `parity-gate run`
+    return not v.startswith("-")
+
+
+INPUTS: dict[str, InputSpec] = {
+    "manifest": InputSpec("parity.yml", "a path to parity.yml relative to the workspace",
+                          _is_path),
+    "baseline": InputSpec("", "a path to a baseline YAML file", _is_path),
+    "providers": InputSpec("", f"a comma-separated list of {', '.join(EXECUTION_PROVIDERS)}",
+                           _is_providers),
+    "shard": InputSpec("", "K/N with 1 <= K <= N, e.g. 2/4", _is_shard),
+    "select": InputSpec(),
+    "jobs": InputSpec("", "an integer >= 1", lambda v: v.isdigit() and int(v) >= 1),
+    "install": InputSpec(),
+    "fail_on": InputSpec("regressions", "regressions, any-failure or never", _one_of(*FAIL_ON)),
+    "cache_dir": InputSpec(),
+    "out_dir": InputSpec(),
+    # Read by action.yml's shell step; validated here too so one table documents them all.
+    "container": InputSpec("docker", "docker or none", _one_of("docker", "none")),
+    "image": InputSpec(),
+    "forward_env": InputSpec("", "environment variable names separated by spaces",
+                             lambda v: all(re.fullmatch(r"[A-Za-z_]\w*", n) for n in v.split())),
+    "gpu": InputSpec("auto", "auto, true or false", _one_of("auto", "true", "false")),
+    "python": InputSpec("python3", "a Python interpreter"),
+    # Reserved for the pull-request comment (a later release); accepted, no effect yet.
+    "comment": InputSpec("false", "true or false", _one_of("true", "false")),
+    "github_token": InputSpec(),
+}
+
+
+class InputError(Exception):
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+def input_env(name: str) -> str:
+    """The variable Actions would set for input `name` (`fail_on` → `INPUT_FAIL_ON`)."""
+    return "INPUT_" + name.replace(" ", "_").upper()
+
+
+def read_inputs(env: Mapping[str, str]) -> dict[str, str]:
+    """Every input, trimmed (as actions/core does), empty → default; all problems at once."""
+    values: dict[str, str] = {}
+    problems: list[str] = []
+    for name, spec in INPUTS.items():
+        value = env.get(input_env(name), "").strip() or spec.default
+        if value and spec.check is not None and not spec.check(value):
+            problems.append(f"{name}: got {value!r} (expected {spec.expected})")
+        values[name] = value
+    if problems:
+        raise InputError(problems)
+    return values

@@ -1,0 +1,193 @@
+"""Typed follow-up records a case or a module carries besides its outcome.
+
+Each is filled by one stage and read by the reports; none is ever parsed back
+out of a reason string, so rewording a message changes no behaviour.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import field
+
+from pydantic.dataclasses import dataclass
+
+from parity_gate.model.outcomes import Outcome
+from parity_gate.model.record import CONFIG, Real, Record
+
+
+@dataclass(frozen=True, config=CONFIG)
+class Finding(Record):
+    """A module-level observation that is not a case outcome (training mode, baked dims)."""
+
+    module: str
+    kind: str
+    message: str
+    severity: str = "warning"  # "warning" | "error"
+
+
+class Stage(str, enum.Enum):
+    """What a worker was doing: crash and timeout attribution key on this, not on text."""
+
+    STARTING = "starting"      # the worker process had not reported ready
+    BUILDING = "building"      # importing and constructing the module
+    CASTING = "casting"
+    EAGER = "eager"            # computing the eager reference
+    EXPORTING = "exporting"
+    CHECKING = "checking"      # onnx.checker
+    LOADING = "loading"        # creating the ORT session
+    RUNNING = "running"        # ORT runs and comparison
+    RECHECKING = "rechecking"  # follow-up runs (optimizations off, float64)
+
+    def phrase(self, subject: str) -> str:
+        return _PHRASES[self].format(subject or "").replace("  ", " ").strip()
+
+
+_PHRASES = {
+    Stage.STARTING: "waiting for the worker to start",
+    Stage.BUILDING: "building module {}",
+    Stage.CASTING: "casting to {}",
+    Stage.EAGER: "eager {}",
+    Stage.EXPORTING: "exporting {}",
+    Stage.CHECKING: "checking {} model",
+    Stage.LOADING: "loading {} model",
+    Stage.RUNNING: "running {}",
+    Stage.RECHECKING: "re-running {}",
+}
+
+
+@dataclass(frozen=True, config=CONFIG)
+class Step(Record):
+    """The last thing a worker said it was doing; `subject` names the case or unit."""
+
+    stage: Stage
+    subject: str = ""
+    detail: str = ""
+
+    def describe(self) -> str:
+        return " ".join(p for p in (self.stage.phrase(self.subject), self.detail) if p)
+
+
+@dataclass(frozen=True, config=CONFIG)
+class Lost(Record):
+    """Set by the pool on a case its worker never reported (crash or timeout)."""
+
+    step: Step
+    signal: str | None = None  # e.g. "SIGKILL"
+    exit_code: int | None = None
+
+    @property
+    def never_started(self) -> bool:
+        return self.step.stage is Stage.STARTING
+
+
+@dataclass(frozen=True, config=CONFIG)
+class Rerun(Record):
+    """The same case re-run with ONNX Runtime's graph optimizations at `level`."""
+
+    level: str = "disabled"
+    outcome: Outcome | None = None  # None: the re-run itself failed (see error)
+    max_abs: Real | None = None
+    error: str | None = None
+
+    @property
+    def vanishes(self) -> bool:
+        return self.outcome is Outcome.PASS
+
+    def describe(self) -> str:
+        if self.error:
+            return f"re-run with ORT optimizations {self.level} failed: {self.error}"
+        if self.vanishes:
+            return (f"passes with ORT graph optimizations {self.level}: an ONNX Runtime "
+                    "fusion/rewrite is the likely cause")
+        return f"persists with ORT graph optimizations {self.level} (not a fusion)"
+
+
+class RecheckVerdict(str, enum.Enum):
+    CONFIRMED = "confirmed"              # eager is (much) closer to the truth: the export is wrong
+    EAGER_OFF = "eager_off"              # the exported model is (much) closer: an eager quirk
+    ILL_CONDITIONED = "ill_conditioned"  # both comparably close/far: a tolerance artefact
+    BOTH_OFF = "both_off"                # both sides give non-finite values the truth does not
+    UNVERIFIED = "unverified"            # no independent reference for this case
+
+    @property
+    def explanation(self) -> str:
+        return _EXPLAIN[self]
+
+    @property
+    def dismisses(self) -> bool:
+        """True when the mismatch is explained away (not a finding)."""
+        return self is RecheckVerdict.ILL_CONDITIONED
+
+
+_EXPLAIN = {
+    RecheckVerdict.CONFIRMED: "eager matches the float64 reference; the exported model does not",
+    RecheckVerdict.EAGER_OFF: "the exported model is closer to the float64 reference than eager "
+                              "(eager quirk, not an exporter bug)",
+    RecheckVerdict.ILL_CONDITIONED: "both sides are as close to the float64 reference as each "
+                                    "other: ill-conditioned input, tolerance artefact",
+    RecheckVerdict.BOTH_OFF: "both sides differ from the float64 reference in non-finite values",
+    RecheckVerdict.UNVERIFIED: "no independent reference (float64 or integer-only inputs)",
+}
+
+
+@dataclass(frozen=True, config=CONFIG)
+class Recheck(Record):
+    """Both sides of a mismatch judged against a higher-precision truth."""
+
+    verdict: RecheckVerdict
+    closer: str  # "eager" | "onnx" | "neither" | "n/a"
+    eager_error: Real | None = None  # needed atol of eager vs truth (inf: non-finite)
+    onnx_error: Real | None = None
+    unoptimized: Rerun | None = None  # the ORT optimizations-off re-run, when tried
+    note: str = ""
+
+    def describe(self) -> str:
+        text = f"{self.verdict.value}: {self.verdict.explanation}"
+        if self.unoptimized is not None and self.unoptimized.vanishes:
+            text += "; the difference vanishes with ORT graph optimizations off (fusion)"
+        if self.note:
+            text += f"; {self.note}"
+        return text
+
+
+@dataclass(frozen=True, config=CONFIG)
+class LowPrecision(Record):
+    """The graph (optimizer off) computes an op in lower precision than eager asked for."""
+
+    nodes: list[str]
+    hidden_by_provider: str | None = None  # values matched there, hiding the wrong graph
+
+    def describe(self) -> str:
+        return f"dtype handling (graph, optimizer off): {self.nodes[0]}" if self.nodes else ""
+
+
+@dataclass(frozen=True, config=CONFIG)
+class Example(Record):
+    """The worst element of a failing op case, with the inputs at the same index."""
+
+    output: str
+    index: list[int]
+    eager: str
+    onnx: str
+    inputs: dict[str, str] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        inputs = ", ".join(f"{k}={v}" for k, v in self.inputs.items())
+        where = f"[{','.join(map(str, self.index))}]"
+        head = f"{inputs} → " if inputs else f"{self.output}{where}: "
+        return f"{head}eager {self.eager} vs onnx {self.onnx}"
+
+
+@dataclass(config=CONFIG)
+class OpCase(Record):
+    """What an op-sweep case is: the variant, the call, and the ATen ops it ran."""
+
+    variant: str
+    family: str
+    call: str
+    op: str  # the ATen op blamed (the main op the variant dispatched)
+    aten_ops: list[str] = field(default_factory=list)  # empty: no worker reported (crash)
+    not_applicable: bool = False
+    example: Example | None = None
+    low_precision: LowPrecision | None = None
+

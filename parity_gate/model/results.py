@@ -1,0 +1,191 @@
+"""The result model every later stage reads: case → comparison → outcome → run.
+
+Reports, the gate, shard merging and GitHub integration are functions of a
+`RunResult` (or of its JSON form, `results.json`, validated by the shipped
+`results.schema.json`) and never re-run anything.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from dataclasses import field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from pydantic.dataclasses import dataclass
+
+from parity_gate.errors import UserError
+from parity_gate.model.comparison import Comparison
+from parity_gate.model.findings import Finding, Lost, OpCase, Recheck, Rerun
+from parity_gate.model.gate import GateDecision
+from parity_gate.model.keys import CaseKey
+from parity_gate.model.outcomes import Outcome
+from parity_gate.model.record import CONFIG, Record
+
+SCHEMA_VERSION = 2
+
+
+@dataclass(frozen=True, config=CONFIG)
+class Provenance(Record):
+    """What actually ran for a case: the graph's opset and IR version, the export options."""
+
+    exporter: str = ""
+    opset: int | None = None
+    ir_version: int | None = None
+    export_options: dict[str, Any] = field(default_factory=dict)
+    seed: int | None = None
+    reference_device: str = "cpu"
+
+
+@dataclass(config=CONFIG)
+class CaseResult(Record):
+    """What happened to one case, with the evidence a reviewer needs."""
+
+    key: CaseKey
+    outcome: Outcome
+    reason: str = ""
+    detail: str = ""
+    comparisons: list[Comparison] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    provenance: Provenance = field(default_factory=Provenance)
+    samples: int = 0
+    rerun: Rerun | None = None       # the mismatch re-run with ORT optimizations off
+    recheck: Recheck | None = None   # both sides against a higher-precision truth
+    lost: Lost | None = None         # set by the pool: the worker never reported this case
+    op: OpCase | None = None         # op-sweep cases only
+
+    @property
+    def id(self) -> str:
+        return self.key.id
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome.failed
+
+    @property
+    def notes(self) -> list[str]:
+        """Follow-up findings in words, after the reason (shown, never parsed back)."""
+        out = [self.rerun.describe()] if self.rerun is not None else []
+        if self.recheck is not None and self.outcome.failed:
+            out.append(f"re-check: {self.recheck.describe()}")
+        if self.op is not None and self.op.low_precision is not None and self.outcome.failed:
+            out.append(self.op.low_precision.describe())
+        return out
+
+    @property
+    def explanation(self) -> str:
+        """The reason with its notes: the one line a failure message shows."""
+        return " — ".join([self.reason, *self.notes]) if self.notes else self.reason
+
+    def worst(self) -> Comparison | None:
+        """The comparison that failed worst (or the largest error if all passed)."""
+        if not self.comparisons:
+            return None
+        failing = [c for c in self.comparisons if not c.passed]
+        pool = failing or self.comparisons
+        return max(pool, key=lambda c: _finite_or_inf(c.max_abs))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, **super().to_dict()}
+
+
+@dataclass(frozen=True, config=CONFIG)
+class RunVerdict(Record):
+    """The one answer: does this run block the merge, and why (counts beside it)."""
+
+    blocks: bool
+    result: str  # "pass" | "fail" | "interrupted"
+    why: str
+    by_outcome: dict[str, int]
+    by_ruling: dict[str, int]
+
+
+@dataclass(config=CONFIG)
+class RunResult(Record):
+    """All cases of one run, the environment they ran in, and the gate's decision."""
+
+    cases: list[CaseResult] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    versions: dict[str, Any] = field(default_factory=dict)
+    manifest: dict[str, Any] = field(default_factory=dict)
+    tool_version: str = ""
+    started_at: str = ""
+    duration_s: float = 0.0
+    interrupted: bool = False
+    shard: str | None = None
+    planned: int | None = None  # cases the run meant to finish (None: as many as it has)
+    gate: GateDecision | None = None
+
+    def skip_reasons(self) -> dict[str, int]:
+        return skip_reasons(self.cases)
+
+    def counts(self) -> dict[str, int]:
+        c = Counter(r.outcome.value for r in self.cases)
+        return {o.value: c[o.value] for o in Outcome if c.get(o.value)}
+
+    @property
+    def failures(self) -> list[CaseResult]:
+        return sorted((r for r in self.cases if r.failed),
+                      key=lambda r: (-r.outcome.severity, r.id))
+
+    @property
+    def verdict(self) -> RunVerdict:
+        gate = self.gate or GateDecision(blocking=[c.id for c in self.failures])
+        failing = len(self.failures)
+        if self.interrupted:
+            result, why = "interrupted", (f"interrupted after {len(self.cases)} of "
+                                          f"{self.planned or len(self.cases)} cases")
+        elif not gate.passed:
+            result, why = "fail", f"{len(gate.blocking)} blocking case(s) (fail-on {gate.fail_on})"
+        else:
+            result = "pass"
+            why = (f"{failing} failing case(s) do not block (fail-on {gate.fail_on})"
+                   if failing else "every case that ran matches eager")
+        return RunVerdict(blocks=result != "pass", result=result, why=why,
+                          by_outcome=self.counts(),
+                          by_ruling=gate.counts() if self.gate is not None else {})
+
+    def to_dict(self) -> dict[str, Any]:
+        body = super().to_dict()
+        body["cases"] = [c.to_dict() for c in sorted(self.cases, key=lambda r: r.key.sort_key)]
+        return {"schema_version": SCHEMA_VERSION, "verdict": self.verdict.to_dict(), **body}
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "results") -> RunResult:
+        """Validate a results document; an older or foreign file is a clear user error."""
+        if not isinstance(data, dict):
+            raise UserError(f"{source}: expected a parity-gate results object, "
+                            f"got {type(data).__name__}")
+        version = data.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise UserError(f"{source}: schema_version {version!r} is not supported (expected "
+                            f"{SCHEMA_VERSION}; re-run the gate with this version to "
+                            "regenerate the file)")
+        try:
+            return super().from_dict(data)  # type: ignore[misc]
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise UserError(f"{source}: {where}: {first['msg']}") from None
+
+    @classmethod
+    def load(cls, path: Path) -> RunResult:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise UserError(f"{path}: cannot read results ({exc})") from None
+        return cls.from_dict(data, str(path))
+
+
+def skip_reasons(cases: list[CaseResult]) -> dict[str, int]:
+    """How many cases were skipped for each distinct reason, in first-seen order."""
+    return dict(Counter(c.reason for c in cases if c.outcome is Outcome.SKIPPED))
+
+
+def _finite_or_inf(x: float | None) -> float:
+    if x is None or math.isnan(x):
+        return math.inf
+    return x

@@ -1,0 +1,67 @@
+"""Execution providers by name: the table, availability and the session's provider chain.
+
+Pure (no onnxruntime import): the planner decides skips from the list that
+`onnxruntime.get_available_providers()` returned, which the caller passes in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from parity_gate.errors import UserError
+
+EXECUTION_PROVIDERS: dict[str, str] = {
+    "cpu": "CPUExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "tensorrt": "TensorrtExecutionProvider",
+}
+
+# Strict parity reads: TF32 off on CUDA matches eager with TF32 disabled.
+DEFAULT_PROVIDER_OPTIONS: dict[str, dict[str, Any]] = {
+    "cuda": {"use_tf32": 0},
+    "tensorrt": {},
+    "cpu": {},
+}
+
+
+@dataclass(frozen=True)
+class Availability:
+    available: bool
+    reason: str = ""
+
+
+def availability(name: str, available: list[str]) -> Availability:
+    """Whether provider `name` can run here, and if not, a reason a user can act on."""
+    ep = EXECUTION_PROVIDERS[name]
+    if ep in available:
+        return Availability(True)
+    hint = {
+        "cuda": "install onnxruntime-gpu and run on a machine with an NVIDIA GPU",
+        "tensorrt": "install onnxruntime-gpu with TensorRT libraries on a GPU machine",
+    }.get(name, "reinstall onnxruntime")
+    return Availability(
+        False, f"{ep} not available (onnxruntime offers: {', '.join(available)}; {hint})"
+    )
+
+
+def provider_chain(name: str, options: dict[str, Any]) -> list[Any]:
+    """The providers list for a session: the EP under test, then its usual fallbacks."""
+    merged = {**DEFAULT_PROVIDER_OPTIONS.get(name, {}), **options}
+    if name == "cpu":
+        return [("CPUExecutionProvider", merged)]
+    if name == "cuda":
+        return [("CUDAExecutionProvider", merged), "CPUExecutionProvider"]
+    return [
+        ("TensorrtExecutionProvider", merged),
+        ("CUDAExecutionProvider", DEFAULT_PROVIDER_OPTIONS["cuda"]),
+        "CPUExecutionProvider",
+    ]
+
+
+def check_names(names: list[str], flag: str = "--providers") -> None:
+    """Unknown provider names are a usage error, said once for every caller."""
+    unknown = [n for n in names if n not in EXECUTION_PROVIDERS]
+    if unknown:
+        raise UserError(f"{flag}: unknown provider {unknown[0]!r} "
+                        f"(expected a comma-separated list of {', '.join(EXECUTION_PROVIDERS)})")
