@@ -25,7 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from parity_gate.compare.core import Tolerance, _release_scratch, compare
+from parity_gate.compare import Tolerance, compare, release_scratch
 
 TIME_TARGET = 3.0
 MEM_TARGET = 0.5
@@ -66,7 +66,7 @@ def _best_pair(base: Callable[[], object], fn: Callable[[], object],
 def _peak_extra(fn: Callable[[], object]) -> int:
     """Peak bytes allocated while fn runs, counting compare()'s cached scratch
     arrays too (they are dropped first, so they are allocated inside)."""
-    _release_scratch()
+    release_scratch()
     gc.collect()
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]

@@ -10,8 +10,9 @@ import os
 import sys
 import tempfile
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from parity_gate import __version__
 from parity_gate.errors import EXIT_FAIL, EXIT_INTERNAL, EXIT_USAGE, UserError
@@ -27,7 +28,7 @@ ISSUES_URL = "https://github.com/parity-gate/parity-gate/issues"
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, like every other usage error
+    def error(self, message: str) -> NoReturn:  # one line, exit 2, like every other usage error
         raise UserError(f"{self.prog}: {message} (see --help)")
 
 
@@ -60,7 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="validate a manifest without running anything")
     check.add_argument("manifest", nargs="?", default=DEFAULT_MANIFEST)
 
-    sub.add_parser("schema", help="print the manifest's JSON Schema")
+    schema = sub.add_parser("schema", help="print a JSON Schema (default: the manifest's)")
+    schema.add_argument("which", nargs="?", choices=("manifest", "results"), default="manifest",
+                        help="manifest (parity.yml) or results (results.json)")
 
     baseline = sub.add_parser("baseline", help="manage the known-failures baseline file")
     bsub = baseline.add_subparsers(dest="baseline_command", required=True,
@@ -245,15 +248,18 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_schema(_args: argparse.Namespace) -> int:
+def _cmd_schema(args: argparse.Namespace) -> int:
     from parity_gate.manifest.schema import manifest_schema
+    from parity_gate.model.schema import results_schema
 
-    print(json.dumps(manifest_schema(), indent=2))
+    print(json.dumps(results_schema() if args.which == "results" else manifest_schema(),
+                     indent=2))
     return 0
 
 
-COMMANDS = {"run": _cmd_run, "check": _cmd_check, "schema": _cmd_schema,
-            "baseline": _cmd_baseline, "merge": _cmd_merge}
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "run": _cmd_run, "check": _cmd_check, "schema": _cmd_schema, "baseline": _cmd_baseline,
+    "merge": _cmd_merge}
 
 
 def main(argv: list[str] | None = None) -> int:

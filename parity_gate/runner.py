@@ -70,7 +70,8 @@ def apply_provider_override(manifest: Manifest, names: list[str] | None) -> Mani
     if not names:
         return manifest
     check_names(names)
-    chosen = {n: manifest.providers.get(n, ProviderSettings()) for n in names}
+    declared: dict[str, ProviderSettings] = {str(k): v for k, v in manifest.providers.items()}
+    chosen = {n: declared.get(n, ProviderSettings()) for n in names}
     modules = [m.model_copy(update={"providers": [p for p in (m.providers or names)
                                                   if p in chosen] or None})
                for m in manifest.modules]

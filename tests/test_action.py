@@ -23,7 +23,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from parity_gate.compare.core import Comparison, Verdict
+from parity_gate.compare import Comparison, Verdict
 from parity_gate.errors import UserError
 from parity_gate.gate.decision import decide
 from parity_gate.github import action, install
@@ -393,6 +393,23 @@ def test_module_lines_point_at_module_entries_only() -> None:
     assert "x" not in lines  # inputs' `- name:` entries are not modules
 
 
+def test_module_lines_point_at_the_entry_whatever_its_key_order() -> None:
+    text = ("fixtures: {f: {kind: random, inputs: {x: {shape: [batch]}}}}\n"
+            "modules:\n"
+            "  - factory: models:build   # line 3: `name` is not the first key\n"
+            "    inputs: [{name: x}]\n"
+            "    name: late\n"
+            "  - {fixtures: [f], name: 'flow', factory: a:b}\n"  # line 6
+            "  - name: first\n"                                   # line 7
+            "    factory: a:b\n"
+            "seed: 1\n"
+            "name: not-a-module\n")
+    assert action.module_lines(text) == {"late": 3, "flow": 6, "first": 7}
+    assert action.module_lines("modules: [\n") == {}  # unparsable: no lines, no error
+    assert action.module_lines("- just a list\n") == {}
+    assert action.module_lines("modules: {cnn: {factory: a:b}}\n") == {}
+
+
 # --------------------------------------------------------------------------
 # side effects
 
@@ -440,6 +457,7 @@ def test_install_self_keeps_onnxruntime_gpu(monkeypatch: pytest.MonkeyPatch) -> 
     assert len(calls) == 1 and calls[0][-1] == "/opt/action" and "--no-deps" not in calls[0]
 
 
+@pytest.mark.process
 def test_failing_install_command_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                              capfd: pytest.CaptureFixture[str]) -> None:
     env = runner_env(tmp_path, tmp_path, install="echo building; exit 3")
@@ -452,6 +470,7 @@ def test_failing_install_command_is_an_error(tmp_path: Path, monkeypatch: pytest
     assert parse_outputs(Path(env["GITHUB_OUTPUT"]).read_text()) == {"result": "error"}
 
 
+@pytest.mark.process
 def test_run_usage_error_is_reported(tmp_path: Path) -> None:
     (tmp_path / "parity.yml").write_text("version: 1\nmodules: 5\n", encoding="utf-8")
     env = runner_env(tmp_path, tmp_path)
@@ -577,6 +596,7 @@ known_failures:
 """
 
 
+@pytest.mark.process
 def test_failing_manifest_blocks_with_error_annotations(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     (workspace / "gate").mkdir(parents=True)
@@ -658,6 +678,7 @@ needs_bash = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash
 
 
 @needs_bash
+@pytest.mark.process
 def test_step_detects_gpu_and_runs_the_gpu_image(tmp_path: Path) -> None:
     step = run_step(tmp_path, gpu_present=True)
     assert step.proc.returncode == 0, step.proc.stderr
@@ -683,6 +704,7 @@ def test_step_detects_gpu_and_runs_the_gpu_image(tmp_path: Path) -> None:
 
 
 @needs_bash
+@pytest.mark.process
 def test_step_cpu_image_is_reused_and_outside_paths_mounted(tmp_path: Path) -> None:
     outside = tmp_path / "elsewhere" / "cache"
     step = run_step(tmp_path, cached=True, gpu="false", cache_dir=str(outside))
@@ -695,6 +717,7 @@ def test_step_cpu_image_is_reused_and_outside_paths_mounted(tmp_path: Path) -> N
 
 
 @needs_bash
+@pytest.mark.process
 def test_step_pulls_a_given_image(tmp_path: Path) -> None:
     step = run_step(tmp_path, gpu_present=True, image="ghcr.io/acme/parity-gate:1-{target}",
                     forward_env="PIP_INDEX_URL  HF_TOKEN")
@@ -708,6 +731,7 @@ def test_step_pulls_a_given_image(tmp_path: Path) -> None:
 
 
 @needs_bash
+@pytest.mark.process
 def test_step_without_docker_installs_into_the_given_python(tmp_path: Path) -> None:
     step = run_step(tmp_path, container="none", python=str(tmp_path / "bin" / "fake-python"))
     assert step.proc.returncode == 0, step.proc.stderr
@@ -720,6 +744,7 @@ def test_step_without_docker_installs_into_the_given_python(tmp_path: Path) -> N
 
 
 @needs_bash
+@pytest.mark.process
 def test_step_rejects_a_bad_forward_env_input(tmp_path: Path) -> None:
     step = run_step(tmp_path, forward_env="OK *")
     assert step.proc.returncode == 2
@@ -728,6 +753,7 @@ def test_step_rejects_a_bad_forward_env_input(tmp_path: Path) -> None:
 
 
 @needs_bash
+@pytest.mark.process
 def test_step_rejects_a_bad_container_input(tmp_path: Path) -> None:
     step = run_step(tmp_path, container="podman")
     assert step.proc.returncode == 2

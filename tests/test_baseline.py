@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from parity_gate import cli
-from parity_gate.compare.core import Comparison, Verdict
+from parity_gate.compare import Comparison, Verdict
 from parity_gate.errors import UserError
 from parity_gate.gate import baseline as bl
 from parity_gate.gate import decision as gate
@@ -107,6 +107,7 @@ def test_summary_leads_with_regressions_then_fixed_known_stale(
     assert "remove baseline entry `healed/*/cpu`" in summary
 
 
+@pytest.mark.process
 def test_real_run_without_regressions_passes(real: tuple[int, dict[str, Any], Path],
                                              capsys: pytest.CaptureFixture[str]) -> None:
     work = real[2]
@@ -147,6 +148,7 @@ def test_fail_on_never_reports_but_passes(real: tuple[int, dict[str, Any], Path]
                                                          "not blocking (--fail-on never)")
 
 
+@pytest.mark.process
 def test_compare_to_shows_what_changed(real: tuple[int, dict[str, Any], Path],
                                        tmp_path: Path) -> None:
     work = workdir(tmp_path, baseline=False)
@@ -335,29 +337,57 @@ def test_dump_parse_round_trip() -> None:
     assert bl.parse(bl.dump(again), "b.yml") == again
 
 
+OUTCOMES = ("'mismatch', 'shape_mismatch', 'dtype_mismatch', 'baked_shape', 'runtime_error', "
+            "'no_kernel', 'invalid_model', 'unsupported_op', 'export_error', 'eager_error', "
+            "'timeout' or 'crash'")
+ENTRY_KEYS = "id, link, max_abs, max_rel, mismatch_fraction, outcome, reason"
+
+# (file text, its one problem in full): located at the value (or key) to edit, worded and
+# located by the same machinery as the manifest's (tests/test_manifest_errors.py).
 BAD = [
-    ("known_failures:\n  - id: a\n    reason: [unclosed\n", "b.yml:4:1: invalid YAML"),
+    ("known_failures:\n  - id: a\n    reason: [unclosed\n",
+     "b.yml:4:1: invalid YAML: expected ',' or ']', but got '<stream end>' (expected a baseline "
+     "file with a `known_failures` list)"),
+    # a misspelt required key is said once, at the typo, not again as missing
     ("known_failures:\n  - id: a/*\n    reasn: typo\n",
-     "b.yml:3:5: known_failures[0] (a/*): unknown key 'reasn' (did you mean 'reason'?)"),
+     "b.yml:3:5: known_failures[0].reasn: unknown key; did you mean `reason`? "
+     f"(expected one of: {ENTRY_KEYS})"),
     ("known_failures:\n  - id: a/*\n    reason: x\n    max_abs: 0.1\n    lnk: u\n",
-     "b.yml:5:5: known_failures[0] (a/*): unknown key 'lnk' (did you mean 'link'?)"),
+     "b.yml:5:5: known_failures[0].lnk: unknown key; did you mean `link`? "
+     f"(expected one of: {ENTRY_KEYS})"),
     ("known_failure:\n  - id: a\n",
-     "b.yml:1:1: known_failure: unknown key (did you mean 'known_failures'?)"),
-    ("known_failures:\n  - id: a/*\n", "b.yml:2:5: known_failures[0] (a/*): `reason` is "
-     "required: got nothing"),
-    ("known_failures:\n  - reason: x\n", "b.yml:2:5: known_failures[0]: `id` is required"),
+     "b.yml:1:1: known_failure: unknown key; did you mean `known_failures`? "
+     "(expected one of: known_failures, version, worsen_factor)"),
+    ("known_failures:\n  - id: a/*\n",
+     "b.yml:2:5: known_failures[0].reason: required key `reason` is missing (expected it here)"),
+    ("known_failures:\n  - reason: x\n",
+     "b.yml:2:5: known_failures[0].id: required key `id` is missing (expected it here)"),
+    ("known_failures:\n  - {id: a, reason: '  '}\n",
+     "b.yml:2:21: known_failures[0].reason: got '  ' (expected a non-blank string)"),
+    ("known_failures:\n  - id: 5\n    reason: x\n",
+     "b.yml:2:9: known_failures[0].id: got 5 (expected a string)"),
+    ("known_failures:\n  - {id: a, reason: x, link: 3}\n",
+     "b.yml:2:30: known_failures[0].link: got 3 (expected a string)"),
     ("known_failures:\n  - {id: a, reason: x, outcome: mismtach}\n",
-     "b.yml:2:24: known_failures[0] (a): outcome: got 'mismtach' (did you mean 'mismatch'?)"),
+     "b.yml:2:33: known_failures[0].outcome: invalid value 'mismtach'; did you mean `mismatch`? "
+     f"(expected {OUTCOMES})"),
     ("known_failures:\n  - {id: a, reason: x, outcome: pass}\n",
-     "outcome: got 'pass' (expected a failing outcome"),
+     f"b.yml:2:33: known_failures[0].outcome: invalid value 'pass' (expected {OUTCOMES})"),
     ("known_failures:\n  - {id: a, reason: x, max_abs: -1}\n",
-     "b.yml:2:24: known_failures[0] (a): max_abs: got -1 (expected a number >= 0 or .inf)"),
+     "b.yml:2:33: known_failures[0].max_abs: got -1 (expected a number >= 0)"),
+    ("known_failures:\n  - {id: a, reason: x, max_rel: lots}\n",
+     "b.yml:2:33: known_failures[0].max_rel: got 'lots' (expected a number)"),
     ("known_failures:\n  - {id: a, reason: x}\n  - {id: a, reason: y}\n",
-     "b.yml:3:5: known_failures[1] (a): duplicate id (first listed at line 2"),
-    ("worsen_factor: 0.5\n", "b.yml:1:1: worsen_factor: got 0.5 (expected a number >= 1"),
-    ("version: 2\n", "b.yml:1:1: version: got 2 (expected 1)"),
-    ("known_failures: {id: a}\n", "b.yml:1:1: known_failures: expected a list of entries"),
-    ("- a\n", "b.yml:1:1: expected a mapping with a `known_failures` list"),
+     "b.yml:3:10: known_failures[1].id: duplicate id 'a' (expected each id once; first listed "
+     "at line 2)"),
+    ("known_failures:\n  - id: a\n    reason: x\n    id: b\n",
+     "b.yml:4:5: known_failures[0].id: duplicate key (expected each key once)"),
+    ("worsen_factor: 0.5\n", "b.yml:1:16: worsen_factor: got 0.5 (expected a number >= 1"),
+    ("worsen_factor: .inf\n", "b.yml:1:16: worsen_factor: got inf (expected a finite number)"),
+    ("version: 2\n", "b.yml:1:10: version: invalid value 2 (expected 1)"),
+    ("known_failures: {id: a}\n", "b.yml:1:17: known_failures: got dict (expected a list)"),
+    ("known_failures:\n  - a\n", "b.yml:2:5: known_failures[0]: got 'a' (expected a mapping)"),
+    ("- a\n", "b.yml:1:1: (top level): expected a mapping with a `known_failures` list"),
 ]
 
 
@@ -365,8 +395,43 @@ BAD = [
 def test_bad_baseline_is_one_located_line(text: str, message: str) -> None:
     with pytest.raises(UserError) as err:
         bl.parse(text, "b.yml")
-    assert len(err.value.problems) == 1
-    assert message in err.value.problems[0], err.value.problems
+    assert len(err.value.problems) == 1, err.value.problems
+    assert err.value.problems[0].startswith(message), err.value.problems
+
+
+def test_every_baseline_problem_at_once_in_file_order() -> None:
+    text = ("version: 1\nknown_failures:\n"
+            "  - {id: a, reason: x, outcome: pass}\n"       # line 3
+            "  - {id: b, reason: x, max_abs: -1, lnk: u}\n"  # line 4: two problems
+            "  - {id: a, reason: y}\n"                       # line 5: duplicate id
+            "worsen_factor: 0\n")                            # line 6
+    with pytest.raises(UserError) as err:
+        bl.parse(text, "b.yml")
+    assert [p.split(": ")[0:2] for p in err.value.problems] == [
+        ["b.yml:3:33", "known_failures[0].outcome"],
+        ["b.yml:4:33", "known_failures[1].max_abs"],
+        ["b.yml:4:37", "known_failures[1].lnk"],
+        ["b.yml:5:10", "known_failures[2].id"],
+        ["b.yml:6:16", "worsen_factor"],
+    ]
+
+
+def test_baseline_figures_accept_inf_words_and_read_nan_as_inf() -> None:
+    b = bl.parse("known_failures:\n  - {id: a, reason: x, max_abs: inf, max_rel: .nan, "
+                 "mismatch_fraction: 1}\n  - {id: b, reason: x, max_abs: .inf}\n", "b.yml")
+    assert b.entries[0].figures == Figures(math.inf, math.inf, 1.0)
+    assert b.entries[1].figures.max_abs == math.inf
+    assert [e.line for e in b.entries] == [2, 3]
+    assert bl.parse("version: 1\nknown_failures:\n", "b.yml").entries == ()
+
+
+def test_known_findings_file_loads_and_round_trips() -> None:
+    path = Path(bl.__file__).resolve().parent.parent / "ops" / "known-findings.yml"
+    known = bl.load(path)
+    assert len(known.entries) > 500
+    again = bl.parse(bl.dump(known), str(path))
+    assert [(e.id, e.reason, e.link, e.outcome, e.figures) for e in again.entries] == \
+        [(e.id, e.reason, e.link, e.outcome, e.figures) for e in known.entries]
 
 
 def test_bad_baseline_fails_run_before_any_work(tmp_path: Path,
@@ -376,9 +441,8 @@ def test_bad_baseline_fails_run_before_any_work(tmp_path: Path,
     bad.write_text("known_failures:\n  - id: steady/**\n    reason: x\n    outcom: crash\n")
     assert cli.main(["run", str(work / "parity.yml"), "--out", str(work / "o"), "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"{bad}:4:5: known_failures[0] (steady/**): unknown key 'outcom' "
-                   "(did you mean 'outcome'?) (expected one of: id, reason, link, outcome, "
-                   "max_abs, max_rel, mismatch_fraction)"]
+    assert err == [f"{bad}:4:5: known_failures[0].outcom: unknown key; did you mean "
+                   f"`outcome`? (expected one of: {ENTRY_KEYS})"]
     assert not (work / "o").exists()
     missing = work / "nope.yml"
     assert cli.main(["run", str(work / "parity.yml"), "--baseline", str(missing)]) == 2

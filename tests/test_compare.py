@@ -1,4 +1,4 @@
-"""Tests for parity_gate.compare.core: the pass rule, ULPs, needed tolerance, verdicts."""
+"""Tests for parity_gate.compare: the pass rule, ULPs, needed tolerance, verdicts."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from parity_gate.compare.core import Comparison, Tolerance, Verdict, compare, ulp_distance
+from parity_gate.compare import Comparison, Tolerance, Verdict, compare, ulp_distance
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 FLOATS = [np.dtype(np.float16), BF16, np.dtype(np.float32), np.dtype(np.float64)]

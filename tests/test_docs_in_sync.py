@@ -8,10 +8,12 @@ import sys
 from pathlib import Path
 
 import jsonschema
+import pytest
 
 from parity_gate.manifest.docs import END, START, render
 from parity_gate.manifest.load import parse_yaml
 from parity_gate.manifest.schema import SCHEMA_FILE, manifest_schema
+from parity_gate.model.schema import RESULTS_SCHEMA_FILE, results_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,9 +42,37 @@ def test_readme_key_reference_is_current() -> None:
     assert block == render(), "run: python -m parity_gate.manifest.docs"
 
 
+@pytest.mark.process
 def test_readme_has_exactly_two_quickstart_commands() -> None:
     out = [subprocess.run([sys.executable, str(ROOT / ".ci" / "readme_commands.py"), which],
                           capture_output=True, text=True, check=True).stdout.strip()
            for which in ("example", "test")]
     assert out[0].endswith("parity-gate run")
     assert "pytest" in out[1] and "torch==2.13.0" in out[1]
+
+
+def test_shipped_results_schema_matches_the_records() -> None:
+    shipped = json.loads(RESULTS_SCHEMA_FILE.read_text(encoding="utf-8"))
+    assert shipped == results_schema(), "run: python -m parity_gate.model.schema"
+
+
+def test_results_schema_accepts_a_written_report_and_rejects_version_1() -> None:
+    from parity_gate.model.keys import CaseKey
+    from parity_gate.model.outcomes import Outcome
+    from parity_gate.model.results import CaseResult, RunResult
+
+    run = RunResult(cases=[CaseResult(CaseKey("m", "float32", "f", 2, "cpu"), Outcome.PASS)])
+    doc = json.loads(json.dumps(run.to_dict(), allow_nan=False))
+    jsonschema.validate(doc, results_schema())
+    old = {**doc, "schema_version": 1, "verdict": "pass"}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(old, results_schema())
+
+
+@pytest.mark.process
+def test_results_records_import_without_numpy_or_torch() -> None:
+    code = ("import sys, parity_gate.model.results, parity_gate.model.schema, "
+            "parity_gate.github.action; "
+            "bad = [m for m in ('numpy', 'torch', 'onnx', 'onnxruntime') if m in sys.modules]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)

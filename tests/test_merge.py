@@ -12,6 +12,8 @@ import pytest
 
 from parity_gate import cli
 
+pytestmark = pytest.mark.process  # real worker runs, exports or subprocesses
+
 DATA = Path(__file__).resolve().parent / "data" / "gate"
 
 

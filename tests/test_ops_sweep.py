@@ -27,6 +27,8 @@ from parity_gate.ops.planner import OpPlan, Selection, job_for
 from parity_gate.ops.registry import load_variants
 from parity_gate.ops.sweep import SweepStats, sweep
 
+pytestmark = pytest.mark.process  # real worker runs, exports or subprocesses
+
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 TEST_SOURCES = ("ops_test_variants:VARIANTS",)

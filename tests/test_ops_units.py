@@ -13,7 +13,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from parity_gate.compare import core as cmp
+from parity_gate import compare as cmp
+from parity_gate.engine.stages import StageFailure
 from parity_gate.model.findings import (
     Example,
     Lost,
@@ -31,7 +32,7 @@ from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.ops import findings, gating, onnxgraph, repro
 from parity_gate.ops.catalogue import VARIANTS
 from parity_gate.ops.inputs import float_specials, make_inputs
-from parity_gate.ops.isolate import StageFailure, isolate
+from parity_gate.ops.isolate import isolate
 from parity_gate.ops.jobs import OpBatchJob, Unit
 from parity_gate.ops.judge import example, judge
 from parity_gate.ops.planner import OpPlan, Selection, job_for, plan

@@ -18,6 +18,8 @@ import pytest
 from parity_gate.cli import main
 from parity_gate.model.results import RunResult
 
+pytestmark = pytest.mark.process  # real worker runs, exports or subprocesses
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "fixtures" / "parity.yml"
 FAULTY = ROOT / "tests" / "data" / "faulty" / "parity.yml"

@@ -74,6 +74,7 @@ def test_select_globs() -> None:
         "op/atan2/float16/specials/cpu"
 
 
+@pytest.mark.process
 def test_real_cuda_request_on_cpu_machine_is_not_silently_cpu() -> None:
     if "CUDAExecutionProvider" in available_providers():
         pytest.skip("machine has CUDA")
@@ -112,6 +113,7 @@ def test_runtime_error_classification() -> None:
     assert classify_run_error(dims, 2, 2) is Outcome.RUNTIME_ERROR
 
 
+@pytest.mark.process
 def test_real_unsupported_op_is_classified() -> None:
     import torch
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from parity_gate.manifest.models import ExportSettings, InputSpec
 from parity_gate.model.outcomes import Outcome
+from parity_gate.model.text import strip_control
 
 
 @dataclass
@@ -48,7 +49,7 @@ _UNSUPPORTED = (
 
 def classify_export_error(message: str) -> tuple[Outcome, str]:
     """Tell a missing translation (feature request) apart from other failures."""
-    clean = re.sub(r"\x1b\[[0-9;]*m", "", message)
+    clean = strip_control(message)
     for pattern in _UNSUPPORTED:
         m = pattern.search(clean)
         if m:

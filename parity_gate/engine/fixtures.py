@@ -75,7 +75,8 @@ def generate(
     out: dict[str, np.ndarray] = {}
     for input_name in input_names:
         spec = fixture.inputs[input_name]
-        shape = tuple(batch_size if d == "batch" else fixture.dims.get(d, d) for d in spec.shape)
+        shape = tuple(d if isinstance(d, int) else batch_size if d == "batch" else fixture.dims[d]
+                      for d in spec.shape)
         rng = np.random.default_rng(derive_seed(set_seed, name, input_name, batch_size, sample))
         target = dtype if is_float_dtype(spec.dtype) else spec.dtype
         array = _random(spec, shape, rng)
@@ -169,17 +170,11 @@ def load_arrays(path: Path) -> dict[str, np.ndarray]:
             obj = {"": obj}
         if not isinstance(obj, dict):
             raise FixtureError(f"{path.name}: expected a tensor or a dict of tensors")
-        arrays = {str(k): _tensor_to_numpy(v) for k, v in obj.items()}
+        from parity_gate.engine.tensors import to_numpy
+
+        arrays = {str(k): to_numpy(v) for k, v in obj.items()}
     _FILE_CACHE[path] = arrays
     return arrays
-
-
-def _tensor_to_numpy(t: Any) -> np.ndarray:
-    import torch
-
-    if t.dtype == torch.bfloat16:
-        return t.float().numpy().astype(ml_dtypes.bfloat16)
-    return t.numpy()
 
 
 def _from_file(fixture: FileFixture, input_names: Sequence[str], batch_size: int, dtype: str,

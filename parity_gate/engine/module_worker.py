@@ -18,7 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from parity_gate.compare import core as cmp
+from parity_gate import compare as cmp
+from parity_gate.engine import stages
 from parity_gate.engine.exporting import ExportedModel, ExportFailure, export_module
 from parity_gate.engine.fixtures import (
     FixtureError,
@@ -26,13 +27,9 @@ from parity_gate.engine.fixtures import (
     generate,
 )
 from parity_gate.engine.protocol import CaseStream, Emit
-from parity_gate.engine.runtime import (
-    ProviderFallback,
-    classify_load_error,
-    classify_run_error,
-    create_session,
-    first_line,
-)
+from parity_gate.engine.runtime import first_line
+from parity_gate.engine.stages import StageFailure
+from parity_gate.engine.tensors import leaves, to_numpy, to_torch
 from parity_gate.manifest.models import EdgeFixture, output_names
 from parity_gate.model.findings import Finding, Rerun, Stage
 from parity_gate.model.keys import CaseKey
@@ -66,7 +63,7 @@ class _Ctx(CaseStream):
 
     def provenance(self, device: str, exported: ExportedModel | None = None) -> Provenance:
         """What ran for this job's cases: recorded on every result, failed ones included."""
-        export = self.job.settings.export
+        export = self.job.export
         return Provenance(
             exporter=export.exporter or "", export_options=export.model_dump(exclude_none=True),
             opset=exported.opset if exported else None,
@@ -125,7 +122,7 @@ def _run_dtype(ctx: _Ctx, torch: Any, module: Any, dtype: str, device: str,
     settings = job.settings
     ctx.step(Stage.CASTING, dtype)
     typed = copy.deepcopy(module).to(getattr(torch, dtype))
-    refs: dict[tuple[str, int], _Reference] = {}
+    refs: dict[tuple[str, int | None], _Reference] = {}
     for fixture_name in dict.fromkeys(k.inputs for k in keys):
         fixture = job.fixtures[fixture_name]
         for batch in batch_sizes_for(fixture, settings.batch_sizes or []):
@@ -133,25 +130,25 @@ def _run_dtype(ctx: _Ctx, torch: Any, module: Any, dtype: str, device: str,
                 ctx.step(Stage.EAGER, f"{dtype}/{fixture_name}/b{batch}")
                 refs[(fixture_name, batch)] = _reference(ctx, torch, typed, dtype, device,
                                                          fixture_name, batch)
-    for (fixture_name, batch), ref in refs.items():
+    for (fixture_name, ref_batch), ref in refs.items():
         if ref.error is not None:
-            hit = [k for k in keys if k.inputs == fixture_name and k.batch_size == batch]
+            hit = [k for k in keys if k.inputs == fixture_name and k.batch_size == ref_batch]
             for k in hit:
                 ctx.result(CaseResult(k, ref.error.outcome, ref.error.reason, ref.error.detail,
                                       provenance=ctx.provenance(device)))
     live = [k for k in keys if k in ctx.pending]
     if not live:
         return
-    export_batch = _export_batch(settings.export.batch_size, settings.batch_sizes or [])
+    export_batch = _export_batch(job.export.batch_size, settings.batch_sizes or [])
     example = _example(ctx, dtype, export_batch)
     ctx.step(Stage.EXPORTING, dtype)
     t0 = time.perf_counter()
     names = output_names(job.module, len(next(iter(r.outputs[0] for r in refs.values()
                                                    if r.outputs), [])))
     try:
-        example_t = [_to_torch(torch, example[i.name], device) for i in job.module.inputs]
+        example_t = [to_torch(example[i.name], device) for i in job.module.inputs]
         exported = export_module(typed.to(device), example_t, job.module.inputs, names,
-                                 settings.export)
+                                 job.export)
     except ExportFailure as failure:
         ctx.fail_all(live, failure.outcome, failure.reason, failure.detail,
                      provenance=ctx.provenance(device))
@@ -164,12 +161,13 @@ def _run_dtype(ctx: _Ctx, torch: Any, module: Any, dtype: str, device: str,
     _export_findings(ctx, dtype, exported, export_batch)
     ctx.step(Stage.CHECKING, dtype)
     t0 = time.perf_counter()
-    problem = _check(exported.model)
-    check_s = time.perf_counter() - t0
-    if problem:
-        ctx.fail_all(live, Outcome.INVALID_MODEL, f"onnx.checker: {first_line(problem)}",
-                     problem[-4000:], provenance=ctx.provenance(device, exported))
+    try:
+        stages.check(exported.model)
+    except StageFailure as failure:
+        ctx.fail_all(live, failure.outcome, failure.reason, failure.detail,
+                     provenance=ctx.provenance(device, exported))
         return
+    check_s = time.perf_counter() - t0
     for provider in dict.fromkeys(k.provider for k in live):
         pkeys = [k for k in live if k.provider == provider]
         shared = {"export_s": export_s, "check_s": check_s}
@@ -177,21 +175,17 @@ def _run_dtype(ctx: _Ctx, torch: Any, module: Any, dtype: str, device: str,
 
 
 def _run_provider(ctx: _Ctx, exported: ExportedModel, provider: str, keys: list[CaseKey],
-                  refs: dict[tuple[str, int], _Reference], export_batch: int,
+                  refs: dict[tuple[str, int | None], _Reference], export_batch: int,
                   shared: dict[str, float], dtype: str, device: str) -> None:
     job = ctx.job
     provenance = ctx.provenance(device, exported)
     ctx.step(Stage.LOADING, f"{dtype}", f"on {provider}")
     t0 = time.perf_counter()
     try:
-        session = create_session(exported.model, provider, job.providers[provider].options)
-    except ProviderFallback as exc:
-        ctx.fail_all(keys, Outcome.RUNTIME_ERROR, str(exc), provenance=provenance)
-        return
-    except Exception as exc:
-        msg = str(exc)
-        ctx.fail_all(keys, classify_load_error(msg), f"onnxruntime load: {first_line(msg)}",
-                     msg[-4000:], provenance=provenance)
+        session = stages.open_session(exported.model, provider, job.providers[provider].options)
+    except StageFailure as failure:
+        ctx.fail_all(keys, failure.outcome, failure.reason, failure.detail,
+                     provenance=provenance)
         return
     timings = {**shared, "session_s": time.perf_counter() - t0}
     feed_names = {i.name for i in session.get_inputs()}
@@ -218,11 +212,14 @@ def _fusion_check(job: ModuleJob, exported: ExportedModel, provider: str, result
     """
     try:
         if not cache:
-            cache.append(create_session(exported.model, provider,
-                                        job.providers[provider].options,
-                                        optimization="disabled"))
+            cache.append(stages.open_session(exported.model, provider,
+                                             job.providers[provider].options,
+                                             optimization="disabled"))
         again = _run_case(job, cache[0], result.key, ref, feed_names, export_batch, {},
                           result.provenance)
+    except StageFailure as failure:
+        result.rerun = Rerun(error=failure.reason)
+        return
     except Exception as exc:  # the check is advisory; never lose the real result
         result.rerun = Rerun(error=first_line(repr(exc)))
         return
@@ -241,16 +238,12 @@ def _run_case(job: ModuleJob, session: Any, key: CaseKey, ref: _Reference, feed_
     for inputs in ref.inputs:
         feeds = {k: v for k, v in inputs.items() if k in feed_names}
         try:
-            got_all.append(list(session.run(None, feeds)))
-        except Exception as exc:
-            msg = str(exc)
-            outcome = classify_run_error(msg, key.batch_size, export_batch)
-            reason = first_line(msg)
-            if outcome is Outcome.BAKED_SHAPE:
-                reason = (f"batch {key.batch_size} fails on the model exported at batch "
-                          f"{export_batch} while eager works: {reason}")
+            got_all.append(stages.run(session, feeds, batch_size=key.batch_size,
+                                      export_batch=export_batch, label=""))
+        except StageFailure as failure:
             timings["run_s"] = time.perf_counter() - t0
-            return CaseResult(key, outcome, reason, msg[-4000:], timings=timings, **common)
+            return CaseResult(key, failure.outcome, failure.reason, failure.detail,
+                              timings=timings, **common)
     timings["run_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     result = _judge(job, key, ref, got_all, common, export_batch)
@@ -285,27 +278,21 @@ def _judge(job: ModuleJob, key: CaseKey, ref: _Reference, got_all: list[list[np.
             task=spec.task if spec else None,
             min_top1_agreement=spec.min_top1_agreement if spec else 1.0,
         ))
-    failing = [c for c in comparisons if not c.passed]
-    if not failing:
-        return CaseResult(key, Outcome.PASS, "", comparisons=comparisons, **common)
-    verdicts = {c.verdict for c in failing}
-    outcome = (Outcome.SHAPE_MISMATCH if cmp.Verdict.SHAPE in verdicts
-               else Outcome.DTYPE_MISMATCH if cmp.Verdict.DTYPE in verdicts
-               else Outcome.MISMATCH)
-    worst = max(failing, key=lambda c: c.verdict in (cmp.Verdict.SHAPE, cmp.Verdict.DTYPE))
-    reason = f"{worst.name}: {worst.reason}"
-    baked = _baked_output(key.batch_size, export_batch, ref.outputs[0], got_all[0])
-    if outcome is Outcome.SHAPE_MISMATCH and baked:
+    outcome = stages.classify(comparisons)
+    reason = stages.failure_reason(comparisons)
+    baked = (_baked_output(key.batch_size, export_batch, ref.outputs[0], got_all[0])
+             if outcome is Outcome.SHAPE_MISMATCH else "")
+    if baked:
         outcome = Outcome.BAKED_SHAPE
         reason = (f"batch {key.batch_size}: {baked} — the exported model (exported at batch "
                   f"{export_batch}) silently reshapes to the export batch size")
     return CaseResult(key, outcome, reason, comparisons=comparisons, **common)
 
 
-def _baked_output(batch: int, export_batch: int, refs: list[np.ndarray],
+def _baked_output(batch: int | None, export_batch: int, refs: list[np.ndarray],
                   gots: list[np.ndarray]) -> str:
     """An output whose eager dim is the batch size but whose ONNX dim is the export batch."""
-    if batch == export_batch:
+    if batch is None or batch == export_batch:
         return ""
     for i, (r, g) in enumerate(zip(refs, gots, strict=False)):
         if r.shape != g.shape and len(r.shape) == len(g.shape):
@@ -325,7 +312,7 @@ def _stack(arrays: list[np.ndarray]) -> np.ndarray | None:
 
 
 def _tolerance(job: ModuleJob, dtype: str, spec: Any) -> cmp.Tolerance:
-    table = dict(job.settings.tolerances or {})
+    table: dict[str, Any] = {str(k): v for k, v in (job.settings.tolerances or {}).items()}
     if spec is not None and spec.tolerances:
         table.update(spec.tolerances)
     tol = table.get(dtype) or table["float32"]
@@ -344,9 +331,9 @@ def _reference(ctx: _Ctx, torch: Any, module: Any, dtype: str, device: str,
             inputs = generate(fixture_name, fixture, names, batch, dtype, sample,
                               seed=job.seed, base_dir=job.base_dir)
             with torch.inference_mode():
-                out = module(*(_to_torch(torch, inputs[n], device) for n in names))
+                out = module(*(to_torch(inputs[n], device) for n in names))
             ref.inputs.append(inputs)
-            ref.outputs.append([_to_numpy(torch, t) for t in _leaves(torch, out)])
+            ref.outputs.append([to_numpy(t) for t in leaves(out)])
     except FixtureError as exc:
         ref.error = CaseResult(CaseKey("", "", "", 0, ""), Outcome.EAGER_ERROR,
                                f"fixture {fixture_name!r}: {exc}")
@@ -388,16 +375,6 @@ def _export_findings(ctx: _Ctx, dtype: str, exported: ExportedModel, export_batc
         ctx.note("export_warning", f"{dtype}: {text}")
 
 
-def _check(model: bytes) -> str:
-    import onnx
-
-    try:
-        onnx.checker.check_model(onnx.load_from_string(model), full_check=True)
-    except Exception as exc:
-        return f"{type(exc).__name__}: {exc}"
-    return ""
-
-
 def _build(job: ModuleJob) -> Any:
     for path in reversed(job.python_path):
         if str(path) not in sys.path:
@@ -418,25 +395,3 @@ def _seed_everything(torch: Any, seed: int) -> None:
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
 
-
-def _leaves(torch: Any, out: Any) -> list[Any]:
-    from torch.utils._pytree import tree_leaves
-
-    return [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
-
-
-def _to_torch(torch: Any, array: np.ndarray, device: str) -> Any:
-    import ml_dtypes
-
-    if array.dtype == ml_dtypes.bfloat16:
-        return torch.from_numpy(array.astype(np.float32)).to(torch.bfloat16).to(device)
-    return torch.from_numpy(array.copy()).to(device)
-
-
-def _to_numpy(torch: Any, tensor: Any) -> np.ndarray:
-    import ml_dtypes
-
-    t = tensor.detach().cpu()
-    if t.dtype == torch.bfloat16:
-        return t.float().numpy().astype(ml_dtypes.bfloat16)
-    return t.numpy().copy()

@@ -110,7 +110,7 @@ class WorkerPool:
     def spawned(self) -> int:
         return self._spawned
 
-    def run(self, jobs: list[Job]) -> Iterator[Event]:
+    def run(self, jobs: Sequence[Job]) -> Iterator[Event]:
         """Yield CaseResults and Findings until every job is done."""
         queue = list(jobs)
         while len(self._workers) < min(self.size, len(queue)):
@@ -129,7 +129,7 @@ class WorkerPool:
             ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy],
                          timeout=min(timeout, 1.0))
             for worker in list(busy):
-                finished = False
+                finished: bool | None = False
                 if worker.conn in ready or worker.process.sentinel in ready:
                     finished, events = self._drain(worker)
                     yield from events

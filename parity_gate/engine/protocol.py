@@ -20,7 +20,8 @@ from parity_gate.model.results import CaseResult
 class Job(Protocol):
     """A picklable unit a worker runs (a module, or a batch of ops) and its cases."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     @property
     def entry(self) -> str:

@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from parity_gate.model.outcomes import Outcome
+from parity_gate.model.text import strip_control
 from parity_gate.plan.providers import EXECUTION_PROVIDERS, provider_chain
 
 
@@ -56,9 +57,12 @@ def classify_load_error(message: str) -> Outcome:
     return Outcome.NO_KERNEL if _NO_KERNEL.search(message) else Outcome.INVALID_MODEL
 
 
-def classify_run_error(message: str, batch_size: int, export_batch: int) -> Outcome:
-    """A run that fails at a batch size other than the exported one is a baked shape."""
-    if batch_size != export_batch and _BAD_DIMS.search(message):
+def classify_run_error(message: str, batch_size: int | None = None,
+                       export_batch: int | None = None) -> Outcome:
+    """A run that fails at a batch size other than the exported one is a baked shape
+    (only when both are known: the op sweep has no batch dimension)."""
+    if (batch_size is not None and export_batch is not None and batch_size != export_batch
+            and _BAD_DIMS.search(message)):
         return Outcome.BAKED_SHAPE
     if _NO_KERNEL.search(message):
         return Outcome.NO_KERNEL
@@ -67,5 +71,5 @@ def classify_run_error(message: str, batch_size: int, export_batch: int) -> Outc
 
 def first_line(message: str, limit: int = 300) -> str:
     text = " ".join(line.strip() for line in message.strip().splitlines() if line.strip())
-    text = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    text = strip_control(text)
     return text if len(text) <= limit else text[: limit - 3] + "..."

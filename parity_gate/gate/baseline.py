@@ -2,22 +2,26 @@
 
 A gate that fails on every known exporter bug gets switched off, so known
 failures are listed in a committed file with a reason and the error they had
-when recorded; the gate (gate.py) then blocks only on what got worse. Parsing,
-matching, dumping and `update` are pure; `load`/`find` are the only readers.
+when recorded; the gate (gate.py) then blocks only on what got worse. The file
+format is the pydantic models below (`BaselineFile`, `EntryModel`), validated and
+located by the manifest's machinery (`manifest.located`), so a bad entry reads
+`file:line:col: known_failures[2].outcome: ... (expected ...)`. Parsing, matching,
+dumping and `update` are pure; `load`/`find` are the only readers.
 """
 
 from __future__ import annotations
 
-import difflib
 import math
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, Context
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from parity_gate.errors import UserError
+from parity_gate.manifest.located import Phrasing, Problems, load_document, position, validate
 from parity_gate.model.gate import FIGURES, Figures
 from parity_gate.model.keys import is_glob, matches
 from parity_gate.model.outcomes import Outcome
@@ -25,14 +29,64 @@ from parity_gate.model.results import CaseResult, RunResult
 
 DEFAULT_NAME = "parity-baseline.yml"
 TODO_REASON = "TODO: explain"
-TOP_KEYS = ("version", "worsen_factor", "known_failures")
-ENTRY_KEYS = ("id", "reason", "link", "outcome", *FIGURES)
 FAILING_OUTCOMES = tuple(o.value for o in Outcome if o.failed)
 HEADER = (
     "# parity-gate baseline: known failing cases; the gate blocks only on what got worse.\n"
     "# Refresh with `parity-gate baseline update`; edit `reason` and `link` by hand.\n"
     "# `id` is a case id or a glob of them (`*` matches any characters, `/` included).\n"
 )
+
+
+# ---------------------------------------------------------------------------
+# the file format, validated (and its errors located) like the manifest
+
+
+def _infinite_words(value: Any) -> Any:
+    """`inf` written as a word, and NaN (infinitely wrong, so it compares), read as .inf."""
+    if isinstance(value, str) and value.strip().lower() in ("inf", ".inf", "infinity"):
+        return math.inf
+    if isinstance(value, float) and math.isnan(value):
+        return math.inf
+    return value
+
+
+_NOT_BLANK = r"\S"
+Text = Annotated[str, Field(pattern=_NOT_BLANK)]
+Figure = Annotated[float, BeforeValidator(_infinite_words), Field(ge=0)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class EntryModel(_Strict):
+    """One entry of `known_failures`, as written in the file."""
+
+    id: Text = Field(description="a case id, or a glob of them such as `mlp/float16/*/cpu`")
+    reason: Text = Field(description="why this case fails (edit by hand)")
+    link: str | None = Field(None, description="an issue URL (edit by hand)")
+    outcome: Literal[FAILING_OUTCOMES] | None = Field(  # type: ignore[valid-type]
+        None, description="the failing outcome recorded; a more severe one is a regression")
+    max_abs: Figure | None = Field(None, description="recorded max |got - ref| (or .inf)")
+    max_rel: Figure | None = Field(None, description="recorded max relative error (or .inf)")
+    mismatch_fraction: Figure | None = Field(
+        None, description="recorded share of elements out of tolerance")
+
+
+class BaselineFile(_Strict):
+    """Top level of `parity-baseline.yml`."""
+
+    version: Literal[1] = Field(1, description="baseline format version")
+    worsen_factor: Annotated[float, Field(ge=1, allow_inf_nan=False)] | None = Field(
+        None, description="how much a recorded figure may grow before it is a regression")
+    known_failures: list[EntryModel] | None = Field(
+        None, description="known failing cases (`- id: ...` with `reason: ...`)")
+
+
+TOP_KEYS = tuple(BaselineFile.model_fields)
+ENTRY_KEYS = tuple(EntryModel.model_fields)
+assert tuple(FIGURES) == ENTRY_KEYS[-len(FIGURES):]  # Figures(*...) reads them in order
+PHRASING = Phrasing(patterns={_NOT_BLANK: "a non-blank string"})
 
 
 @dataclass(frozen=True)
@@ -53,17 +107,20 @@ class Entry:
     def matches(self, case_id: str) -> bool:
         return case_id == self.id or (self.is_pattern and matches(case_id, self.id))
 
+    @classmethod
+    def of(cls, model: EntryModel, line: int = 0) -> Entry:
+        return cls(model.id, model.reason, model.link,
+                   Outcome(model.outcome) if model.outcome is not None else None,
+                   Figures(*(getattr(model, name) for name in FIGURES)), line)
+
+    def to_model(self) -> EntryModel:
+        return EntryModel.model_construct(  # made by this code: valid by construction
+            id=self.id, reason=self.reason, link=self.link or None,
+            outcome=self.outcome.value if self.outcome is not None else None,
+            **{name: getattr(self.figures, name) for name in FIGURES})
+
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"id": self.id, "reason": self.reason}
-        if self.link:
-            d["link"] = self.link
-        if self.outcome is not None:
-            d["outcome"] = self.outcome.value
-        for name in FIGURES:
-            value = getattr(self.figures, name)
-            if value is not None:
-                d[name] = value
-        return d
+        return self.to_model().model_dump(exclude_none=True)
 
 
 @dataclass(frozen=True)
@@ -119,143 +176,39 @@ def load(path: Path) -> Baseline:
 
 
 def parse(text: str, display: str) -> Baseline:
-    """Validate the whole file and report every problem, each as `file:line:col: entry: ...`."""
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark
-        where = f"{display}:{mark.line + 1}:{mark.column + 1}" if mark else display
-        raise UserError(f"{where}: invalid YAML: {e.problem} (expected a baseline file with "
-                        "a `known_failures` list)") from None
-    if data is None:
+    """Validate the whole file and report every problem, each as `file:line:col: path: ...`."""
+    doc = load_document(text, display,
+                        expected="a baseline file with a `known_failures` list")
+    if doc.data is None:
         return Baseline(display)
-    problems: list[str] = []
-    if not isinstance(data, dict) or not isinstance(root, yaml.MappingNode):
-        raise UserError(f"{display}:1:1: expected a mapping with a `known_failures` list")
-    keys = _key_marks(root)
-    for key in data:
-        if key not in TOP_KEYS:
-            line, col = keys.get(key, (1, 1))
-            problems.append(f"{display}:{line}:{col}: {key}: unknown key{_hint(key, TOP_KEYS)} "
-                            f"(expected one of: {', '.join(TOP_KEYS)})")
-    if data.get("version", 1) != 1:
-        line, col = keys.get("version", (1, 1))
-        problems.append(f"{display}:{line}:{col}: version: got {data['version']!r} "
-                        "(expected 1)")
-    factor = data.get("worsen_factor")
-    if factor is not None and (not _is_number(factor) or not 1 <= factor < math.inf):
-        line, col = keys.get("worsen_factor", (1, 1))
-        problems.append(f"{display}:{line}:{col}: worsen_factor: got {factor!r} "
-                        "(expected a number >= 1, e.g. 2.0)")
-    entries = _parse_entries(data.get("known_failures"), _value_node(root, "known_failures"),
-                             display, keys.get("known_failures", (1, 1)), problems)
-    if problems:
-        raise UserError(problems)
-    return Baseline(display, tuple(entries), float(factor) if factor is not None else None)
+    problems = Problems(doc)
+    if not isinstance(doc.data, dict):
+        problems.add((), "expected a mapping with a `known_failures` list")
+        problems.raise_if_any()
+    problems.add_duplicate_keys()
+    file: BaselineFile | None = validate(problems, BaselineFile, PHRASING)
+    _check_unique_ids(doc.data.get("known_failures"), problems)
+    problems.raise_if_any()
+    assert file is not None  # no problems means the schema accepted it
+    items = doc.node(("known_failures",))
+    lines = [position(n)[0] for n in items.value] if isinstance(items, yaml.SequenceNode) else []
+    entries = tuple(Entry.of(model, line) for model, line
+                    in zip(file.known_failures or [], lines, strict=True))
+    return Baseline(display, entries, file.worsen_factor)
 
 
-def _parse_entries(items: Any, node: yaml.Node | None, display: str, at: tuple[int, int],
-                   problems: list[str]) -> list[Entry]:
-    if items is None:
-        return []
-    if not isinstance(items, list) or not isinstance(node, yaml.SequenceNode):
-        problems.append(f"{display}:{at[0]}:{at[1]}: known_failures: expected a list of "
-                        "entries (`- id: ...` with `reason: ...`)")
-        return []
-    entries: list[Entry] = []
-    first_line: dict[str, int] = {}
-    for i, (item, item_node) in enumerate(zip(items, node.value, strict=True)):
-        line, col = item_node.start_mark.line + 1, item_node.start_mark.column + 1
-        label = f"known_failures[{i}]"
-        if not isinstance(item, dict):
-            problems.append(f"{display}:{line}:{col}: {label}: expected a mapping with `id` "
-                            "and `reason`")
+def _check_unique_ids(items: Any, problems: Problems) -> None:
+    """What the schema cannot say: each id once (an exact id or glob owns its cases)."""
+    first: dict[str, int] = {}
+    for i, item in enumerate(items if isinstance(items, list) else []):
+        key = item.get("id") if isinstance(item, dict) else None
+        if not isinstance(key, str):
             continue
-        if isinstance(item.get("id"), str):
-            label += f" ({item['id']})"
-        marks = _key_marks(item_node)
-        errors = _entry_problems(item, marks)
-        for key, message in errors:
-            kl, kc = marks.get(key, (line, col))
-            problems.append(f"{display}:{kl}:{kc}: {label}: {message}")
-        if errors:
-            continue
-        if item["id"] in first_line:
-            problems.append(f"{display}:{line}:{col}: {label}: duplicate id (first listed at "
-                            f"line {first_line[item['id']]}; expected each id once)")
-            continue
-        first_line[item["id"]] = line
-        entries.append(Entry(
-            id=item["id"],
-            reason=item["reason"],
-            link=item.get("link"),
-            outcome=Outcome(item["outcome"]) if item.get("outcome") is not None else None,
-            figures=Figures(*(_as_float(item.get(n)) for n in FIGURES)),
-            line=line,
-        ))
-    return entries
-
-
-def _entry_problems(item: dict[str, Any], marks: dict[Any, tuple[int, int]]
-                    ) -> list[tuple[Any, str]]:
-    out: list[tuple[Any, str]] = []
-    misspelt: set[str] = set()
-    for key in item:
-        if key not in ENTRY_KEYS:
-            misspelt.update(difflib.get_close_matches(str(key), ENTRY_KEYS, n=1, cutoff=0.6))
-            out.append((key, f"unknown key {key!r}{_hint(str(key), ENTRY_KEYS)} "
-                             f"(expected one of: {', '.join(ENTRY_KEYS)})"))
-    for key, what in (("id", "a case id or glob such as 'mlp/float16/*/cpu'"),
-                      ("reason", "a short explanation of why this case fails")):
-        value = item.get(key)
-        if key not in item and key in misspelt:
-            continue  # the typo above already says it
-        if not isinstance(value, str) or not value.strip():
-            got = "nothing" if key not in item else repr(value)
-            out.append((key if key in item else None,
-                        f"`{key}` is required: got {got} (expected {what})"))
-    link = item.get("link")
-    if link is not None and not isinstance(link, str):
-        out.append(("link", f"link: got {link!r} (expected a URL string)"))
-    outcome = item.get("outcome")
-    if outcome is not None and outcome not in FAILING_OUTCOMES:
-        out.append(("outcome", f"outcome: got {outcome!r}{_hint(str(outcome), FAILING_OUTCOMES)}"
-                               f" (expected a failing outcome: {', '.join(FAILING_OUTCOMES)})"))
-    for name in FIGURES:
-        value = item.get(name)
-        if value is not None and (_as_float(value) is None or _as_float(value) < 0):
-            out.append((name, f"{name}: got {value!r} (expected a number >= 0 or .inf)"))
-    return out
-
-
-def _key_marks(node: yaml.Node) -> dict[Any, tuple[int, int]]:
-    if not isinstance(node, yaml.MappingNode):
-        return {}
-    return {k.value: (k.start_mark.line + 1, k.start_mark.column + 1) for k, _ in node.value}
-
-
-def _value_node(node: yaml.Node, key: str) -> yaml.Node | None:
-    if isinstance(node, yaml.MappingNode):
-        return next((v for k, v in node.value if k.value == key), None)
-    return None
-
-
-def _hint(word: str, options: tuple[str, ...]) -> str:
-    close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
-def _as_float(x: Any) -> float | None:
-    if _is_number(x):
-        return math.inf if math.isnan(x) else float(x)
-    if isinstance(x, str) and x.strip().lower() in ("inf", ".inf", "infinity"):
-        return math.inf
-    return None
+        if key in first:
+            line, _ = position(problems.doc.node(("known_failures", first[key])))
+            problems.add(("known_failures", i, "id"), f"duplicate id {key!r} (expected each "
+                         f"id once; first listed at line {line})")
+        first.setdefault(key, i)
 
 
 # ---------------------------------------------------------------------------
@@ -263,10 +216,9 @@ def _as_float(x: Any) -> float | None:
 
 
 def dump(baseline: Baseline) -> str:
-    doc: dict[str, Any] = {"version": 1}
-    if baseline.worsen_factor is not None:
-        doc["worsen_factor"] = baseline.worsen_factor
-    doc["known_failures"] = [e.to_dict() for e in baseline.entries]
+    file = BaselineFile.model_construct(worsen_factor=baseline.worsen_factor,
+                                        known_failures=[e.to_model() for e in baseline.entries])
+    doc = file.model_dump(exclude_none=True)
     return HEADER + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=1000)
 
 

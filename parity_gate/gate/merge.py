@@ -77,8 +77,8 @@ def _shard_problems(loaded: list[Loaded]) -> list[str]:
     out: list[str] = []
     counts = {s.count for s in shards.values() if s}
     if len(counts) > 1:
-        path = next(p for p, s in shards.items() if s and s.count != min(counts))
-        return [f"{path}: shard {shards[path]} is from a split into {shards[path].count} "
+        path, odd = next((p, s) for p, s in shards.items() if s and s.count != min(counts))
+        return [f"{path}: shard {odd} is from a split into {odd.count} "
                 f"(expected every file from the same --shard K/{min(counts)} matrix)"]
     count = counts.pop()
     by_index: dict[int, str] = {}

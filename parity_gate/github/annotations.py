@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -21,20 +20,23 @@ def failing_cases(run: RunResult) -> list[CaseResult]:
 
 
 def module_lines(manifest_text: str) -> dict[str, int]:
-    """Line of each module's `- name:` under `modules:`, so annotations point at it."""
+    """Line of each module's entry under `modules:` (its mapping's first line, whatever
+    the order of its keys), so annotations point at it; {} when the text does not parse."""
+    import yaml
+
+    from parity_gate.errors import UserError
+    from parity_gate.manifest.located import load_document, position
+
+    try:
+        doc = load_document(manifest_text, "parity.yml")
+    except UserError:
+        return {}
+    modules = doc.node(("modules",))
     lines: dict[str, int] = {}
-    indent: int | None = None
-    inside = False
-    for number, line in enumerate(manifest_text.splitlines(), start=1):
-        if re.match(r"modules\s*:", line):
-            inside = True
-            continue
-        if inside and re.match(r"[^\s#-]", line):
-            break  # the next top-level key
-        m = re.match(r"(\s*)-\s+\{?\s*name\s*:\s*[\"']?([\w.\-]+)", line) if inside else None
-        if m and (indent is None or len(m.group(1)) <= indent):
-            indent = len(m.group(1))
-            lines.setdefault(m.group(2), number)
+    for i, entry in enumerate(modules.value if isinstance(modules, yaml.SequenceNode) else []):
+        name = doc.node(("modules", i, "name"))
+        if isinstance(entry, yaml.MappingNode) and isinstance(name, yaml.ScalarNode):
+            lines.setdefault(name.value, position(entry)[0])
     return lines
 
 

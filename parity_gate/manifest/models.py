@@ -221,6 +221,10 @@ class ModuleSpec(Settings):
     skip: str | None = Field(None, description="skip every case of this module, with this reason")
 
 
+def _cpu_only() -> dict[ProviderName, ProviderSettings]:
+    return {"cpu": ProviderSettings(required=True)}
+
+
 class Manifest(_Strict):
     """Top level of `parity.yml`."""
 
@@ -234,7 +238,7 @@ class Manifest(_Strict):
         default_factory=Settings, description="settings every module inherits"
     )
     providers: dict[ProviderName, ProviderSettings] = Field(
-        default_factory=lambda: {"cpu": ProviderSettings(required=True)}, min_length=1,
+        default_factory=_cpu_only, min_length=1,
         description="ONNX Runtime execution providers to run every case on",
     )
     fixtures: dict[Name, FixtureSet] = Field(
@@ -256,8 +260,8 @@ BUILTIN_SETTINGS = Settings(
 )
 
 
-def merge_tolerances(*tables: ToleranceTable | None) -> dict[str, Tolerance]:
-    out: dict[str, Tolerance] = {}
+def merge_tolerances(*tables: ToleranceTable | None) -> dict[FloatDType, Tolerance]:
+    out: dict[FloatDType, Tolerance] = {}
     for table in tables:
         out.update(table or {})
     return out

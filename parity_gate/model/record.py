@@ -10,7 +10,6 @@ JSON has no NaN or infinity; every float field that may hold one is typed
 from __future__ import annotations
 
 import math
-from functools import cache
 from typing import Annotated, Any, TypeVar
 
 from pydantic import BeforeValidator, ConfigDict, PlainSerializer, TypeAdapter, WithJsonSchema
@@ -19,7 +18,7 @@ NON_FINITE = ("nan", "inf", "-inf")
 
 # Records ignore keys they do not know (a newer writer may add some); the shipped
 # schema still lists every key, and `schema_version` guards incompatible changes.
-CONFIG = ConfigDict(extra="ignore", arbitrary_types_allowed=False)
+CONFIG = ConfigDict(extra="ignore", json_schema_serialization_defaults_required=True)
 
 
 def encode_real(x: float | None) -> float | str | None:
@@ -46,9 +45,15 @@ Real = Annotated[
 T = TypeVar("T")
 
 
-@cache
+_ADAPTERS: dict[type, TypeAdapter[Any]] = {}
+
+
 def adapter(cls: type[T]) -> TypeAdapter[T]:
-    return TypeAdapter(cls)
+    """One TypeAdapter per record class (building one costs a schema compile)."""
+    found = _ADAPTERS.get(cls)
+    if found is None:
+        found = _ADAPTERS[cls] = TypeAdapter(cls)
+    return found
 
 
 class Record:

@@ -7,14 +7,15 @@ Reports, the gate, shard merging and GitHub integration are functions of a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections import Counter
 from dataclasses import field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import ValidationError
+from pydantic import ValidationError, computed_field
 from pydantic.dataclasses import dataclass
 
 from parity_gate.errors import UserError
@@ -23,9 +24,9 @@ from parity_gate.model.findings import Finding, Lost, OpCase, Recheck, Rerun
 from parity_gate.model.gate import GateDecision
 from parity_gate.model.keys import CaseKey
 from parity_gate.model.outcomes import Outcome
-from parity_gate.model.record import CONFIG, Record
+from parity_gate.model.record import CONFIG, Record, adapter
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION: Literal[2] = 2
 
 
 @dataclass(frozen=True, config=CONFIG)
@@ -57,6 +58,7 @@ class CaseResult(Record):
     lost: Lost | None = None         # set by the pool: the worker never reported this case
     op: OpCase | None = None         # op-sweep cases only
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def id(self) -> str:
         return self.key.id
@@ -87,9 +89,6 @@ class CaseResult(Record):
         failing = [c for c in self.comparisons if not c.passed]
         pool = failing or self.comparisons
         return max(pool, key=lambda c: _finite_or_inf(c.max_abs))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, **super().to_dict()}
 
 
 @dataclass(frozen=True, config=CONFIG)
@@ -131,6 +130,13 @@ class RunResult(Record):
         return sorted((r for r in self.cases if r.failed),
                       key=lambda r: (-r.outcome.severity, r.id))
 
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def schema_version(self) -> Literal[2]:
+        """Bumped on any change a reader of the older form would misread."""
+        return SCHEMA_VERSION
+
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def verdict(self) -> RunVerdict:
         gate = self.gate or GateDecision(blocking=[c.id for c in self.failures])
@@ -149,9 +155,12 @@ class RunResult(Record):
                           by_ruling=gate.counts() if self.gate is not None else {})
 
     def to_dict(self) -> dict[str, Any]:
-        body = super().to_dict()
-        body["cases"] = [c.to_dict() for c in sorted(self.cases, key=lambda r: r.key.sort_key)]
-        return {"schema_version": SCHEMA_VERSION, "verdict": self.verdict.to_dict(), **body}
+        # Cases in key order (numeric batch sizes) whatever order they finished in.
+        ordered = dataclasses.replace(self, cases=sorted(self.cases, key=lambda r: r.key.sort_key))
+        body = adapter(RunResult).dump_python(ordered, mode="json")
+        # The answer first, for people who open the file.
+        return {"schema_version": body.pop("schema_version"), "verdict": body.pop("verdict"),
+                **body}
 
     @classmethod
     def from_dict(cls, data: Any, source: str = "results") -> RunResult:
@@ -165,7 +174,7 @@ class RunResult(Record):
                             f"{SCHEMA_VERSION}; re-run the gate with this version to "
                             "regenerate the file)")
         try:
-            return super().from_dict(data)  # type: ignore[misc]
+            return super().from_dict(data)
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])

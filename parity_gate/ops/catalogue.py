@@ -47,7 +47,7 @@ def _family(family: str, rows: list[tuple], args: tuple[Arg, ...] = (X,),
     for row in rows:
         vid, call, *extra = row
         opts = {"args": args, "dtypes": dtypes, **kw, **(extra[0] if extra else {})}
-        out.append(op(vid, family, call, **opts))  # type: ignore[arg-type]
+        out.append(op(vid, family, call, **opts))
     return out
 
 

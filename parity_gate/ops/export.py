@@ -23,12 +23,12 @@ from types import TracebackType
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_leaves
 
 from parity_gate.engine.exporting import classify_export_error
 from parity_gate.engine.runtime import first_line
+from parity_gate.engine.stages import StageFailure
+from parity_gate.engine.tensors import leaves
 from parity_gate.model.outcomes import Outcome
-from parity_gate.ops.isolate import StageFailure
 
 CASE_FILE = "<parity-gate case {}>"
 # How the graph that runs was made (recorded per case): torch.onnx.export with the dynamo
@@ -40,17 +40,13 @@ _NODE = re.compile(r"Error when translating node %(\w+)")
 _ARG_INPUT = re.compile(r"%flat_(\d+)")
 
 
-def tensor_leaves(out: Any) -> list[Any]:
-    return [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
-
-
 class _Case(torch.nn.Module):
     def __init__(self, fn: Callable[..., Any]) -> None:
         super().__init__()
         self.fn = fn
 
     def forward(self, *args: Any) -> tuple[Any, ...]:
-        return tuple(tensor_leaves(self.fn(*args)))
+        return tuple(leaves(self.fn(*args)))
 
 
 class BatchModule(torch.nn.Module):
@@ -103,11 +99,12 @@ def cached_registry() -> Iterator[None]:
             cache[key] = original.__func__(klass, *args, **kwargs)
         return cache[key]
 
-    cls.from_torchlib = classmethod(cached)
+    # Patching torch's own class for the duration of a sweep: typed as what it is.
+    cls.from_torchlib = classmethod(cached)  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:
-        cls.from_torchlib = original
+        cls.from_torchlib = original  # type: ignore[method-assign,assignment]
 
 
 _REGISTRIES: dict[Any, Any] = {}
@@ -138,7 +135,7 @@ def export_batch(fns: list[Callable[..., Any]], tensors: list[list[Any]],
         seen: dict[str, Any] = {}
         try:
             with cached_registry(), _watch_decomposition(seen, len(fns)):
-                onnx_program = torch.onnx.export(
+                onnx_program: Any = torch.onnx.export(
                     program, dynamo=True, optimize=False, verbose=False,
                     input_names=input_names, output_names=output_names)
         except Exception as exc:
@@ -205,7 +202,7 @@ def _watch_decomposition(seen: dict[str, Any], n: int) -> Iterator[None]:
             raise Unsupported(missing)
         return out
 
-    _core._prepare_exported_program_for_export = watched
+    _core._prepare_exported_program_for_export = watched  # type: ignore[assignment]
     try:
         yield
     finally:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from parity_gate.model.gate import GateDecision
 from parity_gate.model.results import CaseResult, RunResult
+from parity_gate.model.text import md_cell
 
 STATUS_ORDER = ("new", "known", "n/a")
 
@@ -144,11 +145,6 @@ def _row_status(ids: Iterable[str], status: dict[str, str] | None) -> str:
     return "new" if "new" in seen else "known"
 
 
-def _cell(text: str, limit: int = 200) -> str:
-    text = " ".join(str(text).split()).replace("|", "\\|")
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 _KERNEL = re.compile(r"implementation for (\w+\(\d+\))")
 _MISSING = re.compile(r"unsupported operator ([\w.:]+)")
 SECTIONS = ("exporter", "unsupported", "runtime")
@@ -214,8 +210,8 @@ def render(run: RunResult, table: list[Row], decision: GateDecision | None,
                                              r.variant, r.outcome)):
         repro = f"`{repro_dir}/{r.slug}.py`" if repro_dir else ""
         lines.append(f"| {r.status} | `{r.op}` | `{r.variant}` | {', '.join(r.input_classes)} | "
-                     f"{', '.join(r.dtypes)} | **{r.outcome}** | {_cell(r.effect)} | "
-                     f"{_cell(r.example, 120)} | {_cell(r.recheck, 80)} | {repro} |")
+                     f"{', '.join(r.dtypes)} | **{r.outcome}** | {md_cell(r.effect, 200)} | "
+                     f"{md_cell(r.example, 120)} | {md_cell(r.recheck, 80)} | {repro} |")
     missing = _grouped([r for r in table if section(r) == "unsupported"], _MISSING)
     if missing:
         lines += ["", f"### Unsupported by the exporter: feature requests ({len(missing)} ops)",

@@ -14,32 +14,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from parity_gate.model.outcomes import Outcome
+from parity_gate.engine.stages import StageFailure
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-
-@dataclass
-class StageFailure(Exception):
-    """Why a subset failed at one stage; `culprits` are item positions the error names."""
-
-    outcome: Outcome
-    reason: str
-    detail: str = ""
-    culprits: frozenset[int] = frozenset()
-    conclusive: bool = False
-    reasons: dict[int, str] = field(default_factory=dict)  # per culprit, when they differ
-
-    def __post_init__(self) -> None:
-        super().__init__(self.reason)
-
-    def for_item(self, i: int) -> StageFailure:
-        """This failure as item `i` gets it (its own reason when one was given)."""
-        if i not in self.reasons:
-            return self
-        return StageFailure(self.outcome, self.reasons[i], self.detail, frozenset({i}),
-                            self.conclusive)
 
 
 @dataclass
@@ -86,6 +64,8 @@ def isolate(items: Sequence[T], attempt: Callable[[list[T]], R],
 
 def _guilty(failure: StageFailure, group: list[T],
             blame: Callable[[StageFailure, list[T]], set[int]] | None) -> set[int]:
+    if failure.conclusive and not failure.culprits:  # e.g. the provider did not come up
+        return set(range(len(group)))
     named = set(failure.culprits)
     if blame is not None:
         try:

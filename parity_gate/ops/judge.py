@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from parity_gate.compare import core as cmp
+from parity_gate import compare as cmp
+from parity_gate.engine.stages import classify, failure_reason
 from parity_gate.model.findings import Example
 from parity_gate.model.outcomes import Outcome
 from parity_gate.ops.records import FLOATS, OpVariant
@@ -59,19 +60,7 @@ def judge(variant: OpVariant, dtype: str, eager: list[np.ndarray],
         else:
             comparisons.append(cmp.compare(ref, got, tol, name=name,
                                            strict_signed_zeros=variant.signed_zeros))
-    return verdict_of(comparisons)
-
-
-def verdict_of(comparisons: list[cmp.Comparison]) -> Judgement:
-    failing = [c for c in comparisons if not c.passed]
-    if not failing:
-        return Judgement(Outcome.PASS, "", comparisons)
-    verdicts = {c.verdict for c in failing}
-    outcome = (Outcome.SHAPE_MISMATCH if cmp.Verdict.SHAPE in verdicts
-               else Outcome.DTYPE_MISMATCH if cmp.Verdict.DTYPE in verdicts
-               else Outcome.MISMATCH)
-    worst = max(failing, key=lambda c: c.verdict in (cmp.Verdict.SHAPE, cmp.Verdict.DTYPE))
-    return Judgement(outcome, f"{worst.name}: {worst.reason}", comparisons)
+    return Judgement(classify(comparisons), failure_reason(comparisons), comparisons)
 
 
 def fmt_value(value: Any) -> str:

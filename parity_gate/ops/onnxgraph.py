@@ -127,12 +127,13 @@ def extract(model: onnx.ModelProto, outputs: list[str]) -> onnx.ModelProto:
 # --------------------------------------------------------------------------
 # precision audit (false alarm 3: the runtime can hide a wrong graph)
 
-_FLOAT_BITS = {
+_FLOAT_BITS: dict[int, int] = {
     onnx.TensorProto.FLOAT16: 16, onnx.TensorProto.BFLOAT16: 16,
     onnx.TensorProto.FLOAT: 32, onnx.TensorProto.DOUBLE: 64,
 }
-_FLOAT_NAMES = {onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.BFLOAT16: "bfloat16",
-                onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.DOUBLE: "float64"}
+_FLOAT_NAMES: dict[int, str] = {
+    onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.BFLOAT16: "bfloat16",
+    onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.DOUBLE: "float64"}
 NUMPY_FLOAT_BITS = {"float16": 16, "bfloat16": 16, "float32": 32, "float64": 64}
 
 # Ops whose result is exact whatever the precision they run in (they move,

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from parity_gate.compare import core as cmp
+from parity_gate import compare as cmp
 from parity_gate.model.findings import Recheck, RecheckVerdict
 
 # How much further one side must be from the truth to be called the wrong one.

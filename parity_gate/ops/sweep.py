@@ -9,13 +9,13 @@ effects (processes) live here; what comes out is a list of CaseResults.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from parity_gate.engine.pool import WorkerPool
 from parity_gate.model.findings import Stage
 from parity_gate.model.results import CaseResult
+from parity_gate.model.text import strip_control
 from parity_gate.ops.jobs import OpBatchJob, Unit
 from parity_gate.ops.planner import OpPlan, Selection, base_op, job_for, variant_of_key
 
@@ -96,19 +96,10 @@ def sweep(op_plan: OpPlan, selection: Selection, workers: int = 2,
         pool.close()
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-
-
-def clean_text(text: str) -> str:
-    """Without terminal colours and control bytes: XML (JUnit) cannot carry them."""
-    return _CONTROL.sub("", _ANSI.sub("", text))
-
-
 def _complete(result: CaseResult, op_plan: OpPlan, stats: SweepStats) -> CaseResult:
     """Fill the op fields of results no worker reported (crash, timeout), and strip what
     the exporter's and ORT's coloured messages would break in JUnit."""
-    result.reason, result.detail = clean_text(result.reason), clean_text(result.detail)
+    result.reason, result.detail = strip_control(result.reason), strip_control(result.detail)
     variant = op_plan.variants.get(variant_of_key(result.key))
     if variant is None:
         return result

@@ -22,14 +22,11 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from parity_gate.engine import stages
 from parity_gate.engine.protocol import CaseStream, Emit
-from parity_gate.engine.runtime import (
-    ProviderFallback,
-    classify_load_error,
-    classify_run_error,
-    create_session,
-    first_line,
-)
+from parity_gate.engine.runtime import first_line
+from parity_gate.engine.stages import StageFailure
+from parity_gate.engine.tensors import leaves, to_numpy, to_torch
 from parity_gate.model.findings import (
     LowPrecision,
     OpCase,
@@ -42,15 +39,9 @@ from parity_gate.model.keys import CaseKey
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, Provenance
 from parity_gate.ops import onnxgraph as og
-from parity_gate.ops.export import (
-    CASE_FILE,
-    EXPORT_OPTIONS,
-    Exported,
-    export_batch,
-    tensor_leaves,
-)
+from parity_gate.ops.export import CASE_FILE, EXPORT_OPTIONS, Exported, export_batch
 from parity_gate.ops.inputs import make_inputs
-from parity_gate.ops.isolate import StageFailure, isolate
+from parity_gate.ops.isolate import isolate
 from parity_gate.ops.jobs import OpBatchJob, Unit
 from parity_gate.ops.judge import example, judge, tolerance_for_output
 from parity_gate.ops.recheck import recheck
@@ -211,37 +202,18 @@ def compile_call(variant: OpVariant, number: int) -> Callable[..., Any]:
     return eval(code, {"torch": torch, "F": F, "math": math})  # the catalogue's own text
 
 
-def to_torch(array: np.ndarray, requires_grad: bool = False) -> Any:
-    if array.dtype.name == "bfloat16":
-        t = torch.from_numpy(array.astype(np.float32)).to(torch.bfloat16)
-    else:
-        t = torch.from_numpy(array.copy())
-    if requires_grad and t.is_floating_point():
-        t.requires_grad_(True)
-    return t
-
-
-def to_numpy(t: Any) -> np.ndarray:
-    import ml_dtypes
-
-    t = t.detach().cpu()
-    if t.dtype == torch.bfloat16:
-        return t.float().numpy().astype(ml_dtypes.bfloat16)
-    return t.resolve_conj().resolve_neg().numpy().copy()
-
-
 def _run_eager(fn: Callable[..., Any], tensors: list[Any],
                grad: bool) -> tuple[list[np.ndarray], list[str]]:
     recorder = _OpRecorder()
     with torch.enable_grad() if grad else torch.no_grad(), recorder:
         out = fn(*tensors)
-    return [to_numpy(t) for t in tensor_leaves(out)], recorder.ops
+    return [to_numpy(t) for t in leaves(out)], recorder.ops
 
 
 def _prepare(job: OpBatchJob, pos: int, unit: Unit,
              variant: OpVariant) -> tuple[_Case | None, CaseResult]:
     inputs = make_inputs(variant, unit.dtype, unit.input_class, job.seed)
-    tensors = [to_torch(inputs[a.name], a.requires_grad) for a in variant.args]
+    tensors = [to_torch(inputs[a.name], requires_grad=a.requires_grad) for a in variant.args]
     fn = compile_call(variant, pos)
     case = _Case(pos, unit, variant, unit_keys(job, unit), inputs, tensors, fn)
     t0 = time.perf_counter()
@@ -398,60 +370,15 @@ def _load_and_run(model: onnx.ModelProto, sub: list[_Case], provider: str, whole
                   inputs: dict[str, str] | None = None) -> dict[str, np.ndarray]:
     names = [n for c in sub for n in c.output_names]
     part = model if whole else og.extract(model, names)
-    try:
-        onnx.checker.check_model(part, full_check=True)
-    except Exception as exc:
-        msg = f"{type(exc).__name__}: {exc}"
-        raise StageFailure(Outcome.INVALID_MODEL, f"onnx.checker: {first_line(msg)}",
-                           msg[-4000:]) from None
-    try:
-        session = create_session(part.SerializeToString(), provider, {},
-                                 optimization=optimization)
-    except ProviderFallback as exc:
-        raise StageFailure(Outcome.RUNTIME_ERROR, str(exc),
-                           culprits=frozenset(range(len(sub))), conclusive=True) from None
-    except Exception as exc:
-        msg = str(exc)
-        raise StageFailure(classify_load_error(msg), f"onnxruntime load: {first_line(msg)}",
-                           msg[-4000:]) from None
+    stages.check(part)
+    session = stages.open_session(part, provider, {}, optimization=optimization)
     feeds: dict[str, np.ndarray] = {}
     wanted = {i.name for i in session.get_inputs()}
     alias = inputs or {}
     for c in sub:
         feeds.update({alias.get(k, k): v for k, v in c.feeds.items()
                       if alias.get(k, k) in wanted})
-    try:
-        values = ort_run(session, names, feeds)
-    except Exception as exc:
-        msg = str(exc)
-        raise StageFailure(classify_run_error(msg, -1, -1), f"onnxruntime run: {first_line(msg)}",
-                           msg[-4000:]) from None
-    return dict(zip(names, values, strict=True))
-
-
-def ort_run(session: Any, names: list[str], feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    """`session.run`, except that bfloat16 travels as OrtValues (numpy has no bfloat16 for ORT)."""
-    if not any(a.dtype.name == "bfloat16" for a in feeds.values()) and not any(
-            o.type == "tensor(bfloat16)" for o in session.get_outputs()):
-        return list(session.run(names, feeds))
-    import onnxruntime as ort
-
-    values = {k: ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
-                  np.ascontiguousarray(v).view(np.uint16), onnx.TensorProto.BFLOAT16)
-              if v.dtype.name == "bfloat16" else ort.OrtValue.ortvalue_from_numpy(v)
-              for k, v in feeds.items()}
-    return [_from_ortvalue(o) for o in session.run_with_ort_values(names, values)]
-
-
-def _from_ortvalue(value: Any) -> np.ndarray:
-    if value.data_type() != "tensor(bfloat16)":
-        return value.numpy()
-    import ml_dtypes
-
-    shape = tuple(value.shape())
-    if not int(np.prod(shape)):
-        return np.zeros(shape, ml_dtypes.bfloat16)
-    return to_numpy(torch.from_dlpack(value))
+    return dict(zip(names, stages.run(session, feeds, names), strict=True))
 
 
 def _fail(ctx: _Ctx, case: _Case, keys: list[CaseKey], failure: StageFailure,

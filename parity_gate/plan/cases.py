@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from parity_gate.manifest.models import (
     EdgeFixture,
+    ExportSettings,
     Manifest,
     ModuleSpec,
     ProviderSettings,
@@ -43,6 +44,11 @@ class ModuleJob:
     @property
     def name(self) -> str:
         return self.module.name
+
+    @property
+    def export(self) -> ExportSettings:
+        """Resolved export settings (resolution always fills them; the model allows None)."""
+        return self.settings.export or ExportSettings()
 
     @property
     def timeout_s(self) -> float:
@@ -90,7 +96,7 @@ def plan(manifest: Manifest, manifest_path: Path, available: list[str],
             module=module,
             settings=settings,
             fixtures={name: manifest.fixtures[name] for name in module.fixtures},
-            providers=dict(manifest.providers),
+            providers={str(name): p for name, p in manifest.providers.items()},
             seed=manifest.seed,
             base_dir=base,
             python_path=[(base / p).resolve() for p in manifest.python_path] + [base],

@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-import re
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 from typing import Any
 
 from parity_gate.model.results import CaseResult, RunResult
-
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-_XML_INVALID = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
-
-
-def clean(text: str) -> str:
-    """Exporter and ORT messages carry colour codes and control bytes XML 1.0 forbids."""
-    return _XML_INVALID.sub("", _ANSI.sub("", text))
+from parity_gate.model.text import strip_control
 
 
 def _message(case: CaseResult) -> str:
@@ -58,12 +50,12 @@ def to_xml(run: RunResult) -> bytes:
             kind = case.outcome.info.junit
             if kind == "skipped":
                 counts["skipped"] += 1
-                ET.SubElement(tc, "skipped", message=clean(case.reason or "skipped"))
+                ET.SubElement(tc, "skipped", message=strip_control(case.reason or "skipped"))
             elif kind in ("failure", "error"):
                 counts["failures" if kind == "failure" else "errors"] += 1
-                el = ET.SubElement(tc, kind, message=clean(_message(case))[:1000],
+                el = ET.SubElement(tc, kind, message=strip_control(_message(case))[:1000],
                                    type=case.outcome.value)
-                el.text = clean(_body(case))
+                el.text = strip_control(_body(case))
         suite_time = sum(_seconds(c) for c in cases)
         for k, v in counts.items():
             suite.set(k, str(v))

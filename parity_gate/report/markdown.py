@@ -12,6 +12,7 @@ from parity_gate.model.gate import (
     counts_line,
 )
 from parity_gate.model.results import CaseResult, RunResult
+from parity_gate.model.text import md_cell as _cell
 from parity_gate.report.fmt import num, seconds
 
 STEP_SUMMARY_LIMIT = 1024 * 1024 - 4096  # GitHub rejects step summaries over 1 MiB
@@ -36,11 +37,6 @@ def _headline(run: RunResult, decision: GateDecision) -> str:
         return f"## ✅ parity-gate: all {ran} cases match eager{tail}"
     word = "blocking" if not decision.passed else "not blocking"
     return f"## ❌ parity-gate: {failed} of {ran} cases differ from eager — {word}{tail}"
-
-
-def _cell(text: str, limit: int = 160) -> str:
-    text = " ".join(text.split()).replace("|", "\\|")
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _failure_row(case: CaseResult) -> str:

@@ -1,0 +1,198 @@
+"""The verdict: one ruling per failing comparison, and the reason line that
+names its evidence.
+
+The rules read only the scan summary and the statistics, so this module is
+the whole ruling policy, kept apart from the arithmetic that feeds it.
+Rule 1 (``shape`` / ``dtype``) is applied by :func:`parity_gate.compare.compare`
+before any scan, with :func:`shape_reason`; :func:`decide_verdict` applies
+the rest.
+
+The verdict (why this order)
+----------------------------
+A failing comparison gets exactly one verdict; the first rule that matches
+wins, and the reason line names the evidence:
+
+1. ``shape`` / ``dtype``: nothing numeric is meaningful after these.
+2. ``non_finite``: a NaN or Inf on one side only is never rounding, and no
+   tolerance can pass it (needed tolerance is None).
+3. ``label_flip`` (task="classification"): a changed top-1 label is the
+   user-visible harm, whatever the tensor numbers say; it also fails a pair
+   that is within tolerance.
+4. ``rounding``: every failing element's error is at most the dtype's unit
+   roundoff times a depth factor, measured against ``max(|ref|, scale)``
+   where scale is the mean ``|ref|`` (so cancellation near zero, where
+   reordered sums legitimately lose relative accuracy, is not an outlier).
+   It comes *before* region/offset on purpose: a rounding-only pair must never
+   be blamed on a region or an offset, even when larger magnitudes make its
+   failures cluster in one channel.
+5. ``region``: the failures' bounding box (per axis, the set of indices that
+   hold a failure) is a proper part of the tensor and at least half of it is
+   wrong -- a channel, a row, a head -- while the rest matches.
+6. ``sign`` / ``offset``: the failing elements equal ``-ref``, or are
+   ``ref + c`` for one constant c that moves the passing elements around
+   them too (a sign flip or a constant shift spread across the tensor
+   rather than in one block; a few scattered elements off by the same amount
+   are not an offset). Needs at least 3 failing elements.
+7. ``mismatch``: anything else (scattered, large errors).
+
+A passing comparison is ``pass``; with ``strict_signed_zeros`` a pair that
+differs only in the sign of zeros fails as ``signed_zero``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from parity_gate.compare.scan import CHUNK, MAX_LISTED, Ctx, Scan
+from parity_gate.compare.stats import unravel
+from parity_gate.model.comparison import Verdict, fmt_number, value_format
+
+__all__ = ["ROUNDOFF", "decide_verdict", "pattern_of", "shape_reason", "top1_agreement"]
+
+_MIN_PATTERN = 3  # failing elements needed before calling sign/offset
+_SIGN_RATIO = 0.01  # sum (got+ref)^2 <= 1% of sum ref^2
+_OFFSET_CV = 0.05  # std of the shift <= 5% of the shift
+# unit roundoff and depth factor (in units of it) below which an error is
+# still rounding: fewer mantissa bits -> fewer operations fit before an error
+# becomes visible, so narrower types get smaller factors (matches the field's
+# starting tolerances: fp32 ~1e-4, fp16 ~1e-2, bf16 ~2e-2..5e-2 relative).
+ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24, "float64": 2.0**-53}
+_DEPTH = {"float16": 32.0, "bfloat16": 16.0, "float32": 2048.0, "float64": 65536.0}
+
+
+def shape_reason(a: tuple[int, ...], b: tuple[int, ...]) -> str:
+    """Rule 1's reason: say which axes differ, and flag a likely transpose."""
+    base = f"shape: reference {a} vs got {b}"
+    if len(a) != len(b):
+        return f"{base} (rank {len(a)} vs {len(b)})"
+    if sorted(a) == sorted(b):
+        return f"{base} (same sizes in another order: transposed axes or layout?)"
+    diff = [k for k in range(len(a)) if a[k] != b[k]]
+    return f"{base} (axis {', '.join(map(str, diff))} differs)"
+
+
+def top1_agreement(ref: np.ndarray, got: np.ndarray) -> tuple[float | None, list[int], int]:
+    """Rule 3's evidence: ``(agreement, first flipped samples, flipped count)``
+    with argmax over the last axis, in row chunks so no full-size index array."""
+    if ref.ndim == 0 or ref.shape[-1] == 0 or ref.size == 0:
+        return None, [], 0
+    ncls = ref.shape[-1]
+    r2 = ref.reshape(-1, ncls)
+    g2 = got.reshape(-1, ncls)
+    nrows = r2.shape[0]
+    step = max(1, CHUNK // ncls)
+    flipped: list[int] = []
+    count = 0
+    for s in range(0, nrows, step):
+        a = np.argmax(r2[s: s + step], axis=1)  # NaN counts as the maximum, as in torch
+        b = np.argmax(g2[s: s + step], axis=1)
+        idx = np.flatnonzero(a != b)
+        count += int(idx.size)
+        flipped.extend(s + int(i) for i in idx[: MAX_LISTED - len(flipped)])
+    return 1.0 - count / nrows, flipped, count
+
+
+def pattern_of(sc: Scan, *, tensor_wide: bool) -> str | None:
+    """Sign flip or constant shift among the failing finite elements.
+
+    A shift must also be the mean signed difference of every element (of the
+    chunks holding failures) when ``tensor_wide``: a real offset moves the
+    passing elements too; a few scattered elements that happen to be off by
+    the same amount are not an offset.
+    """
+    if sc.f_n < _MIN_PATTERN:
+        return None
+    if sc.f_sr2 > 0 and sc.f_sp2 <= _SIGN_RATIO * sc.f_sr2:
+        return "negated"
+    mean = sc.f_sd / sc.f_n
+    var = max(sc.f_sd2 / sc.f_n - mean * mean, 0.0)
+    if mean == 0 or math.sqrt(var) > _OFFSET_CV * abs(mean):
+        return None
+    if tensor_wide and abs(sc.sum_d / sc.sum_n - mean) > _OFFSET_CV * abs(mean):
+        return None
+    return f"shifted by {mean:+.6g}"
+
+
+def _describe_region(region: dict[str, Any]) -> str:
+    """The region as a reviewer reads it: first index runs per axis, wrong/size."""
+    bits = []
+    for axis, runs in region["axes"]:
+        shown = ", ".join(f"{a}" if a == b else f"{a}..{b}" for a, b in runs[:5])
+        more = ", ..." if len(runs) > 5 else ""
+        n_idx = sum(b - a + 1 for a, b in runs)
+        word = "index" if n_idx == 1 else "indices"
+        bits.append(f"{word} {shown}{more} of axis {axis}")
+    return f"{' x '.join(bits)} ({region['wrong']}/{region['size']} elements)"
+
+
+def _region_where(region: dict[str, Any] | None) -> str:
+    """Region as a clause for other verdicts' reasons; empty when there is none."""
+    return f"concentrated in {_describe_region(region)}" if region else ""
+
+
+def decide_verdict(*, ctx: Ctx, sc: Scan, dname: str, region: dict[str, Any] | None,
+                   top1: float | None, nflip: int, flipped: list[int], min_top1: float,
+                   shape: tuple[int, ...], w: dict[str, Any],
+                   need: tuple[float | None, float | None]) -> tuple[Verdict, str]:
+    """First matching rule wins; see the module docstring for why this order."""
+    pct = 100.0 * sc.nbad / sc.total
+    where = f"{sc.nbad}/{sc.total} elements ({pct:.3g}%) out of tolerance"
+    need_a, need_r = need
+    need_s = (f"needs atol>={fmt_number(need_a)} or rtol>={fmt_number(need_r)}"
+              if need_a is not None else "")
+    label_bad = top1 is not None and top1 < min_top1
+    flip_s = ""
+    if top1 is not None:
+        flip_s = (f"top-1 agreement {top1:.4f} (min {min_top1:g}; {nflip} sample(s) flipped"
+                  + (f", first {flipped[:5]}" if flipped else "") + ")")
+
+    if sc.nf_count:
+        parts = []
+        for cat, (cnt, idx) in sc.nf.items():
+            parts.append(f"{cnt} {cat.replace('_', ' ')} (first at {unravel(idx[0], shape)})")
+        extra = f"; {region_s}" if (region_s := _region_where(region)) else ""
+        return Verdict.NON_FINITE, f"non_finite: {', '.join(parts)}{extra}; {where}"
+    if label_bad:
+        tail = f"; {where}" if sc.nbad else "; numbers within tolerance"
+        return Verdict.LABEL_FLIP, f"label_flip: {flip_s}{tail}"
+    if sc.nbad == 0:
+        if ctx.strict_zeros and sc.sz_count:
+            return (Verdict.SIGNED_ZERO,
+                    f"signed_zero: {sc.sz_count} element(s) differ only in the sign of zero "
+                    f"(first at {unravel(sc.sz_first, shape)})")
+        msg = (f"pass: max abs {sc.max_abs:.3g}, max rel {sc.max_rel:.3g} within "
+               f"atol={ctx.atol:g}, rtol={ctx.rtol:g}")
+        return Verdict.PASS, msg + (f"; {flip_s}" if flip_s else "")
+    if ctx.kind != "float":
+        first = unravel(sc.first_bad, shape)
+        rs = _region_where(region)
+        return (Verdict.REGION if region else Verdict.MISMATCH,
+                f"{'region' if region else 'mismatch'}: {where} (exact {dname} comparison), "
+                f"first at {first}" + (f"; {rs}" if rs else ""))
+    bound = _DEPTH.get(dname, 0.0)
+    if sc.f_n and sc.f_norm <= bound:
+        return (Verdict.ROUNDING,
+                f"rounding: {where}, largest error {sc.f_norm:.3g} unit roundoffs of "
+                f"max(|ref|, mean |ref|) (rounding bound {bound:g} for {dname}); {need_s}")
+    if region is not None:
+        pat = pattern_of(sc, tensor_wide=False)
+        return (Verdict.REGION,
+                f"region: {_describe_region(region)} wrong, rest matches"
+                + (f"; values {pat}" if pat else "") + f"; {need_s}")
+    pat = pattern_of(sc, tensor_wide=True)
+    if pat == "negated":
+        return (Verdict.SIGN,
+                f"sign: {sc.f_n} failing elements equal -reference (sign flip), "
+                f"{pct:.3g}% of the tensor; {need_s}")
+    if pat is not None:
+        return (Verdict.OFFSET,
+                f"offset: {sc.f_n} failing elements {pat} (constant, "
+                f"{pct:.3g}% of the tensor); {need_s}")
+    wi = w["worst_index"]
+    fmt = value_format(dname)
+    return (Verdict.MISMATCH,
+            f"mismatch: {where}, scattered; worst at {wi}: ref {fmt_number(w['ref_value'], fmt)} "
+            f"got {fmt_number(w['got_value'], fmt)}; {need_s}")
