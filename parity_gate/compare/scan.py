@@ -45,8 +45,41 @@ MAX_LISTED = 20  # flipped samples / first indices kept
 _THREADS = max(1, min(2, os.cpu_count() or 1))
 
 
+@dataclass(kw_only=True)
+class _Tally:
+    """Counts a chunk keeps and the whole scan adds up: non-finite and signed-zero
+    elements, and the moments of the failing finite errors (rounding/sign/offset)."""
+
+    nf: dict[str, list] = field(default_factory=dict)  # cat -> [count, [flat idx]]
+    nf_count: int = 0
+    sz_count: int = 0
+    sz_first: int | None = None
+    f_n: int = 0
+    f_sd: float = 0.0
+    f_sd2: float = 0.0
+    f_sp2: float = 0.0
+    f_sr2: float = 0.0
+    f_norm: float = 0.0
+
+    def absorb(self, other: _Tally) -> None:
+        for cat, (cnt, idx) in other.nf.items():
+            have = self.nf.setdefault(cat, [0, []])
+            have[0] += cnt
+            have[1].extend(idx[: MAX_LISTED - len(have[1])])
+        self.nf_count += other.nf_count
+        self.sz_count += other.sz_count
+        if self.sz_first is None:
+            self.sz_first = other.sz_first
+        self.f_n += other.f_n
+        self.f_sd += other.f_sd
+        self.f_sd2 += other.f_sd2
+        self.f_sp2 += other.f_sp2
+        self.f_sr2 += other.f_sr2
+        self.f_norm = max(self.f_norm, other.f_norm)
+
+
 @dataclass
-class _Part:
+class _Part(_Tally):
     """Summary of one chunk; merged in order by :func:`scan_tensor`."""
 
     start: int
@@ -63,17 +96,6 @@ class _Part:
     sum_d: float = 0.0  # signed sum over the chunk, if it has failures
     fine: tuple[np.ndarray, np.ndarray] | None = None  # occupied bins, counts
     below_edge: np.ndarray | None = None  # per decade edge, count in its bin below it
-    nf: dict[str, list] = field(default_factory=dict)  # cat -> [count, [flat idx]]
-    nf_count: int = 0
-    sz_count: int = 0
-    sz_first: int | None = None
-    # failing finite elements: for rounding/sign/offset
-    f_n: int = 0
-    f_sd: float = 0.0
-    f_sd2: float = 0.0
-    f_sp2: float = 0.0
-    f_sr2: float = 0.0
-    f_norm: float = 0.0
     presence: list | None = None  # per axis: (axis, indices holding a failure)
 
 
@@ -379,7 +401,7 @@ def _presence(plan: Plan, bad: np.ndarray, s: int) -> list:
 
 
 @dataclass
-class Scan:
+class Scan(_Tally):
     """The merged chunk summaries: all that the later stages read."""
 
     total: int
@@ -398,16 +420,6 @@ class Scan:
     fine_lo: int = _FINE_BINS  # occupied key range of `fine`
     fine_hi: int = 0
     below_edge: np.ndarray = field(default_factory=lambda: np.zeros(len(_EDGES), np.int64))
-    nf: dict[str, list] = field(default_factory=dict)
-    nf_count: int = 0
-    sz_count: int = 0
-    sz_first: int | None = None
-    f_n: int = 0
-    f_sd: float = 0.0
-    f_sd2: float = 0.0
-    f_sp2: float = 0.0
-    f_sr2: float = 0.0
-    f_norm: float = 0.0
     presence: list = field(default_factory=list)  # per axis: bool array or [lo, hi]
 
 
@@ -450,20 +462,7 @@ def _merge(sc: Scan, p: _Part) -> None:
         sc.fine_lo = min(sc.fine_lo, int(keys[0]))
         sc.fine_hi = max(sc.fine_hi, int(keys[-1]) + 1)
     sc.below_edge += p.below_edge
-    for cat, (cnt, idx) in p.nf.items():
-        have = sc.nf.setdefault(cat, [0, []])
-        have[0] += cnt
-        have[1].extend(idx[: MAX_LISTED - len(have[1])])
-    sc.nf_count += p.nf_count
-    sc.sz_count += p.sz_count
-    if sc.sz_first is None:
-        sc.sz_first = p.sz_first
-    sc.f_n += p.f_n
-    sc.f_sd += p.f_sd
-    sc.f_sd2 += p.f_sd2
-    sc.f_sp2 += p.f_sp2
-    sc.f_sr2 += p.f_sr2
-    sc.f_norm = max(sc.f_norm, p.f_norm)
+    sc.absorb(p)
     if p.presence:
         for k, idx in p.presence:
             pres = sc.presence[k]
