@@ -11,8 +11,12 @@ differs:
 * per-case+ — the same, with the sweep's export speed-ups (registry built
               once), to show what batching alone buys.
 
-Prints seconds, cases/s and the throughput ratios, and checks that the
-harnesses agree on every case's outcome. Target: sweep ≥ 10x per-case.
+The arms are interleaved: the cases are cut into chunks (`--chunk`, 50) and
+every arm runs each chunk in turn, in an order that rotates per chunk, so
+load from other jobs that comes and goes is shared by all arms instead of
+skewing whichever arm ran while it lasted. Prints seconds, cases/s and the
+throughput ratios, and checks that the harnesses agree on every case's
+outcome. Target: sweep ≥ 10x per-case.
 
     python benchmarks/ops_bench.py            # 200 cases
     python benchmarks/ops_bench.py --cases 50 # a quick look
@@ -27,7 +31,7 @@ import sys
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -91,18 +95,45 @@ def plain_exporter() -> Iterator[None]:
         op_export.cached_registry = saved
 
 
-def timed(label: str, fn: Callable[[], dict[str, str]]) -> tuple[float, dict[str, str]]:
-    t0 = time.perf_counter()
-    out = fn()
-    seconds = time.perf_counter() - t0
-    print(f"  {label:<11} {len(out):>4} cases  {seconds:7.1f} s  {len(out) / seconds:6.1f} "
-          f"cases/s", flush=True)
-    return seconds, out
+ARMS = ("sweep", "per-case", "per-case+")
+
+
+def arm(name: str, units: list[Unit]) -> dict[str, str]:
+    """One arm on some units: the sweep's batches, or one module per case."""
+    if name == "sweep":
+        return run_jobs(batched(units))
+    if name == "per-case":
+        with plain_exporter():
+            return run_jobs(one_per_case(units))
+    return run_jobs(one_per_case(units))
+
+
+def interleaved(units: list[Unit], chunk: int) -> tuple[dict[str, float], dict[str, dict]]:
+    """Every arm on each chunk of units in turn, the order rotating per chunk, so load
+    that comes and goes (other jobs on the machine) falls on all arms alike."""
+    seconds = dict.fromkeys(ARMS, 0.0)
+    outcomes: dict[str, dict[str, str]] = {a: {} for a in ARMS}
+    units = sorted(units, key=lambda u: u.dtype)  # a chunk is then one dtype: one batch
+    chunks = [units[i:i + chunk] for i in range(0, len(units), chunk)]
+    for n, part in enumerate(chunks):
+        order = ARMS[n % len(ARMS):] + ARMS[:n % len(ARMS)]
+        line = []
+        for name in order:
+            t0 = time.perf_counter()
+            outcomes[name].update(arm(name, part))
+            took = time.perf_counter() - t0
+            seconds[name] += took
+            line.append(f"{name} {took:.1f}s")
+        print(f"  chunk {n + 1}/{len(chunks)} ({len(part)} cases): {', '.join(line)}",
+              flush=True)
+    return seconds, outcomes
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", type=int, default=200)
+    parser.add_argument("--chunk", type=int, default=50,
+                        help="cases per interleaved chunk (each arm runs every chunk)")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     logging.disable(logging.WARNING)
@@ -114,18 +145,19 @@ def main() -> int:
     print(f"ops_bench: {len(units)} cases, {len(families)} families, dtypes "
           f"{sorted({u.dtype for u in units})}; warming up ...", flush=True)
     run_jobs(one_per_case(units[:3]))  # imports, first export, first session
-    sweep_s, sweep = timed("sweep", lambda: run_jobs(batched(units)))
-    with plain_exporter():
-        plain_s, plain = timed("per-case", lambda: run_jobs(one_per_case(units)))
-    fast_s, fast = timed("per-case+", lambda: run_jobs(one_per_case(units)))
+    seconds, out = interleaved(units, args.chunk)
+    for name in ARMS:
+        print(f"  {name:<11} {len(out[name]):>4} cases  {seconds[name]:7.1f} s  "
+              f"{len(out[name]) / seconds[name]:6.1f} cases/s")
+    sweep, plain, fast = (out[a] for a in ARMS)
     differ = sorted(k for k in sweep if not (sweep[k] == plain.get(k) == fast.get(k)))
     print(f"ops_bench: outcomes agree on {len(sweep) - len(differ)}/{len(sweep)} cases"
           + (f" (differ: {', '.join(differ[:5])})" if differ else ""))
-    ratio = plain_s / sweep_s
+    ratio = seconds["per-case"] / seconds["sweep"]
     print(f"ops_bench: throughput ratio sweep / per-case  = {ratio:.1f}x (target >= "
           f"{TARGET:g}x: {'PASS' if ratio >= TARGET else 'FAIL'})")
-    print(f"ops_bench: throughput ratio sweep / per-case+ = {fast_s / sweep_s:.1f}x "
-          "(batching alone)")
+    print(f"ops_bench: throughput ratio sweep / per-case+ = "
+          f"{seconds['per-case+'] / seconds['sweep']:.1f}x (batching alone)")
     return 0 if ratio >= TARGET else 1
 
 

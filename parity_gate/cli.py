@@ -1,4 +1,4 @@
-"""Command line: `parity-gate run|check|schema|baseline|merge|ops`.
+"""Command line: `parity-gate run|check|schema|baseline|merge|ops|comment|upstream`.
 
 Exit codes: 0 pass, 1 fail, 2 usage, 3 bug."""
 
@@ -12,10 +12,10 @@ import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from parity_gate import __version__
-from parity_gate.errors import EXIT_FAIL, EXIT_INTERNAL, EXIT_USAGE, UserError
+from parity_gate.errors import EXIT_FAIL, EXIT_INTERNAL, EXIT_PASS, EXIT_USAGE, UserError
 from parity_gate.model.policy import FAIL_ON
 
 if TYPE_CHECKING:  # imported lazily: `check` and `schema` stay fast
@@ -23,7 +23,8 @@ if TYPE_CHECKING:  # imported lazily: `check` and `schema` stay fast
     from parity_gate.gate.decision import GatePolicy
     from parity_gate.plan.sharding import Shard
 
-DEFAULT_MANIFEST = "fixtures/parity.yml"
+DEFAULT_MANIFEST = "parity.yml"  # as the Action's `manifest` input: in the working folder
+EXAMPLE_MANIFEST = "fixtures/parity.yml"  # the bundled example, in a parity-gate checkout
 ISSUES_URL = "https://github.com/parity-gate/parity-gate/issues"
 
 
@@ -38,13 +39,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser("run", help="export, run on ONNX Runtime, compare with eager, report")
-    run.add_argument("manifest", nargs="?", default=DEFAULT_MANIFEST,
-                     help=f"path to parity.yml (default: {DEFAULT_MANIFEST})")
+    run.add_argument("manifest", nargs="?", default=None,
+                     help=f"path to parity.yml (default: {DEFAULT_MANIFEST} here, as the "
+                     f"Action; in a parity-gate checkout without one, {EXAMPLE_MANIFEST})")
     run.add_argument("--out", default="parity-reports", type=Path,
                      help="folder for reports not given a path below (default: parity-reports)")
     run.add_argument("--json", type=Path, help="JSON report path (default: OUT/results.json)")
     run.add_argument("--junit", type=Path, help="JUnit XML path (default: OUT/junit.xml)")
     run.add_argument("--summary", type=Path, help="markdown summary (default: OUT/summary.md)")
+    run.add_argument("--html", type=Path, help="HTML report with charts (default: "
+                     "OUT/report.html)")
     run.add_argument("--select", action="append", default=[], metavar="GLOB",
                      help="run only cases whose id matches (repeatable), e.g. 'mlp/float16/*'")
     run.add_argument("--providers", help="comma-separated providers to run, overriding the "
@@ -57,9 +61,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--timings", type=Path, metavar="RESULTS.json",
                      help="balance --shard by the module times recorded in an earlier run")
     run.add_argument("--quiet", action="store_true", help="no per-case progress lines")
+    run.add_argument("--no-localise", action="store_true",
+                     help="skip the follow-up checks on failing cases (optimizer level, "
+                     "provider, capture, float64, first divergent layer, op, repro)")
+    run.add_argument("--localise-cases", type=int, default=3, metavar="N",
+                     help="failing cases that get the expensive checks: layer search, the op "
+                     "to blame, repro folders (default 3, worst first)")
+    run.add_argument("--artifacts", type=Path, metavar="DIR",
+                     help="repro folders of failing cases (default: OUT/artifacts)")
 
     check = sub.add_parser("check", help="validate a manifest without running anything")
-    check.add_argument("manifest", nargs="?", default=DEFAULT_MANIFEST)
+    check.add_argument("manifest", nargs="?", default=None)
 
     schema = sub.add_parser("schema", help="print a JSON Schema (default: the manifest's)")
     schema.add_argument("which", nargs="?", choices=("manifest", "results"), default="manifest",
@@ -80,6 +92,22 @@ def build_parser() -> argparse.ArgumentParser:
     update.add_argument("--reason", default=None, metavar="TEXT",
                         help="reason for new entries (default: 'TODO: explain')")
 
+    report = sub.add_parser("report", help="write the reports of a run from its journal "
+                            "(a run that was killed before it could write them)")
+    report.add_argument("--from-journal", required=True, type=Path, metavar="JOURNAL",
+                        help="the run's journal, e.g. parity-reports/journal.jsonl")
+    report.add_argument("--out", type=Path, default=None,
+                        help="folder for the reports (default: the journal's folder)")
+    for flag in ("json", "junit", "summary", "html"):
+        report.add_argument(f"--{flag}", type=Path, help=f"{flag} report path (default: in OUT)")
+    report.add_argument("--baseline", type=Path, metavar="PATH",
+                        help="decide with this baseline (default: the one the run used)")
+    report.add_argument("--fail-on", choices=FAIL_ON, default=None,
+                        help="what blocks (default: as the run was told)")
+    report.add_argument("--strict", action="store_true", default=None)
+    report.add_argument("--worsen-factor", type=float, default=None, metavar="X")
+    report.add_argument("--allow-all-skipped", action="store_true", default=None)
+
     merge = sub.add_parser("merge", help="merge shard JSON reports into one report and verdict")
     merge.add_argument("files", nargs="+", type=Path, help="the shards' results.json files")
     merge.add_argument("--out", default="parity-reports", type=Path,
@@ -90,7 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument("--summary", type=Path, help="markdown summary (default: "
                        "OUT/summary.md)")
     _add_gate_args(merge, merging=True)
+    from parity_gate.github.cli import add_parsers as add_github_parsers  # comment, upstream
     from parity_gate.ops.command import add_parser as add_ops_parser  # `ops`: op-level sweep
+
+    add_github_parsers(sub, COMMANDS)
 
     add_ops_parser(sub, COMMANDS)
     return parser
@@ -113,6 +144,9 @@ def _add_gate_args(p: argparse.ArgumentParser, merging: bool = False) -> None:
                    "regression (default: the baseline's worsen_factor, else 2.0)")
     p.add_argument("--compare-to", type=Path, metavar="OLD.json",
                    help="show per-case changes against an earlier run's JSON report")
+    p.add_argument("--allow-all-skipped", action="store_true", default=None,
+                   help="a run in which every case was skipped passes (default: it blocks, "
+                   "since nothing was checked)")
 
 
 def _gate_policy(args: argparse.Namespace, baseline: Baseline | None) -> GatePolicy:
@@ -124,7 +158,8 @@ def _gate_policy(args: argparse.Namespace, baseline: Baseline | None) -> GatePol
     old = read_results(args.compare_to) if args.compare_to else None
     return GatePolicy(fail_on=args.fail_on, baseline=baseline, strict=bool(args.strict),
                       worsen_factor=args.worsen_factor,
-                      compare_to=(old[0], old[1]) if old else None)
+                      compare_to=(old[0], old[1]) if old else None,
+                      allow_all_skipped=bool(args.allow_all_skipped))
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -135,7 +170,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     if args.jobs < 1:
         raise UserError(f"--jobs: got {args.jobs} (expected an integer >= 1)")
-    path = Path(args.manifest)
+    path = default_manifest(args.manifest)
     manifest = load_manifest(path)
     policy, shard, timings = _run_gate_inputs(args, path)
     options = RunOptions(
@@ -146,19 +181,85 @@ def _cmd_run(args: argparse.Namespace) -> int:
         policy=policy,
         shard=shard,
         timings=timings,
-        reports=ReportPaths.in_folder(args.out, args.json, args.junit, args.summary),
+        reports=ReportPaths.in_folder(args.out, args.json, args.junit, args.summary, args.html),
         quiet=args.quiet,
+        localise=None if args.no_localise else _localise_policy(args),
     )
     run, decision, stopped = run_manifest(manifest, path, options)
-    reports = options.reports
     for line in notices(decision):
         print(line, file=sys.stderr)
-    print(f"parity-gate: {'PASS' if decision.passed else 'FAIL'} — {len(run.cases)} cases, "
-          f"{len(run.failures)} failing; reports: {reports.json}, {reports.junit}, "
-          f"{reports.summary}", file=sys.stderr)
+    print(final_line(run, options.reports.written()), file=sys.stderr)
     if stopped is not None:
         return 128 + stopped
-    return decision.exit_code
+    return EXIT_FAIL if run.verdict.blocks else decision.exit_code
+
+
+def final_line(run: Any, reports: list[Path], what: str = "") -> str:
+    """`parity-gate: PASS — 12 cases, 0 failing; reports: ...`: the verdict, as results.json."""
+    v = run.verdict
+    return (f"parity-gate: {v.result.upper()} — {what}{len(run.cases)} cases, "
+            f"{len(run.failures)} failing; "
+            f"{v.why}; reports: {', '.join(str(p) for p in reports)}")
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    """`report --from-journal`: the reports of a run the gate could not finish itself."""
+    from parity_gate.gate import baseline as baseline_file
+    from parity_gate.gate.decision import GatePolicy, apply, notices
+    from parity_gate.report import journal
+    from parity_gate.report.write import ReportPaths, check_outputs, write_all
+
+    replay = journal.read(args.from_journal)
+    recorded = replay.policy
+    path = args.baseline or (Path(recorded["baseline"]) if recorded.get("baseline") else None)
+    if path is not None and not path.is_file():
+        raise UserError(f"{path}: the baseline the run used is gone (expected it there, or "
+                        "--baseline PATH)")
+    policy = GatePolicy(
+        fail_on=args.fail_on or recorded.get("fail_on"),
+        baseline=baseline_file.load(path) if path is not None else None,
+        strict=bool(args.strict if args.strict is not None else recorded.get("strict")),
+        worsen_factor=args.worsen_factor or recorded.get("worsen_factor"),
+        allow_all_skipped=bool(args.allow_all_skipped if args.allow_all_skipped is not None
+                               else recorded.get("allow_all_skipped")))
+    run = replay.run
+    run.gate = apply(run, policy, set(replay.universe) or None)
+    out = args.out or args.from_journal.parent
+    reports = ReportPaths.in_folder(out, args.json, args.junit, args.summary, args.html)
+    check_outputs(reports, journal=False)
+    write_all(run, reports)
+    for line in notices(run.gate):
+        print(line, file=sys.stderr)
+    print(final_line(run, reports.written(), f"from {args.from_journal}: "), file=sys.stderr)
+    return EXIT_FAIL if run.verdict.blocks else EXIT_PASS
+
+
+def _localise_policy(args: argparse.Namespace) -> Any:
+    from parity_gate.engine.environment import package_versions
+    from parity_gate.localise.run import LocalisePolicy
+
+    if args.localise_cases < 0:
+        raise UserError(f"--localise-cases: got {args.localise_cases} (expected a count >= 0)")
+    found = package_versions()
+    line = ", ".join(f"{name} {found[name]}" for name in ("onnxscript", "torch", "onnxruntime")
+                     if name in found)
+    return LocalisePolicy(cap=args.localise_cases, artifacts=args.artifacts or
+                          args.out / "artifacts", version=__version__, version_line=line)
+
+
+def default_manifest(given: str | None) -> Path:
+    """The manifest to run: the one given, else `parity.yml` in the working folder (the
+    Action's default too), else the bundled example when run in a parity-gate checkout."""
+    if given:
+        return Path(given)
+    if Path(DEFAULT_MANIFEST).is_file():
+        return Path(DEFAULT_MANIFEST)
+    if Path(EXAMPLE_MANIFEST).is_file():
+        print(f"parity-gate: no {DEFAULT_MANIFEST} here; using the bundled example "
+              f"{EXAMPLE_MANIFEST}", file=sys.stderr)
+        return Path(EXAMPLE_MANIFEST)
+    raise UserError(f"{DEFAULT_MANIFEST}: no such file in {Path.cwd()} (expected a manifest: "
+                    "parity-gate run path/to/parity.yml)")
 
 
 def _run_gate_inputs(args: argparse.Namespace, manifest_path: Path
@@ -208,7 +309,7 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     from parity_gate.gate.decision import apply, combine, decide, notices
     from parity_gate.gate.deltas import combine as combine_deltas
     from parity_gate.gate.merge import merge_files
-    from parity_gate.report.write import ReportPaths, write_all
+    from parity_gate.report.write import ReportPaths, check_outputs, write_all
 
     run, shards = merge_files(args.files)
     if args.worsen_factor is not None and args.baseline is None:
@@ -219,31 +320,33 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     else:
         policy = _gate_policy(args, None)
         gates = [s.gate for s in shards if s.gate is not None]
-        decision = (combine(run, gates, fail_on=args.fail_on, strict=args.strict)
+        decision = (combine(run, gates, fail_on=args.fail_on, strict=args.strict,
+                            allow_all_skipped=args.allow_all_skipped)
                     if len(gates) == len(shards)
-                    else decide(run, args.fail_on or "any-failure", strict=args.strict))
+                    else decide(run, args.fail_on or "any-failure", strict=bool(args.strict),
+                                allow_all_skipped=bool(args.allow_all_skipped)))
         decision.compare_to = (apply(run, policy).compare_to if policy.compare_to
                                else combine_deltas([g.compare_to for g in gates]))
     run.gate = decision
     reports = ReportPaths.in_folder(args.out, args.json, args.junit, args.summary)
+    check_outputs(reports, journal=False)
     write_all(run, reports)
     for line in notices(decision):
         print(line, file=sys.stderr)
     if run.interrupted:
         print("parity-gate: a shard was interrupted; its unfinished cases are missing, so "
               "the merge fails", file=sys.stderr)
-    passed = decision.passed and not run.interrupted
-    print(f"parity-gate: {'PASS' if passed else 'FAIL'} — merged {len(args.files)} files, "
-          f"{len(run.cases)} cases, {len(run.failures)} failing; reports: {reports.json}, "
-          f"{reports.junit}, {reports.summary}", file=sys.stderr)
-    return decision.exit_code if not run.interrupted else EXIT_FAIL
+    print(final_line(run, reports.written(), f"merged {len(args.files)} files, "),
+          file=sys.stderr)
+    return EXIT_FAIL if run.verdict.blocks else EXIT_PASS
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from parity_gate.manifest.load import load_manifest
 
-    manifest = load_manifest(Path(args.manifest))
-    print(f"{args.manifest}: OK ({len(manifest.modules)} modules, "
+    path = default_manifest(args.manifest)
+    manifest = load_manifest(path)
+    print(f"{path}: OK ({len(manifest.modules)} modules, "
           f"{len(manifest.fixtures)} fixture sets)")
     return 0
 
@@ -259,7 +362,7 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": _cmd_run, "check": _cmd_check, "schema": _cmd_schema, "baseline": _cmd_baseline,
-    "merge": _cmd_merge}
+    "merge": _cmd_merge, "report": _cmd_report}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,6 +7,7 @@ it produces is a RunResult that the reports and the gate read.
 from __future__ import annotations
 
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,10 +18,11 @@ from typing import Any
 
 from parity_gate import __version__
 from parity_gate.engine.environment import versions
-from parity_gate.engine.pool import WorkerPool
+from parity_gate.engine.pool import Activity, WorkerPool
 from parity_gate.engine.runtime import available_providers
 from parity_gate.errors import UserError
 from parity_gate.gate.decision import GatePolicy, apply
+from parity_gate.localise.run import LocalisePolicy, localise
 from parity_gate.manifest.models import Manifest, ProviderSettings
 from parity_gate.model.findings import Finding
 from parity_gate.model.gate import GateDecision
@@ -28,8 +30,9 @@ from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.plan.cases import ModuleJob, Plan, missing_required_providers, plan
 from parity_gate.plan.providers import EXECUTION_PROVIDERS, check_names
 from parity_gate.plan.sharding import Shard, plan_ids, shard_plan
+from parity_gate.report.journal import Journal, keep_unfinished
 from parity_gate.report.progress import Progress
-from parity_gate.report.write import ReportPaths, write_all
+from parity_gate.report.write import ReportPaths, check_outputs, write_all
 
 
 @dataclass
@@ -42,6 +45,7 @@ class RunOptions:
     policy: GatePolicy = field(default_factory=GatePolicy)  # fail-on, baseline, --strict...
     shard: Shard | None = None  # --shard K/N
     timings: dict[str, float] | None = None  # module → seconds, from --timings
+    localise: LocalisePolicy | None = field(default_factory=LocalisePolicy)  # None: --no-localise
 
 
 class Interrupted(Exception):
@@ -50,16 +54,32 @@ class Interrupted(Exception):
         self.signum = signum
 
 
+class _Signals:
+    """SIGINT/SIGTERM stop the run once; every further one, and any during shutdown, is
+    noted and ignored until the reports are on disk (a second Ctrl-C must not lose them)."""
+
+    def __init__(self) -> None:
+        self.first: int | None = None
+        self.running = True
+        self.later: list[int] = []
+
+    def __call__(self, signum: int, _frame: Any) -> None:
+        if self.running and self.first is None:
+            self.first = signum
+            raise Interrupted(signum)
+        self.later.append(signum)
+
+    def shutting_down(self) -> None:
+        self.running = False
+
+
 @contextmanager
-def _interruptible() -> Iterator[None]:
-    """SIGINT/SIGTERM stop the run but still let the reports of finished cases be written."""
-
-    def handler(signum: int, _frame: Any) -> None:
-        raise Interrupted(signum)
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+def _interruptible() -> Iterator[_Signals]:
+    """Installed for the whole run, reports included; restored after."""
+    state = _Signals()
+    previous = {s: signal.signal(s, state) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield state
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
@@ -95,6 +115,7 @@ def run_manifest(manifest: Manifest, manifest_path: Path,
     if options.select and not work.total:
         raise UserError(f"--select {' '.join(options.select)}: matches no case "
                         "(expected a case-id glob such as 'mlp/*' or 'mlp/float16/*/b4/cpu')")
+    check_outputs(options.reports)  # before any work: a bad --out costs seconds, not the run
     # Stale baseline entries are judged against every planned case, not just this part.
     universe = plan_ids(plan(manifest, manifest_path, available))
     if options.shard is not None:
@@ -106,45 +127,94 @@ def run_manifest(manifest: Manifest, manifest_path: Path,
         versions=versions(available),
         shard=str(options.shard) if options.shard else None,
     )
-    progress = Progress(work.total, quiet=options.quiet)
-    run.cases.extend(work.skipped)
-    progress.skipped(work.skipped)
-    stopped: int | None = None
-    t0 = time.monotonic()
     run.planned = work.total
-    pool = WorkerPool(options.jobs, warm=(ModuleJob.entry.partition(":")[0],))
-    try:
-        with _interruptible():
-            try:
-                for event in pool.run(work.jobs):
-                    if isinstance(event, CaseResult):
-                        _record(run, progress, event)
-                    else:
-                        _note(run, progress, event)
-            except Interrupted as stop:
-                stopped = stop.signum
-                run.interrupted = True
-                progress.message(f"parity-gate: {stop} received; writing reports of the "
-                                 f"{len(run.cases)} finished cases")
-            finally:
+    journal = _open_journal(options, run, universe)
+    to_run = sum(len(j.cases) for j in work.jobs)
+    progress = Progress(to_run, quiet=options.quiet, skipped=len(work.skipped))
+    for case in work.skipped:
+        _record(run, progress, case, journal, show=False)
+    progress.skipped(work.skipped)
+    if work.jobs:
+        progress.started(len(work.jobs), min(options.jobs, len(work.jobs)))
+    t0 = time.monotonic()
+    with _interruptible() as signals:
+        pool: WorkerPool | None = None
+        try:
+            pool = WorkerPool(options.jobs, warm=(ModuleJob.entry.partition(":")[0],))
+            for event in pool.run(work.jobs):
+                if isinstance(event, CaseResult):
+                    _record(run, progress, event, journal)
+                elif isinstance(event, Activity):
+                    progress.step(event.module, event.step)
+                else:
+                    _note(run, progress, event, journal)
+            if options.localise is not None:  # follow-up checks on the failing cases
+
+                def localised(case: CaseResult) -> None:
+                    if journal is not None:
+                        journal.case(case)  # again, with its localisation: the last one counts
+                    progress.message(f"localised {case.id}: " + "; ".join(
+                        case.localisation.summary() if case.localisation else []))
+
+                localise(run, work.jobs, pool, options.localise, on_case=localised)
+        except Interrupted as stop:
+            signals.shutting_down()
+            run.interrupted = True
+            progress.message(f"parity-gate: {stop} received; writing the reports of the "
+                             f"{len(run.cases)} of {run.planned} planned cases that finished "
+                             "(further signals are ignored until they are written)")
+        finally:
+            signals.shutting_down()
+            if pool is not None:
                 pool.close()
-    finally:
         run.duration_s = time.monotonic() - t0
-    decision = apply(run, options.policy, universe)
-    run.gate = decision
-    progress.final(run)
-    write_all(run, options.reports)
+        decision = apply(run, options.policy, universe)
+        run.gate = decision
+        progress.final(run)
+        write_all(run, options.reports)
+        if journal is not None:
+            journal.end(run)
+            journal.close()
+    stopped = signals.first if signals.first is not None else (
+        signals.later[0] if signals.later else None)
     return run, decision, stopped
 
 
-def _record(run: RunResult, progress: Progress, case: CaseResult) -> None:
+def policy_record(policy: GatePolicy) -> dict[str, Any]:
+    """What `report --from-journal` needs to decide the gate again as this run would."""
+    return {"fail_on": policy.fail_on, "strict": policy.strict,
+            "worsen_factor": policy.worsen_factor,
+            "baseline": policy.baseline.path if policy.baseline is not None else None,
+            "allow_all_skipped": policy.allow_all_skipped}
+
+
+def _open_journal(options: RunOptions, run: RunResult, universe: set[str]) -> Journal | None:
+    path = options.reports.journal
+    if path is None:
+        return None
+    kept = keep_unfinished(path)
+    if kept is not None:
+        print(f"parity-gate: {path}: an earlier run was stopped before its reports were "
+              f"written; its finished cases are kept in {kept} (`parity-gate report "
+              f"--from-journal {kept}` writes their reports)", file=sys.stderr)
+    return Journal(path, run, policy_record(options.policy), sorted(universe))
+
+
+def _record(run: RunResult, progress: Progress, case: CaseResult, journal: Journal | None,
+            show: bool = True) -> None:
     run.cases.append(case)
-    progress.case(case)
+    if journal is not None:
+        journal.case(case)
+    if show:
+        progress.case(case)
 
 
-def _note(run: RunResult, progress: Progress, finding: Finding) -> None:
+def _note(run: RunResult, progress: Progress, finding: Finding,
+          journal: Journal | None) -> None:
     if finding not in run.findings:
         run.findings.append(finding)
+        if journal is not None:
+            journal.finding(finding)
         progress.message(f"finding [{finding.module}] {finding.kind}: {finding.message}")
 
 

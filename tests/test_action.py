@@ -160,8 +160,6 @@ def test_action_yml_inputs_are_the_entrypoints_inputs() -> None:
     for name, declared in spec["inputs"].items():
         assert str(declared.get("default", "")) == action.INPUTS[name].default, name
         assert declared["description"], name
-    for name in ("comment", "github_token"):
-        assert "reserved" in spec["inputs"][name]["description"].lower()
     (step,) = spec["runs"]["steps"]
     assert spec["runs"]["using"] == "composite"
     # Every input reaches the script through env, under the name Actions would give it.
@@ -194,7 +192,10 @@ def test_example_workflows_are_pinned_and_minimal() -> None:
         doc = yaml.safe_load(text)
         assert doc["permissions"] == {"contents": "read"}, wf.name
         for job in doc["jobs"].values():
-            assert "permissions" not in job or job["permissions"] == {"contents": "read"}
+            # Only the fork-safe comment job (workflow_run: it runs no PR code) may write.
+            allowed = ({"contents": "read", "actions": "read", "pull-requests": "write"}
+                       if wf.name == "pr-comment.yml" else {"contents": "read"})
+            assert "permissions" not in job or job["permissions"] == allowed, wf.name
             for step in job["steps"]:
                 uses = step.get("uses", "")
                 if uses.startswith("actions/checkout@"):
@@ -202,6 +203,16 @@ def test_example_workflows_are_pinned_and_minimal() -> None:
                 if uses.startswith("actions/upload-artifact@"):
                     assert step["if"] == "always()", wf.name
     gpu = yaml.safe_load((REPO / "examples/workflows/gpu-self-hosted.yml").read_text())
+    for wf in WORKFLOWS:  # report.html is written into out_dir: each job uploads that folder
+        for job in yaml.safe_load(wf.read_text(encoding="utf-8"))["jobs"].values():
+            outs = [s["with"]["out_dir"] for s in job["steps"]
+                    if "parity-gate/parity-gate@" in s.get("uses", "")
+                    and not s.get("with", {}).get("results")]  # results: mode runs no gate
+            uploads = [s for s in job["steps"]
+                       if s.get("uses", "").startswith("actions/upload-artifact@")]
+            for out in outs:
+                assert any(u["with"]["path"] == out and "report.html" in u["name"]
+                           for u in uploads), wf.name
     assert [j["runs-on"] for j in gpu["jobs"].values()] == [["self-hosted", "gpu"]]
     assert "parity-gate merge shard-*.json" in (REPO / "examples/workflows/sharded.yml"
                                                 ).read_text()
@@ -316,7 +327,25 @@ def test_annotations_worst_first_capped_at_ten_with_an_omitted_note() -> None:
     assert shown[0].title == "parity-gate: m_crash/float32/images/b4/cpu crash"
     omitted = notes[-1]
     assert omitted.level == "warning"
-    assert omitted.message.startswith(f"{len(FAILING) - 9} more failing cases or findings")
+    assert omitted.message.startswith(f"{len(FAILING) - 9} more failing modules or findings")
+
+
+def test_one_annotation_per_failing_module_worst_case_first() -> None:
+    cases = [CaseResult(CaseKey("enc", "float32", "images", b, "cpu"), o, f"{o.value} at b{b}")
+             for b, o in ((2, Outcome.MISMATCH), (10, Outcome.CRASH), (4, Outcome.MISMATCH))]
+    cases += [case("cnn", Outcome.TIMEOUT), case("ok", Outcome.PASS)]
+    notes = action.annotate(report(cases, findings=[Finding("enc", "training_mode", "train()")]),
+                            manifest_file="parity.yml", manifest_lines={"enc": 9, "cnn": 3})
+    assert [(n.title, n.line) for n in notes] == [
+        ("parity-gate: enc/float32/images/b10/cpu crash (+2 more cases)", 9),
+        ("parity-gate: cnn/float32/images/b4/cpu timeout", 3),
+        ("parity-gate: enc training_mode", 9),
+    ]
+    body = notes[0].message
+    assert body.startswith("crash at b10")
+    assert "also failing: float32/images/b2/cpu (mismatch), float32/images/b4/cpu (mismatch)" \
+        in body  # numeric order, each named once
+    assert body.count("crash at b10") == 1
 
 
 def test_non_blocking_failures_and_findings_are_warnings_after_errors() -> None:
@@ -625,6 +654,7 @@ def test_failing_manifest_blocks_with_error_annotations(tmp_path: Path) -> None:
     assert [(n["level"], n["title"]) for n in notes] == [
         ("error", "parity-gate: broken/float32/vec/b2/cpu eager_error"),
         ("warning", "parity-gate: noisy/float32/vec/b2/cpu mismatch (not blocking)"),
+        ("warning", "parity-gate: noisy constants-in-forward"),  # torch.rand_like in forward
     ]
     assert notes[1]["message"].startswith("output0: mismatch:")
     assert "baseline: known failure" in notes[1]["message"]

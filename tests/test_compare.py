@@ -493,3 +493,32 @@ def test_non_finite_floats_encode_as_strings():
     assert d["ref_value"] == "nan" and d["needed_atol"] is None
     json.dumps(d, allow_nan=False)
     assert math.isnan(Comparison.from_dict(d).ref_value)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_a_whole_unit_in_a_step_output_is_never_rounding(dtype: str) -> None:
+    """heaviside(x, y) on special values: y passes through where x == 0, so the
+    reference holds the dtype's largest values and its mean |ref| is enormous;
+    a 0 -> 1 next to them was once called rounding against that mean."""
+    x = torch.tensor([0.0, -0.0, 1.0, -1.0, 0.0, 2.0] * 4, dtype=getattr(torch, dtype))
+    y = torch.full_like(x, torch.finfo(x.dtype).max)
+    y[1::6] = 0.5
+    ref = torch.heaviside(x, y).numpy()
+    got = ref.copy()
+    got[1::6] = 1.5  # -0.0 taken as positive: a whole unit off, values 0.5 -> 1.5 are not
+    got[3::6] = 1.0  # heaviside(-1) = 0 -> 1: a branch flip
+    c = compare(ref, got, Tolerance(1e-5, 1e-5))
+    assert c.verdict is not Verdict.ROUNDING, c.reason
+    assert c.verdict in (Verdict.MISMATCH, Verdict.REGION, Verdict.OFFSET), c.reason
+    # the same tensor without the flips is still within tolerance
+    assert compare(ref, ref.copy(), Tolerance(1e-5, 1e-5)).passed
+
+
+def test_large_integer_valued_floats_a_unit_apart_are_still_rounding() -> None:
+    """The exception needs the unit to be far beyond the element's own rounding:
+    2**25 + 4 vs 2**25 in float32 is one ulp apart."""
+    ref = np.full(64, 2.0**25, np.float32)
+    got = ref.copy()
+    got[3] = np.float32(2.0**25 + 4)
+    c = compare(ref, got, Tolerance(0.0, 1e-9))
+    assert c.verdict is Verdict.ROUNDING, c.reason

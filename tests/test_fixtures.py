@@ -117,3 +117,66 @@ def test_pt_file_loads_without_pickle(tmp_path: Path) -> None:
     fixture = FileFixture.model_validate({"kind": "file", "path": "d.pt"})
     out = generate("f", fixture, ["x"], 2, "bfloat16", 0, seed=0, base_dir=tmp_path)
     assert out["x"].dtype == ml_dtypes.bfloat16 and out["x"].shape == (2, 3)
+
+
+# ------------------------------------------------------------ padding masks, several sizes
+
+
+def test_padding_mask_has_random_lengths_row_zero_full_and_a_minimum() -> None:
+    spec = {"kind": "random", "dims": {"seq": 12},
+            "inputs": {"mask": {"shape": ["batch", "seq"], "dtype": "int64",
+                                "distribution": "padding", "min_length": 3}}}
+    mask = gen(RandomFixture.model_validate(spec), batch=64, names=("mask",))["mask"]
+    assert mask.dtype == np.int64 and set(np.unique(mask)) == {0, 1}
+    lengths = mask.sum(1)
+    assert lengths[0] == 12 and lengths.min() >= 3 and len(set(lengths)) > 3
+    # right padding: every row is ones then zeros
+    assert all((row[:n] == 1).all() and (row[n:] == 0).all()
+               for row, n in zip(mask, lengths, strict=True))
+    spec["inputs"]["mask"]["padding_side"] = "left"
+    left = gen(RandomFixture.model_validate(spec), batch=8, names=("mask",))["mask"]
+    assert all((row[12 - n:] == 1).all() and (row[: 12 - n] == 0).all()
+               for row, n in zip(left, left.sum(1), strict=True))
+
+
+def test_padding_mask_stays_a_mask_in_edge_sets() -> None:
+    edge = EdgeFixture.model_validate({
+        "kind": "edge", "fraction": 0.5, "dims": {"seq": 10},
+        "inputs": {"mask": {"shape": ["batch", "seq"], "dtype": "int64",
+                            "distribution": "padding"}}})
+    mask = gen(edge, batch=6, names=("mask",))["mask"]
+    assert set(np.unique(mask)) <= {0, 1}
+
+
+def test_randint_range_is_per_input_with_a_documented_default() -> None:
+    fixture = RandomFixture.model_validate({
+        "kind": "random", "inputs": {
+            "ids": {"shape": ["batch", 50], "dtype": "int64", "high": 30522},
+            "small": {"shape": ["batch", 50], "dtype": "int64"},
+            "bytes": {"shape": ["batch", 50], "dtype": "uint8", "low": 250}}})
+    out = gen(fixture, batch=40, names=("ids", "small", "bytes"))
+    assert out["ids"].max() >= 1000 and out["ids"].max() < 30522
+    assert out["small"].min() >= 0 and out["small"].max() < 100  # the default [0, 100)
+    assert out["bytes"].min() >= 250 and out["bytes"].max() <= 255
+
+
+def test_a_list_of_sizes_gives_one_fixture_id_per_size() -> None:
+    from parity_gate.manifest.models import Manifest
+    from parity_gate.plan.cases import all_case_keys, module_fixtures
+
+    manifest = Manifest.model_validate({
+        "fixtures": {"text": {"kind": "random", "dims": {"seq": [8, 32], "n": 2},
+                              "inputs": {"ids": {"shape": ["batch", "seq", "n"],
+                                                 "dtype": "int64"}}}},
+        "modules": [{"name": "m", "factory": "a:b", "inputs": [{"name": "ids"}],
+                     "fixtures": ["text"]}]})
+    module = manifest.modules[0]
+    sets = module_fixtures(manifest, module)
+    assert list(sets) == ["text@seq=8", "text@seq=32"]
+    shapes = [gen(s, batch=2, names=("ids",))["ids"].shape for s in sets.values()]
+    assert shapes == [(2, 8, 2), (2, 32, 2)]
+    from parity_gate.manifest.models import resolve_settings
+
+    ids = [k.id for k in all_case_keys(manifest, module, resolve_settings(manifest, module))]
+    assert ids[:2] == ["m/float32/text@seq=8/b1/cpu", "m/float32/text@seq=8/b4/cpu"]
+    assert "m/float32/text@seq=32/b7/cpu" in ids

@@ -102,7 +102,7 @@ CASES = [
     ("samples out of range", "samples: 2", "samples: 0",
      "12:14: fixtures.images.samples: got 0 (expected a number >= 1)"),
     ("modules empty", "modules:\n", "modules: []\nx_modules:\n",
-     "18:10: modules: list should have at least 1 item"),
+     "18:10: modules: got an empty list (expected at least one entry here)"),
     ("exporter misspelled", "defaults:\n", "defaults:\n  export: {exporter: dynamic}\n",
      "3:22: defaults.export.exporter: invalid value 'dynamic'; did you mean `dynamo`?"),
     ("invalid yaml", "  images:\n", "  images: [\n",
@@ -123,7 +123,7 @@ def test_misspelt_required_key_is_reported_once_at_the_typo(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     lines = check(tmp_path, BASE.replace("modules:\n", "moduls:\n", 1), capsys)
     assert lines == ["18:1: moduls: unknown key; did you mean `modules`? (expected one of: "
-                     "defaults, fixtures, modules, providers, python_path, seed, version)"]
+                     "defaults, fixtures, include, modules, providers, python_path, seed, version)"]
 
 
 def test_valid_base_manifest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -149,3 +149,102 @@ def test_bad_cli_usage_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) ->
     assert main(["run", "--jobs", "zero"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--jobs" in err[0]
+
+
+# ------------------------------------------------------------------ include
+
+SHARED = textwrap.dedent("""\
+    version: 1
+    defaults:
+      batch_sizes: [2]
+    fixtures:
+      images:
+        kind: random
+        inputs:
+          x: {shape: [batch, 3, 8, 8]}
+      recorded:
+        kind: file
+        path: data.npz
+    """)
+
+MAIN = textwrap.dedent("""\
+    version: 1
+    include: [shared/fixtures.yml]
+    defaults:
+      dtypes: [float32, float16]
+    modules:
+      - name: cnn
+        factory: models:build
+        inputs: [{name: x}]
+        fixtures: [images, recorded]
+    """)
+
+
+def write_pair(tmp_path: Path, main_text: str = MAIN, shared_text: str = SHARED) -> Path:
+    import numpy as np
+
+    (tmp_path / "models.py").write_text("def build():\n    return None\n")
+    (tmp_path / "shared").mkdir(exist_ok=True)
+    np.savez(tmp_path / "shared" / "data.npz", x=np.zeros((4, 3, 8, 8), np.float32))
+    (tmp_path / "shared" / "fixtures.yml").write_text(shared_text)
+    path = tmp_path / "parity.yml"
+    path.write_text(main_text)
+    return path
+
+
+def test_include_joins_fixtures_and_defaults(tmp_path: Path) -> None:
+    from parity_gate.manifest.load import load_manifest
+    from parity_gate.manifest.models import FileFixture, resolve_settings
+
+    manifest = load_manifest(write_pair(tmp_path))
+    assert list(manifest.fixtures) == ["images", "recorded"]
+    recorded = manifest.fixtures["recorded"]
+    assert isinstance(recorded, FileFixture)  # a path relative to the file that wrote it
+    assert Path(recorded.path) == tmp_path / "shared" / "data.npz"
+    settings = resolve_settings(manifest, manifest.modules[0])
+    assert settings.batch_sizes == [2] and settings.dtypes == ["float32", "float16"]
+    assert manifest.modules[0].locate("inputs[0].name") == f"{tmp_path / 'parity.yml'}:8:21: " \
+        "modules[0].inputs[0].name"
+
+
+def test_problems_in_an_included_file_point_into_it(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_pair(tmp_path, shared_text=SHARED.replace("kind: random", "kind: randm"))
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"{tmp_path / 'shared' / 'fixtures.yml'}:6:11: fixtures.images.kind: unknown "
+                   "fixture kind 'randm'; did you mean `random`? (expected one of: random, "
+                   "edge, file)"]
+
+
+@pytest.mark.parametrize(("main_text", "shared_text", "expected"), [
+    (MAIN.replace("shared/fixtures.yml", "shared/nope.yml"), SHARED,
+     "parity.yml:2:11: include[0]: file 'shared/nope.yml' not found (expected a manifest "
+     "relative to this file)"),
+    (MAIN, SHARED + "include: [../parity.yml]\n",
+     "fixtures.yml:12:11: include[0]: '../parity.yml' includes this file again (expected no "
+     "include cycle)"),
+    (MAIN.replace("modules:", "fixtures:\n  images: {kind: random, inputs: {x: {shape: [1]}}}\n"
+                  "modules:"), SHARED,
+     "parity.yml:6:3: fixtures.images: fixture set 'images' is also defined in "),
+    (MAIN, SHARED + "modules:\n  - {name: cnn, factory: 'models:build', inputs: [{name: x}], "
+     "fixtures: [images]}\n",
+     "parity.yml:6:11: modules[0].name: module 'cnn' is also defined in "),
+    (MAIN.replace("include: [shared/fixtures.yml]\n", ""), SHARED,
+     "parity.yml:8:16: modules[0].fixtures[0]: unknown fixture set 'images'"),
+])
+def test_include_problems_are_located(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                      main_text: str, shared_text: str, expected: str) -> None:
+    path = write_pair(tmp_path, main_text, shared_text)
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert any(expected in line for line in err.splitlines()), err
+
+
+def test_several_sizes_of_a_dim_must_be_sizes(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    text = BASE.replace("samples: 2\n", "samples: 2\n    dims: {n: [8, -1]}\n")
+    lines = check(tmp_path, text, capsys)
+    assert any(ln.startswith("13:") and "fixtures.images.dims.n" in ln and ">= 0" in ln
+               for ln in lines), lines

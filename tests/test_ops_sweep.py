@@ -104,6 +104,52 @@ def test_the_worker_reports_typed_steps_and_op_fields() -> None:
     assert rejected.op.not_applicable and not sin.op.not_applicable
 
 
+def test_an_eager_answer_that_depends_on_the_layout_is_an_eager_quirk() -> None:
+    """Eager runs again on strided views of the same inputs; where the exported model
+    matches that answer, the case passes and says so, never an exporter finding."""
+    from parity_gate.ops.findings import finding_class
+    from parity_gate.ops.worker import run_batch
+
+    job = job_for("quirk", [Unit("t.layout_quirk", "float32", "normal")], Selection(),
+                  TEST_SOURCES, 0)
+    messages: list[object] = []
+    run_batch(job, messages.append)
+    (case,) = [m for m in messages if isinstance(m, CaseResult)]
+    assert case.outcome is Outcome.PASS, case.reason
+    assert case.op is not None and case.op.eager_quirk is not None
+    quirk = case.op.eager_quirk
+    assert quirk.contiguous == "nan" and quirk.strided == quirk.onnx == quirk.inputs["x"]
+    assert float(quirk.inputs["x"]) > 0 and quirk.count > 0
+    assert finding_class(case).value == "eager_quirk"
+    assert "memory layout" in case.reason
+
+
+def test_integer_and_float_mismatches_are_rechecked_exactly() -> None:
+    """floor_divide(inf, 4.2e-45) is NaN in eager and inf in the exported graph: the
+    exact answer floor(inf) = inf says eager is off, where a float64 re-run of eager
+    "confirmed" eager's NaN; int8 cases get an exact reference too."""
+    from parity_gate.ops.worker import run_batch
+
+    job = job_for("exact", [Unit("t.floor_divide", "float32", "specials"),
+                            Unit("t.floor_divide", "int8", "specials")],
+                  Selection(), TEST_SOURCES, 0)
+    messages: list[object] = []
+    run_batch(job, messages.append)
+    cases = {m.key.dtype: m for m in messages if isinstance(m, CaseResult)}
+    f32 = cases["float32"]
+    assert f32.recheck is not None, f32.reason
+    assert f32.recheck.reference.value == "exact"
+    # the exported graph is the one that matches floor(inf) = inf: eager's error, which
+    # passes the case and lists it among the eager findings
+    assert f32.recheck.verdict is RecheckVerdict.EAGER_OFF, f32.recheck.describe()
+    assert f32.outcome is Outcome.PASS and "eager_off" in f32.reason
+    assert f32.op is not None and f32.op.user_op == "torch.floor_divide"
+    assert f32.op.op == "aten.floor_divide.default"
+    i8 = cases["int8"]
+    if i8.recheck is not None:  # only a mismatch is re-checked
+        assert i8.recheck.reference.value == "exact"
+
+
 @pytest.fixture(scope="module")
 def cli_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path, float]:
     """`parity-gate ops` on one real case per outcome class (CLI, reports, repros)."""

@@ -15,8 +15,10 @@ from onnx import TensorProto, helper
 
 from parity_gate import compare as cmp
 from parity_gate.engine.stages import StageFailure
+from parity_gate.hazards import precision
 from parity_gate.model.findings import (
     Example,
+    FindingClass,
     Lost,
     LowPrecision,
     OpCase,
@@ -230,10 +232,10 @@ def test_ownership_blame_and_extraction() -> None:
 def test_precision_audit_flags_a_narrow_softmax_and_only_that() -> None:
     for correct, expected in ((False, ["Softmax"]), (True, [])):
         model = _softmax_batch(correct)
-        types = onnxgraph.value_types(model)
-        found = onnxgraph.precision_audit(model, types, ["c0_o0"], 32)
+        types = precision.value_types(model)
+        found = precision.audit(model, types, ["c0_o0"], 32)
         assert [f.op_type for f in found] == expected
-        assert not onnxgraph.precision_audit(model, types, ["c1_o0"], 32)
+        assert not precision.audit(model, types, ["c1_o0"], 32)
 
 
 # --------------------------------------------------------------------------
@@ -275,6 +277,7 @@ def test_recheck_says_which_side_is_closer_to_the_truth() -> None:
     assert confirmed.verdict is RecheckVerdict.CONFIRMED and confirmed.closer == "eager"
     quirk = recheck([bad], [good], [truth], [_tol()], [0])
     assert quirk.verdict is RecheckVerdict.EAGER_OFF and quirk.closer == "onnx"
+    assert quirk.verdict.dismisses and not confirmed.verdict.dismisses  # eager's own error
     assert recheck([good], [bad], None, [_tol()], [0]).verdict is RecheckVerdict.UNVERIFIED
 
 
@@ -361,7 +364,11 @@ def test_gate_blocks_new_findings_only(tmp_path: Path) -> None:
     text, changes = gating.updated_baseline(path, run, variants)
     path.write_text(text)
     assert {c.action for c in changes} == {"added"}
-    assert "t.xfail" not in text  # the catalogue already knows it
+    # the generated file keeps the xfail's figures and outcome, with its human reason + link
+    entry = gating.bl.parse(text, "known").entry_for("op/t.xfail/float32/normal/cpu")
+    assert entry is not None and entry.outcome is Outcome.UNSUPPORTED_OP
+    assert entry.reason == "xfail: no ONNX translation for prims.digamma"
+    assert entry.link == "https://github.com/microsoft/onnxscript/issues/0"
     again = gating.gate(run, gating.load_baseline(path, variants))
     assert again.passed and not again.blocking
     worse = RunResult(cases=[*run.cases[:3], _case("t.cos", Outcome.CRASH, dtype="bfloat16")])
@@ -546,8 +553,14 @@ def test_complete_fills_the_op_fields_of_results_no_worker_reported() -> None:
     crash = _complete(CaseResult(other, Outcome.CRASH, "\x1b[31mkilled\x1b[0m",
                                  lost=Lost(Step(Stage.EXPORTING))), op_plan, stats)
     assert crash.reason == "killed"
-    assert crash.op == OpCase("t.sin", "test", "torch.sin(x)", "aten.sin.default")
+    assert crash.op == OpCase("t.sin", "test", "torch.sin(x)", "aten.sin.default",
+                              user_op="torch.sin", finding_class=FindingClass.EXPORTER)
     assert crash.op.aten_ops == []  # none seen: no worker reported this case
+    # a worker killed while running eager (SIGFPE on int_min // -1) is an eager finding
+    eager = _complete(CaseResult(Unit("t.sin", "float32", "specials").key("cpu"), Outcome.CRASH,
+                                 "worker killed by SIGFPE while eager t.sin/float32/specials",
+                                 lost=Lost(Step(Stage.EAGER), signal="SIGFPE")), op_plan, stats)
+    assert eager.op is not None and eager.op.finding_class is FindingClass.EAGER
     unseen = _complete(CaseResult(Unit("t.cos", "float32", "normal").key("cpu"),
                                   Outcome.TIMEOUT, "timeout"), op_plan, stats)
     assert unseen.op is not None and unseen.op.op == "aten.t"  # the static guess

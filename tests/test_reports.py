@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 import junitparser
@@ -28,3 +30,23 @@ def test_junit_survives_colour_codes_and_control_bytes(tmp_path: Path) -> None:
     assert error.type == "export_error"
     assert error.message == "ConversionError: bad byte and colour"
     assert "\x1b" not in (error.text or "")
+
+
+def test_reports_respect_the_umask(tmp_path: Path) -> None:
+    run = RunResult(cases=[CaseResult(CaseKey("m", "float32", "f", 2, "cpu"), Outcome.PASS)])
+    run.gate = decide(run)
+    paths = ReportPaths.in_folder(tmp_path / "out")
+    old = os.umask(0o027)
+    try:
+        write_all(run, paths)
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in paths.written()}
+    assert modes == dict.fromkeys(("results.json", "junit.xml", "summary.md", "report.html"),
+                                  0o640)
+    os.umask(0o002)
+    try:
+        write_all(run, paths)  # replacing files: the new ones get the new umask
+    finally:
+        os.umask(old)
+    assert {stat.S_IMODE(p.stat().st_mode) for p in paths.written()} == {0o664}

@@ -96,7 +96,7 @@ def test_example_reports_parse(example_run: tuple[int, Path, Path]) -> None:
                                                                      junitparser.Skipped)]
     assert skipped and all(c.name.endswith("/cuda") for c in skipped)
     summary = (out / "summary.md").read_text()
-    assert summary.startswith("## ✅ parity-gate: all 20 cases match eager; 20 skipped")
+    assert summary.startswith("## ✅ parity-gate: all 20 cases match eager (20 skipped)")
     assert "<details>" in summary
     appended = step.read_text()
     assert appended.startswith("earlier step\n") and "parity-gate" in appended
@@ -156,8 +156,10 @@ def test_faulty_mismatch_evidence(faulty_run: tuple[int, Path]) -> None:
     case = cases["approximated/float32/vec/b3/cpu"]
     assert case["rerun"]["level"] == "disabled" and case["rerun"]["outcome"] == "mismatch"
     assert case["rerun"]["max_abs"] > comp["atol"]
-    assert "persists with ORT graph optimizations disabled" in RunResult.from_dict(
-        doc).cases[[c["id"] for c in doc["cases"]].index(case["id"])].explanation
+    explained = RunResult.from_dict(doc).cases[
+        [c["id"] for c in doc["cases"]].index(case["id"])].explanation
+    # the localisation's optimizer-level check supersedes the single optimizations-off note
+    assert "fails at every ORT optimization level: the graph itself differs" in explained
     # what ran is recorded on the case: the opset and IR version of the graph
     assert case["provenance"]["opset"] >= 18 and case["provenance"]["ir_version"] >= 8
 
@@ -166,11 +168,16 @@ def test_faulty_findings(faulty_run: tuple[int, Path]) -> None:
     _, out = faulty_run
     doc, _ = load(out)
     kinds = {(f["module"], f["kind"]) for f in doc["findings"]}
-    assert ("training", "training_mode") in kinds
-    assert ("healthy", "training_mode") not in kinds
-    assert ("baked", "baked_shape") in kinds
+    assert ("training", "training-mode") in kinds
+    assert ("healthy", "training-mode") not in kinds
+    # the export hazards, each a typed record: the baked input dim, and the legacy tracer's
+    # baked Reshape and Python value (TracerWarning) with their source line
+    assert ("baked", "dynamic-dim-specialised") in kinds
+    assert {("traced_view", "baked-dim"), ("traced_view", "python-control-flow")} <= kinds
+    assert ("approximated", "eager-mismatch-by-design") in kinds
+    assert all(f["hazard"]["rule"] == f["kind"] for f in doc["findings"] if f["hazard"])
     warnings = [f["message"] for f in doc["findings"] if f["module"] == "traced_view"]
-    assert any("TracerWarning" in w for w in warnings)
+    assert any("TracerWarning" in w or "Python value" in w for w in warnings)
     assert not any("DeprecationWarning" in w for w in warnings)
 
 
@@ -188,11 +195,58 @@ def test_faulty_junit_failures_and_errors(faulty_run: tuple[int, Path]) -> None:
     assert results[("healthy", "float32/vec/b2/cpu")] is None
     assert isinstance(results[("healthy", "float32/vec/b2/tensorrt")], junitparser.Skipped)
     summary = (out / "summary.md").read_text()
-    assert summary.startswith("## ❌ parity-gate: 12 of 18 cases differ from eager — blocking")
-    first_table = summary.split("### Failing cases")[1]
-    # worst outcomes first: crash before timeout before mismatch
-    assert first_table.index("crash") < first_table.index("timeout") < \
-        first_table.index("mismatch")
+    assert summary.startswith("## ❌ parity-gate: 3 modules crash, 1 times out, 2 bake in a "
+                              "shape, 1 mismatches — blocking (12 of 18 cases fail; 18 skipped)")
+    first_table = summary[summary.index("| module |"):summary.index("<details>")]
+    # one row per module, worst outcomes first: crash before timeout before mismatch
+    assert first_table.index("**crash**") < first_table.index("**timeout**") < \
+        first_table.index("**mismatch**")
+
+
+def test_faulty_annotations_one_per_failing_module_with_file_and_line(
+        faulty_run: tuple[int, Path]) -> None:
+    from parity_gate.github.annotations import annotate, module_lines
+
+    _, out = faulty_run
+    run = RunResult.load(out / "results.json")
+    lines = module_lines(FAULTY.read_text())
+    notes = annotate(run, manifest_file="tests/data/faulty/parity.yml", manifest_lines=lines)
+    failing = {"segfault", "abort", "oom", "hang", "approximated", "baked", "traced_view"}
+    modules = [n.title.split()[1].split("/")[0] for n in notes if n.level == "error"
+               and "/" in n.title]
+    assert sorted(modules) == sorted(failing)  # one each, none twice
+    # failing modules first, then the findings (hazards), within GitHub's 10 per step
+    assert len(notes) <= 10 and any(n.title.endswith("-mode") or "hazard" in n.title
+                                    or n.title.split()[-1] in ("baked-dim", "training-mode",
+                                                               "dynamic-dim-specialised",
+                                                               "python-control-flow",
+                                                               "eager-mismatch-by-design")
+                                    for n in notes)
+    for n in (n for n in notes if n.title != "parity-gate: more results not annotated"):
+        assert n.file == "tests/data/faulty/parity.yml"
+        module = n.title.split()[1].split("/")[0]
+        assert n.line == lines[module], n.title
+    crash = next(n for n in notes if "segfault" in n.title)
+    assert "(+1 more case)" in crash.title
+
+
+def test_faulty_junit_cases_carry_file_line_and_time(faulty_run: tuple[int, Path]) -> None:
+    _, out = faulty_run
+    xml = junitparser.JUnitXml.fromfile(str(out / "junit.xml"))
+    lines = {c.classname: c._elem.get("line") for s in xml for c in s}
+    text = FAULTY.read_text().splitlines()
+    for module, line in lines.items():
+        assert f"name: {module}" in text[int(line) - 1]
+    for case in (c for s in xml for c in s):
+        assert case._elem.get("file", "").endswith("tests/data/faulty/parity.yml")
+        skipped = case.result and isinstance(case.result[0], junitparser.Skipped)
+        assert skipped or case.time > 0, (case.classname, case.name)
+    hang = next(c for s in xml for c in s if c.classname == "hang")
+    assert hang.time > 1  # the timeout's seconds are shared by its cases
+    # a crash's evidence is that worker's own stack (faulthandler), not earlier modules' output
+    crash = next(c for s in xml for c in s if c.classname == "segfault" and c.result)
+    body = crash.result[0].text or ""
+    assert "Segmentation fault" in body and "models.py" in body
 
 
 def test_missing_required_provider_is_a_usage_error(tmp_path: Path,

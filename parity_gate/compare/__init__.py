@@ -48,6 +48,7 @@ import numpy as np
 
 from parity_gate.compare.decide import (
     ROUNDOFF,
+    Top1,
     decide_verdict,
     pattern_of,
     shape_reason,
@@ -76,7 +77,8 @@ def compare(
     """Compare ``actual`` against ``reference`` and explain the outcome.
 
     ``task="classification"`` also checks top-1 agreement (argmax over the
-    last axis, every leading axis is a sample) against ``min_top1_agreement``.
+    last axis, every leading axis is a sample) against ``min_top1_agreement``;
+    near-ties in ``actual``'s dtype are counted apart (``tie_count``), not as flips.
     ``strict_signed_zeros`` fails a pair whose only difference is +0 vs -0.
     Non-contiguous inputs are copied once; contiguous ones never are.
     """
@@ -146,18 +148,16 @@ def compare(
 
     nfail = sc.nbad
     region = find_region(shape, sc, nfail) if nfail else None
-    top1: float | None = None
-    flipped: list[int] = []
-    nflip = 0
+    top1 = Top1(None, [], 0, [], 0)
     if task == "classification":
-        top1, flipped, nflip = top1_agreement(ref, got)
+        top1 = top1_agreement(ref, got, dname)
     nonfinite = {cat: {"count": c, "first": [list(unravel(i, shape)) for i in idx]}
                  for cat, (c, idx) in sc.nf.items()}
 
     verdict, reason = decide_verdict(
-        ctx=ctx, sc=sc, dname=dname, region=region, top1=top1, nflip=nflip,
-        flipped=flipped, min_top1=min_top1_agreement, shape=shape, w=w,
-        need=(need_a, need_r),
+        ctx=ctx, sc=sc, dname=dname, region=region, top1=top1.agreement, nflip=top1.flips,
+        flipped=top1.flipped, min_top1=min_top1_agreement, shape=shape, w=w,
+        need=(need_a, need_r), tied=top1.tied, ties=top1.ties,
     )
     if region is not None:
         region = {**region, "pattern": pattern_of(sc, tensor_wide=False)}
@@ -179,9 +179,11 @@ def compare(
         nonfinite=nonfinite,
         signed_zeros=sc.sz_count if ctx.strict_zeros else None,
         region=region,
-        top1_agreement=top1,
-        flipped=flipped,
-        flipped_count=nflip,
+        top1_agreement=top1.agreement,
+        flipped=top1.flipped,
+        flipped_count=top1.flips,
+        tied=top1.tied,
+        tie_count=top1.ties,
         **w,
         **head,
     )

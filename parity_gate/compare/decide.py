@@ -17,7 +17,9 @@ wins, and the reason line names the evidence:
    tolerance can pass it (needed tolerance is None).
 3. ``label_flip`` (task="classification"): a changed top-1 label is the
    user-visible harm, whatever the tensor numbers say; it also fails a pair
-   that is within tolerance.
+   that is within tolerance. A change between two labels the dtype cannot
+   order (both sides' two logits within ``TIE_ULPS`` ulp) is a tie, not a
+   flip: counted apart and left out of the agreement.
 4. ``rounding``: every failing element's error is at most the dtype's unit
    roundoff times a depth factor, measured against ``max(|ref|, scale)``
    where scale is the mean ``|ref|`` (so cancellation near zero, where
@@ -25,6 +27,9 @@ wins, and the reason line names the evidence:
    It comes *before* region/offset on purpose: a rounding-only pair must never
    be blamed on a region or an offset, even when larger magnitudes make its
    failures cluster in one channel.
+   Never rounding: a failing element where both sides are integers a whole
+   unit or more apart (a 0 -> 1 of a step output), however large the rest
+   of the tensor makes the mean (``whole_unit_step``).
 5. ``region``: the failures' bounding box (per axis, the set of indices that
    hold a failure) is a proper part of the tensor and at least half of it is
    wrong -- a channel, a row, a head -- while the rest matches.
@@ -42,7 +47,7 @@ differs only in the sign of zeros fails as ``signed_zero``.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -50,7 +55,8 @@ from parity_gate.compare.scan import CHUNK, MAX_LISTED, Ctx, Scan
 from parity_gate.compare.stats import unravel
 from parity_gate.model.comparison import Verdict, fmt_number, value_format
 
-__all__ = ["ROUNDOFF", "decide_verdict", "pattern_of", "shape_reason", "top1_agreement"]
+__all__ = ["ROUNDOFF", "TIE_ULPS", "Top1", "decide_verdict", "pattern_of", "rounding_level",
+           "shape_reason", "tie_window", "top1_agreement", "whole_unit_step"]
 
 _MIN_PATTERN = 3  # failing elements needed before calling sign/offset
 _SIGN_RATIO = 0.01  # sum (got+ref)^2 <= 1% of sum ref^2
@@ -74,25 +80,68 @@ def shape_reason(a: tuple[int, ...], b: tuple[int, ...]) -> str:
     return f"{base} (axis {', '.join(map(str, diff))} differs)"
 
 
-def top1_agreement(ref: np.ndarray, got: np.ndarray) -> tuple[float | None, list[int], int]:
-    """Rule 3's evidence: ``(agreement, first flipped samples, flipped count)``
-    with argmax over the last axis, in row chunks so no full-size index array."""
+# A top-1 change between two labels whose logits lie within this many units in the last
+# place of the dtype, on both sides, is a tie: the dtype cannot order them, so neither
+# side's label is wrong. The unit is taken at the larger of the two logits and the row's
+# mean |logit| (a logit near zero is a cancellation of terms that size). Ties are
+# counted apart and left out of the agreement (README "Tolerances").
+TIE_ULPS = 4.0
+_MANTISSA = {"float16": 10, "bfloat16": 7, "float32": 23, "float64": 52}
+_TINY = {"float16": 2.0**-14, "bfloat16": 2.0**-126, "float32": 2.0**-126,
+         "float64": 2.0**-1022}
+
+
+class Top1(NamedTuple):
+    """Rule 3's evidence: agreement over the samples that are not ties, the first
+    flipped (and tied) samples and their counts."""
+
+    agreement: float | None
+    flipped: list[int]
+    flips: int
+    tied: list[int]
+    ties: int
+
+
+def tie_window(magnitude: np.ndarray, dname: str) -> np.ndarray:
+    """TIE_ULPS units in the last place of `dname` at each magnitude (0 for integers)."""
+    if dname not in _MANTISSA:
+        return np.zeros_like(magnitude, dtype=np.float64)
+    mag = np.maximum(np.abs(magnitude.astype(np.float64)), _TINY[dname])
+    return TIE_ULPS * np.exp2(np.floor(np.log2(mag)) - _MANTISSA[dname])
+
+
+def top1_agreement(ref: np.ndarray, got: np.ndarray, dname: str = "float64") -> Top1:
+    """Argmax over the last axis on both sides, in row chunks (no full-size index array);
+    a changed label is a tie when both sides' two logits are within `tie_window` of the
+    larger of them and the row's mean |logit|."""
     if ref.ndim == 0 or ref.shape[-1] == 0 or ref.size == 0:
-        return None, [], 0
+        return Top1(None, [], 0, [], 0)
     ncls = ref.shape[-1]
     r2 = ref.reshape(-1, ncls)
     g2 = got.reshape(-1, ncls)
     nrows = r2.shape[0]
     step = max(1, CHUNK // ncls)
     flipped: list[int] = []
-    count = 0
+    tied: list[int] = []
+    count = ties = 0
     for s in range(0, nrows, step):
         a = np.argmax(r2[s: s + step], axis=1)  # NaN counts as the maximum, as in torch
         b = np.argmax(g2[s: s + step], axis=1)
         idx = np.flatnonzero(a != b)
-        count += int(idx.size)
-        flipped.extend(s + int(i) for i in idx[: MAX_LISTED - len(flipped)])
-    return 1.0 - count / nrows, flipped, count
+        rows = s + idx
+        with np.errstate(all="ignore"):
+            ra, rb = (r2[rows, a[idx]].astype(np.float64), r2[rows, b[idx]].astype(np.float64))
+            ga, gb = (g2[rows, a[idx]].astype(np.float64), g2[rows, b[idx]].astype(np.float64))
+            scale = np.abs(r2[rows].astype(np.float64)).mean(axis=1)  # cancellation
+            window = tie_window(np.maximum.reduce([abs(ra), abs(rb), abs(ga), abs(gb), scale]),
+                                dname)
+            tie = (np.abs(ra - rb) <= window) & (np.abs(ga - gb) <= window)
+        ties += int(tie.sum())
+        count += int((~tie).sum())
+        flipped.extend(int(i) for i in rows[~tie][: MAX_LISTED - len(flipped)])
+        tied.extend(int(i) for i in rows[tie][: MAX_LISTED - len(tied)])
+    decided = nrows - ties
+    return Top1(1.0 - count / decided if decided else 1.0, flipped, count, tied, ties)
 
 
 def pattern_of(sc: Scan, *, tensor_wide: bool) -> str | None:
@@ -133,10 +182,42 @@ def _region_where(region: dict[str, Any] | None) -> str:
     return f"concentrated in {_describe_region(region)}" if region else ""
 
 
+def rounding_level(dname: str) -> float:
+    """The relative error rule 4 still calls rounding for `dname` (0 for non-floats);
+    the op gate ignores figure growth below it (parity_gate.ops.gating)."""
+    return _DEPTH.get(dname, 0.0) * ROUNDOFF.get(dname, 0.0)
+
+
+def whole_unit_step(ctx: Ctx, bound: float) -> int | None:
+    """Rule 4's exception: the first failing element (flat index) where both sides are
+    integers a whole unit or more apart, far beyond the element's own rounding.
+
+    Rounding moves a value by a few units in the last place of the magnitudes the
+    computation went through; the rule measures that against ``max(|ref|, mean
+    |ref|)``, and one huge value in the tensor inflates the mean. A 0 -> 1 in a
+    step output (heaviside, floor, a comparison cast to float) is another branch
+    taken, never rounding, however large the rest of the tensor is.
+    """
+    unit = bound * ctx.roundoff
+    for s in range(0, ctx.ref.shape[0], CHUNK):
+        with np.errstate(all="ignore"):
+            r = ctx.ref[s: s + CHUNK].astype(np.float64)
+            g = ctx.got[s: s + CHUNK].astype(np.float64)
+            d = np.abs(g - r)
+            step = ((d > ctx.atol + ctx.rtol * np.abs(r)) & (d >= 1.0)
+                    & (r == np.floor(r)) & (g == np.floor(g))
+                    & (d > unit * np.maximum(np.abs(r), np.abs(g))))
+        hit = np.flatnonzero(step)
+        if hit.size:
+            return s + int(hit[0])
+    return None
+
+
 def decide_verdict(*, ctx: Ctx, sc: Scan, dname: str, region: dict[str, Any] | None,
                    top1: float | None, nflip: int, flipped: list[int], min_top1: float,
                    shape: tuple[int, ...], w: dict[str, Any],
-                   need: tuple[float | None, float | None]) -> tuple[Verdict, str]:
+                   need: tuple[float | None, float | None],
+                   tied: list[int] | None = None, ties: int = 0) -> tuple[Verdict, str]:
     """First matching rule wins; see the module docstring for why this order."""
     pct = 100.0 * sc.nbad / sc.total
     where = f"{sc.nbad}/{sc.total} elements ({pct:.3g}%) out of tolerance"
@@ -148,6 +229,9 @@ def decide_verdict(*, ctx: Ctx, sc: Scan, dname: str, region: dict[str, Any] | N
     if top1 is not None:
         flip_s = (f"top-1 agreement {top1:.4f} (min {min_top1:g}; {nflip} sample(s) flipped"
                   + (f", first {flipped[:5]}" if flipped else "") + ")")
+        if ties:
+            flip_s += (f"; {ties} near-tie(s) ignored (labels within {TIE_ULPS:g} ulp of "
+                       f"{dname}, first {(tied or [])[:5]})")
 
     if sc.nf_count:
         parts = []
@@ -173,7 +257,7 @@ def decide_verdict(*, ctx: Ctx, sc: Scan, dname: str, region: dict[str, Any] | N
                 f"{'region' if region else 'mismatch'}: {where} (exact {dname} comparison), "
                 f"first at {first}" + (f"; {rs}" if rs else ""))
     bound = _DEPTH.get(dname, 0.0)
-    if sc.f_n and sc.f_norm <= bound:
+    if sc.f_n and sc.f_norm <= bound and whole_unit_step(ctx, bound) is None:
         return (Verdict.ROUNDING,
                 f"rounding: {where}, largest error {sc.f_norm:.3g} unit roundoffs of "
                 f"max(|ref|, mean |ref|) (rounding bound {bound:g} for {dname}); {need_s}")

@@ -10,12 +10,13 @@ from __future__ import annotations
 import io
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from parity_gate.manifest.models import ExportSettings, InputSpec
 from parity_gate.model.outcomes import Outcome
+from parity_gate.model.precision import ExportCause, ExportStage
 from parity_gate.model.text import strip_control
 
 
@@ -27,16 +28,92 @@ class ExportedModel:
     baked_dims: list[tuple[str, int, str, int]] = field(default_factory=list)
     opset: int | None = None
     ir_version: int | None = None
+    # for the hazard checks, in the worker only: every warning, and torch.export's program
+    raw_warnings: list[Any] = field(default_factory=list)
+    program: Any = None
 
 
 class ExportFailure(Exception):
-    """Export failed; `outcome` says whether it is a missing op or something else."""
+    """Export failed; `outcome` says whether it is a missing op or something else,
+    `cause` what the root of the exception chain was and what to try."""
 
-    def __init__(self, outcome: Outcome, reason: str, detail: str) -> None:
+    def __init__(self, outcome: Outcome, reason: str, detail: str,
+                 cause: ExportCause | None = None) -> None:
         super().__init__(reason)
         self.outcome = outcome
         self.reason = reason
         self.detail = detail
+        self.cause = cause
+
+
+@dataclass(frozen=True)
+class Hint:
+    """A workaround worth trying when an export failure's root cause matches `message`
+    (and, when given, its source location matches `where`); one record per rule."""
+
+    message: str
+    text: str
+    where: str = ""
+    exporter: str = ""  # only for failures of this exporter ("" = either)
+
+    def applies(self, cause: ExportCause, exporter: str) -> bool:
+        return (re.search(self.message, cause.key) is not None
+                and (not self.where or re.search(self.where, cause.where) is not None)
+                and (not self.exporter or self.exporter == exporter))
+
+
+HINTS: tuple[Hint, ...] = (
+    # The SDPA attention path reshapes a transposed tensor; the decomposition turns that
+    # reshape into a view the symbolic strides do not allow (T5, Swin in the zoo).
+    Hint(r"Cannot view a tensor", '`attn_implementation="eager"` in the model\'s config '
+         "(its SDPA attention path is what fails)", where=r"(?i)attn|attention"),
+    Hint(r"data-dependent|GuardOnDataDependent",
+         "replacing the Python `if` on tensor values at that line with torch.where or "
+         "torch.cond"),
+    Hint(r"Constraints violated|specializ",
+         "fewer dims in `dynamic` (one declared dynamic was specialised to a constant)"),
+    Hint(r".", "`export: {exporter: torchscript}` (the legacy exporter traces one path)",
+         exporter="dynamo"),
+)
+
+_STEP = re.compile(r"step (\d)/3")
+_STAGES = {"1": ExportStage.CAPTURE, "2": ExportStage.DECOMPOSE, "3": ExportStage.TRANSLATE}
+_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s*([^\n]*)')
+_TARGET = re.compile(r"target=torch\.ops\.([\w.]+)")
+
+
+def exception_chain(exc: BaseException) -> list[BaseException]:
+    """`exc`, what it was raised from, and so on down to the root (cycles cut)."""
+    chain = [exc]
+    while True:
+        last = chain[-1]
+        nxt = last.__cause__ or (None if last.__suppress_context__ else last.__context__)
+        if nxt is None or any(nxt is e for e in chain):
+            return chain
+        chain.append(nxt)
+
+
+def root_cause(exc: BaseException, exporter: str) -> ExportCause:
+    """The root of the chain as one record: its type and first line, the export step, the
+    FX op and the model's source line the exporter names, and the hints that apply."""
+    chain = exception_chain(exc)
+    root = chain[-1]
+    texts = [strip_control(str(e)) for e in chain]
+    text = texts[-1]
+    message = next((ln.strip() for ln in text.splitlines() if ln.strip()), type(root).__name__)
+    steps = [m.group(1) for t in texts for m in [_STEP.search(t)] if m]
+    stage = ExportStage.TORCHSCRIPT if exporter == "torchscript" else \
+        _STAGES.get(steps[0] if steps else "", ExportStage.UNKNOWN)
+    # the innermost frame outside torch, from the text nearest the root that names one
+    frames = next((f for t in reversed(texts) if (f := list(_FRAME.finditer(t)))), [])
+    where = ""
+    if frames:
+        last = next((f for f in reversed(frames) if "/torch/" not in f.group(1)), frames[-1])
+        where = f"{last.group(1).rsplit('/', 1)[-1]}:{last.group(2)}: {last.group(4).strip()}"
+    target = next((m.group(1) for t in texts for m in [_TARGET.search(t)] if m), "")
+    cause = ExportCause(type(root).__name__, message[:300], stage, target, where[:200])
+    hints = [h.text for h in HINTS if h.applies(cause, exporter)]
+    return ExportCause(cause.kind, cause.message, stage, target, cause.where, hints)
 
 
 _UNSUPPORTED = (
@@ -63,64 +140,78 @@ def classify_export_error(message: str) -> tuple[Outcome, str]:
 
 def export_module(
     module: Any,
-    example: Sequence[Any],
+    example: Sequence[Any] | Mapping[str, Any],
     inputs: Sequence[InputSpec],
     output_names: Sequence[str],
     settings: ExportSettings,
 ) -> ExportedModel:
-    """Export with every declared dim dynamic; raise ExportFailure with a classification."""
+    """Export with every declared dim dynamic; raise ExportFailure with a classification.
+
+    `example` is a mapping (forward()'s parameter name → tensor, passed by keyword, in
+    forward()'s order) or, for callers that bind by position, a sequence.
+    """
     import torch
 
     names = [i.name for i in inputs]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
+            program = None
             if settings.exporter == "dynamo":
-                model = _export_dynamo(torch, module, example, inputs, names, output_names,
-                                       settings)
+                model, program = _export_dynamo(torch, module, example, inputs, names,
+                                                output_names, settings)
             else:
                 model = _export_torchscript(torch, module, example, inputs, names, output_names,
                                             settings)
         except Exception as exc:  # the exporter raises many unrelated types
             import traceback
 
-            text = f"{type(exc).__name__}: {exc}"
-            outcome, reason = classify_export_error(text)
-            raise ExportFailure(outcome, reason, traceback.format_exc()[-4000:]) from None
+            cause = root_cause(exc, settings.exporter)
+            chain = "\n".join(f"{type(e).__name__}: {e}" for e in exception_chain(exc))
+            outcome, reason = classify_export_error(chain)
+            if outcome is Outcome.EXPORT_ERROR:
+                reason = cause.describe()
+            raise ExportFailure(outcome, reason, traceback.format_exc()[-4000:],
+                                cause) from None
     messages = _interesting_warnings(caught)
     import onnx
 
     proto = onnx.load_from_string(model)
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
+    from parity_gate.hazards.context import exporter_warnings
+
     return ExportedModel(model, messages, find_baked_dims(proto, inputs), opset,
-                         proto.ir_version)
+                         proto.ir_version, exporter_warnings(caught), program)
 
 
-def _export_dynamo(torch: Any, module: Any, example: Sequence[Any], inputs: Sequence[InputSpec],
-                   names: list[str], output_names: Sequence[str],
-                   settings: ExportSettings) -> bytes:
+def _export_dynamo(torch: Any, module: Any, example: Sequence[Any] | Mapping[str, Any],
+                   inputs: Sequence[InputSpec], names: list[str], output_names: Sequence[str],
+                   settings: ExportSettings) -> tuple[bytes, Any]:
     symbols: dict[str, Any] = {}
-    dynamic_shapes = tuple(
-        {dim: symbols.setdefault(sym, torch.export.Dim(sym)) for dim, sym in spec.dynamic.items()}
-        or None
+    shapes = {
+        spec.name: {dim: symbols.setdefault(sym, torch.export.Dim(sym))
+                    for dim, sym in spec.dynamic.items()} or None
         for spec in inputs
-    )
+    }
     kwargs: dict[str, Any] = {
         "dynamo": True,
-        "input_names": names,
         "output_names": list(output_names) or None,
-        "dynamic_shapes": dynamic_shapes,
         "optimize": settings.optimize,
         "verbose": False,
         **settings.options,
     }
     if settings.opset is not None:
         kwargs["opset_version"] = settings.opset
-    program = torch.onnx.export(module, tuple(example), **kwargs)
-    return program.model_proto.SerializeToString()
+    if isinstance(example, Mapping):  # by keyword: graph inputs take the parameter names
+        kwargs["dynamic_shapes"] = {name: shapes[name] for name in example}
+        program = torch.onnx.export(module, (), kwargs=dict(example), **kwargs)
+    else:
+        kwargs["dynamic_shapes"] = tuple(shapes[n] for n in names)
+        program = torch.onnx.export(module, tuple(example), input_names=names, **kwargs)
+    return program.model_proto.SerializeToString(), getattr(program, "exported_program", None)
 
 
-def _export_torchscript(torch: Any, module: Any, example: Sequence[Any],
+def _export_torchscript(torch: Any, module: Any, example: Sequence[Any] | Mapping[str, Any],
                         inputs: Sequence[InputSpec], names: list[str],
                         output_names: Sequence[str], settings: ExportSettings) -> bytes:
     buffer = io.BytesIO()
@@ -131,14 +222,17 @@ def _export_torchscript(torch: Any, module: Any, example: Sequence[Any],
         dynamic_axes.setdefault(out, {0: "batch"})
     kwargs: dict[str, Any] = {
         "dynamo": False,
-        "input_names": names,
+        "input_names": list(example) if isinstance(example, Mapping) else names,
         "output_names": list(output_names),
         "dynamic_axes": dynamic_axes,
         **settings.options,
     }
     if settings.opset is not None:
         kwargs["opset_version"] = settings.opset
-    torch.onnx.export(module, tuple(example), buffer, **kwargs)
+    if isinstance(example, Mapping):
+        torch.onnx.export(module, (), buffer, kwargs=dict(example), **kwargs)
+    else:
+        torch.onnx.export(module, tuple(example), buffer, **kwargs)
     return buffer.getvalue()
 
 

@@ -75,16 +75,25 @@ def generate(
     out: dict[str, np.ndarray] = {}
     for input_name in input_names:
         spec = fixture.inputs[input_name]
-        shape = tuple(d if isinstance(d, int) else batch_size if d == "batch" else fixture.dims[d]
-                      for d in spec.shape)
+        shape = tuple(d if isinstance(d, int) else batch_size if d == "batch"
+                      else _size(fixture.dims[d], d) for d in spec.shape)
         rng = np.random.default_rng(derive_seed(set_seed, name, input_name, batch_size, sample))
         target = dtype if is_float_dtype(spec.dtype) else spec.dtype
         array = _random(spec, shape, rng)
-        if isinstance(fixture, EdgeFixture):
+        if isinstance(fixture, EdgeFixture) and (spec.distribution != "padding"
+                                                 or spec.specials is not None):
             specials = spec.specials if spec.specials is not None else fixture.specials
             array = _mix_specials(array, target, specials, fixture.fraction, rng)
         out[input_name] = cast(array, target)
     return out
+
+
+def _size(value: int | list[int], symbol: str) -> int:
+    """A dim's size; a list of sizes is split into one fixture id each by the planner."""
+    if isinstance(value, list):
+        raise FixtureError(f"dim {symbol!r} has several sizes {value}: run the set through "
+                           "parity_gate.plan.cases.fixture_variants first")
+    return value
 
 
 def cast(array: np.ndarray, dtype: str) -> np.ndarray:
@@ -103,6 +112,8 @@ def _random(spec: TensorSpec, shape: tuple[int, ...], rng: np.random.Generator) 
                            spec.high if spec.high is not None else 1.0, size=shape)
     if dist == "bernoulli":
         return rng.random(size=shape) < spec.p
+    if dist == "padding":
+        return padding_mask(shape, spec.min_length, spec.padding_side, rng)
     # randint: [low, high), default [0, 100) clipped to the dtype (index-friendly).
     top = 100
     if not is_float_dtype(spec.dtype) and spec.dtype != "bool":
@@ -110,6 +121,28 @@ def _random(spec: TensorSpec, shape: tuple[int, ...], rng: np.random.Generator) 
     low = int(spec.low) if spec.low is not None else 0
     high = int(spec.high) if spec.high is not None else max(top, low + 1)
     return rng.integers(low, high, size=shape, dtype=np.int64)
+
+
+def padding_mask(shape: tuple[int, ...], min_length: int, side: str,
+                 rng: np.random.Generator) -> np.ndarray:
+    """1 for real positions, 0 for padding along the last axis, a random length per row.
+
+    Row 0 is never padded, so the batch's longest row spans the axis as a
+    tokenizer's padded batch would; the others keep at least `min_length`.
+    """
+    if not shape:
+        return np.ones((), dtype=np.int64)
+    length = shape[-1]
+    rows = int(np.prod(shape[:-1], dtype=np.int64))
+    low = min(max(min_length, 0), length)
+    lengths = rng.integers(low, length + 1, size=rows)
+    if rows:
+        lengths[0] = length
+    position = np.arange(length)
+    if side == "left":
+        position = position[::-1]
+    mask = (position[None, :] < lengths[:, None]).astype(np.int64)
+    return mask.reshape(shape)
 
 
 def special_values(dtype: str, which: Sequence[str] | None) -> list[float | int | bool]:

@@ -13,13 +13,15 @@ import random
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from parity_gate import compare as cmp
+from parity_gate.compare.reference import judge_against_float64
 from parity_gate.engine import stages
+from parity_gate.engine.binding import Binding, bind, output_names
 from parity_gate.engine.exporting import ExportedModel, ExportFailure, export_module
 from parity_gate.engine.fixtures import (
     FixtureError,
@@ -30,28 +32,64 @@ from parity_gate.engine.protocol import CaseStream, Emit
 from parity_gate.engine.runtime import first_line
 from parity_gate.engine.stages import StageFailure
 from parity_gate.engine.tensors import leaves, to_numpy, to_torch
-from parity_gate.manifest.models import EdgeFixture, output_names
+from parity_gate.hazards.context import HazardContext, training_modules
+from parity_gate.hazards.run import check_failure, module_checks, run_checks
+from parity_gate.hazards.run import merge as merge_hazards
+from parity_gate.manifest.models import EdgeFixture
 from parity_gate.model.findings import Finding, Rerun, Stage
+from parity_gate.model.hazards import Hazard
 from parity_gate.model.keys import CaseKey
 from parity_gate.model.outcomes import Outcome
+from parity_gate.model.precision import CLEARLY_WORSE, Reexport, Reference, Ruling
 from parity_gate.model.results import CaseResult, Provenance
 from parity_gate.plan.cases import ModuleJob, batch_sizes_for
+
+# Dtypes whose eager run is not a trustworthy reference on its own: judged against float64.
+LOW_PRECISION = ("float16", "bfloat16")
 
 
 @dataclass
 class _Reference:
-    """Eager outputs of one (fixture, batch) across samples, or why there are none."""
+    """Eager outputs of one (fixture, batch) across samples, or why there are none;
+    `truth`: the float64 run of the same inputs, made on the first mismatch only."""
 
     inputs: list[dict[str, np.ndarray]] = field(default_factory=list)
     outputs: list[list[np.ndarray]] = field(default_factory=list)
     error: CaseResult | None = None
     eager_s: float = 0.0
+    names: list[str] = field(default_factory=list)
+    truth: list[list[np.ndarray]] | None = None
+    truth_error: str = ""
+
+
+@dataclass
+class _Module:
+    """One module in one dtype, and what follow-up checks create from it once."""
+
+    typed: Any
+    binding: Binding
+    dtype: str
+    device: str
+    source: Any  # the module before casting (float64 copies are made from it)
+    float64: Any = None
+    unoptimized: dict[str, Any] = field(default_factory=dict)  # provider -> session / error
 
 
 class _Ctx(CaseStream):
     """Per-job state shared by the steps below."""
 
     job: ModuleJob
+    training: tuple[str, ...] = ()    # submodules in training mode, read before .eval()
+    hazards: list[Hazard] | None = None
+
+    def hazard(self, found: list[Hazard]) -> None:
+        self.hazards = [*(self.hazards or []), *found]
+
+    def emit_hazards(self) -> None:
+        """One finding per hazard, folded across dtypes, once the module is done."""
+        for h in merge_hazards(self.hazards or []):
+            severity = "error" if h.blocks else "warning"  # an error annotation blocks
+            self.finding(Finding(self.job.name, h.rule, h.describe(), severity, hazard=h))
 
     def fail_all(self, keys: list[CaseKey], outcome: Outcome, reason: str, detail: str = "",
                  **extra: Any) -> None:
@@ -79,6 +117,10 @@ def run_job(job: ModuleJob, emit: Emit) -> None:
     except Exception:  # a bug in parity-gate must not lose the other cases
         ctx.fail_all(ctx.pending, Outcome.CRASH, "internal error in parity-gate worker "
                      "(please report)", traceback.format_exc()[-4000:])
+    try:
+        ctx.emit_hazards()
+    except Exception:  # advisory: never lose the cases for a finding
+        traceback.print_exc()
 
 
 def _run(ctx: _Ctx) -> None:
@@ -100,11 +142,17 @@ def _run(ctx: _Ctx) -> None:
                      f"factory {job.module.factory} returned {type(module).__name__}, "
                      "expected a torch.nn.Module")
         return
-    if module.training:
-        ctx.note("training_mode", f"factory {job.module.factory} returned the module in "
-                    "training mode (dropout/batch-norm statistics would be exported); "
-                    "parity-gate called .eval()")
+    ctx.training = training_modules(module)  # the training-mode rule reads it
     module.eval()
+    ctx.hazard(module_checks(HazardContext(job.name, job.export.exporter or "dynamo",
+                                           job.module.inputs, training=ctx.training),
+                             settings.hazards))
+    binding, problems = bind(module, job.module)
+    if problems:
+        for text in problems:
+            ctx.note("manifest", text, "error")
+        ctx.fail_all(ctx.pending, Outcome.EAGER_ERROR, problems[0], "\n".join(problems))
+        return
     device = settings.reference_device or "cpu"
     if device == "cuda" and not torch.cuda.is_available():
         ctx.fail_all(ctx.pending, Outcome.EAGER_ERROR,
@@ -113,23 +161,23 @@ def _run(ctx: _Ctx) -> None:
     for dtype in settings.dtypes or []:
         keys = [k for k in ctx.pending if k.dtype == dtype]
         if keys:
-            _run_dtype(ctx, torch, module, dtype, device, keys)
+            _run_dtype(ctx, torch, module, binding, dtype, device, keys)
 
 
-def _run_dtype(ctx: _Ctx, torch: Any, module: Any, dtype: str, device: str,
+def _run_dtype(ctx: _Ctx, torch: Any, module: Any, binding: Binding, dtype: str, device: str,
                keys: list[CaseKey]) -> None:
     job = ctx.job
     settings = job.settings
     ctx.step(Stage.CASTING, dtype)
     typed = copy.deepcopy(module).to(getattr(torch, dtype))
+    mod = _Module(typed, binding, dtype, device, module)
     refs: dict[tuple[str, int | None], _Reference] = {}
     for fixture_name in dict.fromkeys(k.inputs for k in keys):
         fixture = job.fixtures[fixture_name]
         for batch in batch_sizes_for(fixture, settings.batch_sizes or []):
             if any(k.inputs == fixture_name and k.batch_size == batch for k in keys):
                 ctx.step(Stage.EAGER, f"{dtype}/{fixture_name}/b{batch}")
-                refs[(fixture_name, batch)] = _reference(ctx, torch, typed, dtype, device,
-                                                         fixture_name, batch)
+                refs[(fixture_name, batch)] = _reference(ctx, torch, mod, fixture_name, batch)
     for (fixture_name, ref_batch), ref in refs.items():
         if ref.error is not None:
             hit = [k for k in keys if k.inputs == fixture_name and k.batch_size == ref_batch]
@@ -139,26 +187,27 @@ def _run_dtype(ctx: _Ctx, torch: Any, module: Any, dtype: str, device: str,
     live = [k for k in keys if k in ctx.pending]
     if not live:
         return
+    names = next((r.names for r in refs.values() if r.outputs), [])
     export_batch = _export_batch(job.export.batch_size, settings.batch_sizes or [])
     example = _example(ctx, dtype, export_batch)
     ctx.step(Stage.EXPORTING, dtype)
     t0 = time.perf_counter()
-    names = output_names(job.module, len(next(iter(r.outputs[0] for r in refs.values()
-                                                   if r.outputs), [])))
     try:
-        example_t = [to_torch(example[i.name], device) for i in job.module.inputs]
-        exported = export_module(typed.to(device), example_t, job.module.inputs, names,
-                                 job.export)
+        exported = _export(job, mod, example, names, job.export)
     except ExportFailure as failure:
         ctx.fail_all(live, failure.outcome, failure.reason, failure.detail,
-                     provenance=ctx.provenance(device))
+                     provenance=ctx.provenance(device), cause=failure.cause)
+        ctx.hazard(check_failure(_hazard_context(ctx, mod, example, export_batch, None,
+                                                 f"{failure.reason}\n{failure.detail}"),
+                                 settings.hazards))
         return
     except FixtureError as exc:
         ctx.fail_all(live, Outcome.EAGER_ERROR, f"fixture: {exc}",
                      provenance=ctx.provenance(device))
         return
     export_s = time.perf_counter() - t0
-    _export_findings(ctx, dtype, exported, export_batch)
+    ctx.hazard(run_checks(_hazard_context(ctx, mod, example, export_batch, exported),
+                          settings.hazards))
     ctx.step(Stage.CHECKING, dtype)
     t0 = time.perf_counter()
     try:
@@ -171,13 +220,38 @@ def _run_dtype(ctx: _Ctx, torch: Any, module: Any, dtype: str, device: str,
     for provider in dict.fromkeys(k.provider for k in live):
         pkeys = [k for k in live if k.provider == provider]
         shared = {"export_s": export_s, "check_s": check_s}
-        _run_provider(ctx, exported, provider, pkeys, refs, export_batch, shared, dtype, device)
+        _run_provider(ctx, exported, provider, pkeys, refs, export_batch, shared, mod, example)
+
+
+def _hazard_context(ctx: _Ctx, mod: _Module, example: dict[str, np.ndarray],
+                    export_batch: int, exported: ExportedModel | None,
+                    error: str = "") -> HazardContext:
+    """What the export-hazard rules read: this dtype's export, or its error."""
+    job = ctx.job
+    tensors = [to_torch(example[n], mod.device) for n in mod.binding.order]
+    return HazardContext(
+        job.name, job.export.exporter or "dynamo", job.module.inputs, tensors, export_batch,
+        job.settings.batch_sizes or [], mod.dtype, mod.typed, ctx.training,
+        exported.model if exported else b"", job.export.optimize,
+        exported.program if exported else None,
+        exported.raw_warnings if exported else [], job.settings.target_runtime,
+        dict(job.export.options), job.export.opset, error)
+
+
+def _export(job: ModuleJob, mod: _Module, example: dict[str, np.ndarray], names: list[str],
+            settings: Any) -> ExportedModel:
+    """One export of `mod` with the example bound as forward() takes it."""
+    tensors = {n: to_torch(example[n], mod.device) for n in mod.binding.order}
+    return export_module(mod.typed.to(mod.device), mod.binding.arguments(tensors),
+                         job.module.inputs, names, settings)
 
 
 def _run_provider(ctx: _Ctx, exported: ExportedModel, provider: str, keys: list[CaseKey],
                   refs: dict[tuple[str, int | None], _Reference], export_batch: int,
-                  shared: dict[str, float], dtype: str, device: str) -> None:
+                  shared: dict[str, float], mod: _Module, example: dict[str, np.ndarray]
+                  ) -> None:
     job = ctx.job
+    dtype, device = mod.dtype, mod.device
     provenance = ctx.provenance(device, exported)
     ctx.step(Stage.LOADING, f"{dtype}", f"on {provider}")
     t0 = time.perf_counter()
@@ -193,12 +267,21 @@ def _run_provider(ctx: _Ctx, exported: ExportedModel, provider: str, keys: list[
     for key in keys:
         ref = refs[(key.inputs, key.batch_size)]
         ctx.step(Stage.RUNNING, key.id)
-        result = _run_case(job, session, key, ref, feed_names, export_batch, dict(timings),
-                           provenance)
+        result, got = _run_case(job, session, key, ref, feed_names, export_batch,
+                                dict(timings), provenance)
         if result.outcome is Outcome.MISMATCH:
             ctx.step(Stage.RECHECKING, key.id, "with ORT graph optimizations off")
             _fusion_check(job, exported, provider, result, ref, feed_names, export_batch,
                           unoptimized)
+            if dtype in LOW_PRECISION and ref.truth is None and not ref.truth_error:
+                _float64_run(ctx, mod, ref)
+            if job.export.exporter == "dynamo" and job.export.optimize:
+                ctx.step(Stage.RECHECKING, key.id, "exported with optimize: false")
+                result.reexport = _reexport(job, mod, provider, result, ref, example,
+                                            export_batch)
+            if dtype in LOW_PRECISION:
+                ctx.step(Stage.RECHECKING, key.id, "against float64")
+                result = _against_float64(ctx, mod, result, ref, got)
         ctx.result(result)
 
 
@@ -215,8 +298,8 @@ def _fusion_check(job: ModuleJob, exported: ExportedModel, provider: str, result
             cache.append(stages.open_session(exported.model, provider,
                                              job.providers[provider].options,
                                              optimization="disabled"))
-        again = _run_case(job, cache[0], result.key, ref, feed_names, export_batch, {},
-                          result.provenance)
+        again, _ = _run_case(job, cache[0], result.key, ref, feed_names, export_batch, {},
+                             result.provenance)
     except StageFailure as failure:
         result.rerun = Rerun(error=failure.reason)
         return
@@ -228,10 +311,106 @@ def _fusion_check(job: ModuleJob, exported: ExportedModel, provider: str, result
                          max_abs=worst.max_abs if worst is not None else None)
 
 
+def _reexport(job: ModuleJob, mod: _Module, provider: str, result: CaseResult, ref: _Reference,
+              example: dict[str, np.ndarray], export_batch: int) -> Reexport:
+    """The mismatch on a graph exported with the exporter's own optimizer off.
+
+    ORT's optimization level cannot undo what onnxscript's optimizer already
+    rewrote or folded (BatchNorm into a convolution, in float16), so "persists
+    with ORT optimizations off" alone would point away from that cause.
+    """
+    try:
+        session = mod.unoptimized.get(provider)
+        if session is None:
+            plain = _export(job, mod, example, ref.names,
+                            job.export.model_copy(update={"optimize": False}))
+            session = stages.open_session(plain.model, provider,
+                                          job.providers[provider].options)
+            mod.unoptimized[provider] = session
+        feed_names = {i.name for i in session.get_inputs()}
+        again, got = _run_case(job, session, result.key, ref, feed_names, export_batch, {},
+                               result.provenance)
+    except (ExportFailure, StageFailure) as failure:
+        return Reexport(error=failure.reason)
+    except Exception as exc:  # advisory: never lose the real result
+        return Reexport(error=first_line(repr(exc)))
+    worst = again.worst()
+    onnx_error = None
+    if ref.truth is not None and again.outcome is not Outcome.SHAPE_MISMATCH:
+        judged = _judge_float64(job, result, ref, got)
+        onnx_error = judged.onnx_error if judged.ruling is not Ruling.UNVERIFIED else None
+    return Reexport(outcome=again.outcome,
+                    max_abs=worst.max_abs if worst is not None else None,
+                    onnx_error=onnx_error)
+
+
+def _against_float64(ctx: _Ctx, mod: _Module, result: CaseResult, ref: _Reference,
+                     got: list[list[np.ndarray]]) -> CaseResult:
+    """A float16/bfloat16 mismatch stands only if ONNX is clearly further from float64
+    than eager is; otherwise the case passes, with the figures on record."""
+    if ref.truth is None:
+        result.reference = Reference(Ruling.UNVERIFIED, error=ref.truth_error)
+        return result
+    judged = _judge_float64(ctx.job, result, ref, got)
+    result.reference = judged
+    if judged.ruling.defect:
+        return result
+    worst = result.worst()
+    plain = result.reexport
+    better = (f"; exported with optimize: false, onnx needs only atol>={plain.onnx_error:.3g} "
+              "against float64: the exporter's optimizer costs this accuracy"
+              if plain is not None and plain.onnx_error is not None
+              and judged.onnx_error is not None
+              and plain.onnx_error * CLEARLY_WORSE <= judged.onnx_error else "")
+    return replace(result, outcome=Outcome.PASS,
+                   reason=f"{worst.name if worst is not None else 'output'}: {mod.dtype} eager "
+                   f"and ONNX differ, but {judged.describe()}{better}")
+
+
+def _judge_float64(job: ModuleJob, result: CaseResult, ref: _Reference,
+                   got: list[list[np.ndarray]]) -> Reference:
+    truth = ref.truth or []
+    specs = {o.name: o for o in job.module.outputs or []}
+    count = len(ref.names)
+    stacked = [[_stack([outs[i] for outs in side]) for i in range(count)]
+               for side in (ref.outputs, got, truth)]
+    if any(a is None for side in stacked for a in side):
+        return Reference(Ruling.UNVERIFIED, error="samples differ in shape")
+    eager, onnx, true = ([a for a in side if a is not None] for side in stacked)
+    failing = {c.name for c in result.comparisons if not c.passed}
+    return judge_against_float64(
+        eager, onnx, true, ref.names,
+        [_tolerance(job, result.key.dtype, specs.get(n)) for n in ref.names],
+        [getattr(specs.get(n), "task", None) == "classification" for n in ref.names],
+        [i for i, n in enumerate(ref.names) if n in failing])
+
+
+def _float64_run(ctx: _Ctx, mod: _Module, ref: _Reference) -> None:
+    """The same weights and the very same (low-precision) inputs, computed in float64."""
+    import torch
+
+    ctx.step(Stage.RECHECKING, mod.dtype, "float64 reference")
+    try:
+        if mod.float64 is None:
+            mod.float64 = copy.deepcopy(mod.source).to(torch.float64).to(mod.device)
+        truth = []
+        for inputs in ref.inputs:
+            wide = {n: (a.astype(np.float64) if a.dtype.kind == "f"
+                        or a.dtype.name == "bfloat16" else a) for n, a in inputs.items()}
+            with torch.inference_mode():
+                out = mod.binding.call(mod.float64, {n: to_torch(wide[n], mod.device)
+                                                     for n in mod.binding.order})
+            truth.append([to_numpy(t) for t in leaves(out)])
+        ref.truth = truth
+    except Exception as exc:  # e.g. an op with no float64 kernel: the case stays as it is
+        ref.truth_error = f"float64 run failed: {first_line(repr(exc))}"
+
+
 def _run_case(job: ModuleJob, session: Any, key: CaseKey, ref: _Reference, feed_names: set[str],
               export_batch: int, timings: dict[str, float],
-              provenance: Provenance) -> CaseResult:
-    """Run every sample of one case, then compare each output over all samples at once."""
+              provenance: Provenance) -> tuple[CaseResult, list[list[np.ndarray]]]:
+    """Run every sample of one case, then compare each output over all samples at once;
+    also returns the ONNX outputs (per sample) for follow-up checks."""
     common: dict[str, Any] = {"provenance": provenance, "samples": len(ref.inputs)}
     got_all: list[list[np.ndarray]] = []
     t0 = time.perf_counter()
@@ -243,14 +422,14 @@ def _run_case(job: ModuleJob, session: Any, key: CaseKey, ref: _Reference, feed_
         except StageFailure as failure:
             timings["run_s"] = time.perf_counter() - t0
             return CaseResult(key, failure.outcome, failure.reason, failure.detail,
-                              timings=timings, **common)
+                              timings=timings, **common), got_all
     timings["run_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     result = _judge(job, key, ref, got_all, common, export_batch)
     timings["compare_s"] = time.perf_counter() - t0
     timings["eager_s"] = ref.eager_s
     result.timings = timings
-    return result
+    return result, got_all
 
 
 def _judge(job: ModuleJob, key: CaseKey, ref: _Reference, got_all: list[list[np.ndarray]],
@@ -260,7 +439,7 @@ def _judge(job: ModuleJob, key: CaseKey, ref: _Reference, got_all: list[list[np.
         return CaseResult(key, Outcome.SHAPE_MISMATCH,
                           f"exported model returns {n_got} output(s), eager returns {n_ref}",
                           **common)
-    names = output_names(job.module, n_ref)
+    names = ref.names
     specs = {o.name: o for o in job.module.outputs or []}
     comparisons = []
     for i, name in enumerate(names):
@@ -319,8 +498,8 @@ def _tolerance(job: ModuleJob, dtype: str, spec: Any) -> cmp.Tolerance:
     return cmp.Tolerance(atol=tol.atol, rtol=tol.rtol)
 
 
-def _reference(ctx: _Ctx, torch: Any, module: Any, dtype: str, device: str,
-               fixture_name: str, batch: int) -> _Reference:
+def _reference(ctx: _Ctx, torch: Any, mod: _Module, fixture_name: str,
+               batch: int) -> _Reference:
     job = ctx.job
     fixture = job.fixtures[fixture_name]
     ref = _Reference()
@@ -328,10 +507,19 @@ def _reference(ctx: _Ctx, torch: Any, module: Any, dtype: str, device: str,
     t0 = time.perf_counter()
     try:
         for sample in range(fixture.samples):
-            inputs = generate(fixture_name, fixture, names, batch, dtype, sample,
+            inputs = generate(fixture_name, fixture, names, batch, mod.dtype, sample,
                               seed=job.seed, base_dir=job.base_dir)
             with torch.inference_mode():
-                out = module(*(to_torch(inputs[n], device) for n in names))
+                out = mod.binding.call(mod.typed, {n: to_torch(inputs[n], mod.device)
+                                                   for n in names})
+            if not ref.names:
+                ref.names, problems = output_names(out, job.module)
+                if problems:  # `outputs[].name` entries the module does not return
+                    for text in problems:
+                        ctx.note("manifest", text, "error")
+                    ref.error = CaseResult(CaseKey("", "", "", 0, ""), Outcome.EAGER_ERROR,
+                                           problems[0], "\n".join(problems))
+                    return ref
             ref.inputs.append(inputs)
             ref.outputs.append([to_numpy(t) for t in leaves(out)])
     except FixtureError as exc:
@@ -353,8 +541,7 @@ def _example(ctx: _Ctx, dtype: str, batch: int) -> dict[str, np.ndarray]:
     """Export example from a plain (non-edge) fixture set when there is one."""
     job = ctx.job
     names = [i.name for i in job.module.inputs]
-    ordered = sorted(job.module.fixtures,
-                     key=lambda n: isinstance(job.fixtures[n], EdgeFixture))
+    ordered = sorted(job.fixtures, key=lambda n: isinstance(job.fixtures[n], EdgeFixture))
     name = ordered[0]
     return generate(name, job.fixtures[name], names, batch, dtype, 0, seed=job.seed,
                     base_dir=job.base_dir)
@@ -364,15 +551,6 @@ def _export_batch(configured: int | None, batch_sizes: list[int]) -> int:
     if configured:
         return configured
     return min((b for b in batch_sizes if b >= 2), default=2)
-
-
-def _export_findings(ctx: _Ctx, dtype: str, exported: ExportedModel, export_batch: int) -> None:
-    for name, index, symbol, value in exported.baked_dims:
-        ctx.note("baked_shape", f"{dtype}: input {name!r} dim {index} was declared dynamic "
-                    f"({symbol!r}) but the exported graph fixes it to {value} (exported at "
-                    f"batch {export_batch}); other sizes will fail", "error")
-    for text in exported.warnings[:5]:
-        ctx.note("export_warning", f"{dtype}: {text}")
 
 
 def _build(job: ModuleJob) -> Any:
@@ -395,3 +573,24 @@ def _seed_everything(torch: Any, seed: int) -> None:
     torch.backends.cudnn.allow_tf32 = False
     torch.set_float32_matmul_precision("highest")
 
+
+# Public entry points for follow-up stages (localisation) that redo a module as the gate did.
+
+
+def build_module(job: ModuleJob) -> Any:
+    """The module from its factory, seeded as the gate seeds it (so the same weights),
+    with the job's import path; not yet in eval mode."""
+    import torch
+
+    _seed_everything(torch, derive_seed(job.seed, job.name))
+    return _build(job)
+
+
+def export_batch_size(job: ModuleJob) -> int:
+    """The batch size the gate exports this module at."""
+    return _export_batch(job.export.batch_size, job.settings.batch_sizes or [])
+
+
+def tolerance_for(job: ModuleJob, dtype: str, spec: Any) -> cmp.Tolerance:
+    """The tolerance of one output (`spec`: its OutputSpec, or None) in `dtype`."""
+    return _tolerance(job, dtype, spec)

@@ -4,14 +4,29 @@ A fresh interpreter per export pays the torch import and the exporter's
 first-call warm-up every time, so workers are reused. Each job (one module)
 has a deadline; a worker that misses it, segfaults, aborts or is OOM-killed is
 replaced, and the cases it never reported become timeout/crash results.
+
+Nothing outlives the gate. Each worker leads its own process group (a kill
+takes the module's own child processes with it), gets SIGKILL from the kernel
+when the gate dies (PR_SET_PDEATHSIG), and forks a tiny sentinel before its
+heavy imports that, when the gate dies, removes the pool's temporary folder and
+kills the whole group, so even a grandchild a module started goes. Workers'
+temporary files (TMPDIR) live in the pool's folder; a folder left by a gate
+that died anyway is removed by the next pool.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import faulthandler
 import importlib
 import multiprocessing as mp
 import os
+import re
+import select
+import shutil
 import signal
+import sys
 import tempfile
 import time
 import traceback
@@ -30,12 +45,129 @@ from parity_gate.model.results import CaseResult
 _CTX = mp.get_context("spawn")
 
 
-def _worker_main(conn: Connection, log_path: str, threads: int, warm: Sequence[str]) -> None:
+FOLDER_PREFIX = "parity-gate-workers-"
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with(gate_pid: int) -> None:
+    """Own process group; SIGKILL from the kernel when the gate dies (Linux)."""
+    with contextlib.suppress(OSError):
+        os.setpgid(0, 0)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != gate_pid:  # the gate died before the death signal was armed
+        os._exit(1)
+
+
+def _start_sentinel(gate_pid: int, folder: str) -> None:
+    """Fork a watcher that, when the gate dies, removes `folder` and kills this worker's
+    group: the worker, a module's own child processes and itself. When the worker dies
+    first it kills the group too (no module child outlives its worker)."""
+    worker_pid = os.getpid()
+    if os.fork():
+        return
+    try:
+        _close_inherited()  # the gate must see the worker's pipes close when it dies
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        gate_gone = _wait_either(gate_pid, worker_pid)
+        if gate_gone:
+            shutil.rmtree(folder, ignore_errors=True)
+        os.killpg(0, signal.SIGKILL)
+    finally:
+        os._exit(0)
+
+
+def _close_inherited() -> None:
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    try:
+        fds = [int(n) for n in os.listdir("/proc/self/fd")]
+    except OSError:
+        fds = list(range(3, 1024))
+    for fd in fds:
+        if fd > 2:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+def _wait_either(gate_pid: int, worker_pid: int) -> bool:
+    """Block until the gate or the worker ends; True when the gate did."""
+    try:
+        gate, worker = os.pidfd_open(gate_pid), os.pidfd_open(worker_pid)
+    except (AttributeError, OSError):
+        while True:  # no pidfd: poll (a zombie gate counts as gone)
+            if not _alive(gate_pid):
+                return True
+            if os.getppid() != worker_pid:
+                return False
+            time.sleep(0.2)
+    ready, _, _ = select.select([gate, worker], [], [])
+    return gate in ready
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
+def remove_stale_folders(root: str | None = None) -> list[str]:
+    """Remove the worker folders of gates that died without cleaning up (SIGKILL)."""
+    removed = []
+    base = Path(root or tempfile.gettempdir())
+    for folder in base.glob(f"{FOLDER_PREFIX}*"):
+        m = re.match(re.escape(FOLDER_PREFIX) + r"(\d+)-", folder.name)
+        if m and int(m.group(1)) != os.getpid() and not _alive(int(m.group(1))):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(str(folder))
+    return removed
+
+
+def _flush_output() -> None:
+    """Push this job's output into the log before the next job's output begins, so a
+    crash record holds only its own module's output (C stdio too)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).fflush(None)
+
+
+def _worker_main(conn: Connection, log_path: str, threads: int, warm: Sequence[str],
+                 gate_pid: int = 0) -> None:
     """Worker loop: import the heavy stack once, then serve jobs until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    if gate_pid:
+        _die_with(gate_pid)
+        _start_sentinel(gate_pid, str(Path(log_path).parent))
+    scratch = f"{log_path}.tmp"  # the worker's and its modules' temporary files
+    os.makedirs(scratch, exist_ok=True)
+    os.environ["TMPDIR"] = scratch
+    tempfile.tempdir = None
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, ValueError):  # a crash loses no buffer
+            stream.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    # A segfault or abort prints the Python stack into the log (the crash's evidence);
+    # SIGUSR1 makes a hung worker print where it hangs before the pool kills it.
+    faulthandler.enable(all_threads=True)
+    if hasattr(signal, "SIGUSR1"):  # POSIX only
+        faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     try:
         import logging
@@ -65,6 +197,7 @@ def _worker_main(conn: Connection, log_path: str, threads: int, warm: Sequence[s
             entry_point(job)(job, conn.send)
         except BaseException:  # an entry point must not raise; its cases become crashes
             traceback.print_exc()
+        _flush_output()
         conn.send(Done(job.name))
 
 
@@ -78,9 +211,21 @@ class _Worker:
     step: Step = field(default_factory=lambda: Step(Stage.STARTING))
     pending: list[CaseKey] = field(default_factory=list)
     started: float = 0.0
+    log_start: int = 0  # where this job's output begins in the worker's log
+    mark: float = 0.0  # when the worker last reported (a step or a result)
+    untimed: list[CaseResult] = field(default_factory=list)
+    ready: bool = False  # imports done (a warm worker starts the next job at once)
 
 
-Event = CaseResult | Finding
+@dataclass(frozen=True)
+class Activity:
+    """What a worker is doing now, for progress lines: `module` is the job's name."""
+
+    module: str
+    step: Step
+
+
+Event = CaseResult | Finding | Activity
 
 
 class WorkerPool:
@@ -92,7 +237,8 @@ class WorkerPool:
         self.warm = tuple(warm)
         cpus = os.cpu_count() or 1
         self.threads = threads or max(1, cpus // self.size)
-        self._logdir = tempfile.mkdtemp(prefix="parity-gate-workers-")
+        remove_stale_folders()
+        self._logdir = tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-")
         self._workers: list[_Worker] = []
         self._spawned = 0
 
@@ -100,7 +246,8 @@ class WorkerPool:
         self._spawned += 1
         log_path = str(Path(self._logdir) / f"worker-{self._spawned}.log")
         parent, child = _CTX.Pipe()
-        process = _CTX.Process(target=_worker_main, args=(child, log_path, self.threads, self.warm),
+        process = _CTX.Process(target=_worker_main, args=(child, log_path, self.threads, self.warm,
+                                                          os.getpid()),
                                daemon=True, name=f"parity-gate-worker-{self._spawned}")
         process.start()
         child.close()
@@ -111,7 +258,8 @@ class WorkerPool:
         return self._spawned
 
     def run(self, jobs: Sequence[Job]) -> Iterator[Event]:
-        """Yield CaseResults and Findings until every job is done."""
+        """Yield CaseResults, Findings and Activity (each step a worker reports) until
+        every job is done."""
         queue = list(jobs)
         while len(self._workers) < min(self.size, len(queue)):
             self._workers.append(self._spawn())
@@ -124,6 +272,8 @@ class WorkerPool:
                     worker = self._replace(worker)
                 self._assign(worker, queue.pop(0))
                 busy.append(worker)
+                if worker.job is not None and not worker.ready:
+                    yield Activity(worker.job.name, worker.step)
             now = time.monotonic()
             timeout = max(0.0, min(w.deadline for w in busy) - now)
             ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy],
@@ -144,6 +294,7 @@ class WorkerPool:
                 elif time.monotonic() > worker.deadline:
                     _, events = self._drain(worker)
                     yield from events
+                    self._dump_stacks(worker)
                     limit = worker.job.timeout_s if worker.job else 0
                     yield from self._lost(worker, Outcome.TIMEOUT,
                                           f"module exceeded its timeout of {limit:g}s "
@@ -155,7 +306,9 @@ class WorkerPool:
         worker.job = job
         worker.pending = list(job.cases)
         worker.step = Step(Stage.STARTING)
-        worker.started = time.monotonic()
+        worker.started = worker.mark = time.monotonic()
+        worker.untimed = []
+        worker.log_start = self._log_size(worker)
         # The first job also pays the worker's torch import; give it that time.
         worker.deadline = worker.started + job.timeout_s
         worker.conn.send(job)
@@ -170,15 +323,26 @@ class WorkerPool:
                 message = worker.conn.recv()
             except (EOFError, OSError):
                 return None, events
+            if isinstance(message, CaseResult) and not message.timings:
+                if message.key in worker.pending:  # timed when its batch is complete
+                    worker.pending.remove(message.key)
+                    worker.untimed.append(message)
+                continue
+            events += self._timed(worker)
             if isinstance(message, CaseResult):
                 if message.key in worker.pending:
                     worker.pending.remove(message.key)
                     events.append(message)
+                worker.mark = time.monotonic()
             elif isinstance(message, Finding):
                 events.append(message)
             elif isinstance(message, Step):
                 worker.step = message
+                worker.mark = time.monotonic()
+                if worker.job is not None:
+                    events.append(Activity(worker.job.name, message))
             elif isinstance(message, Ready):
+                worker.ready = True
                 worker.deadline = time.monotonic() + (worker.job.timeout_s if worker.job else 0)
             elif isinstance(message, Fatal):
                 last = message.traceback.strip().splitlines()[-1]
@@ -187,15 +351,57 @@ class WorkerPool:
             elif isinstance(message, Done):
                 return True, events
         if not worker.process.is_alive():
-            return None, events
+            return None, events + self._timed(worker)
         return False, events
+
+    @staticmethod
+    def _timed(worker: _Worker) -> list[Event]:
+        """Results that failed before any timing (a build, export or session error) share
+        the wall time since the step they failed in began, so none reads as 0 s."""
+        batch, worker.untimed = worker.untimed, []
+        if batch:
+            share = max(time.monotonic() - worker.mark, 0.0) / len(batch)
+            for case in batch:
+                case.timings = {"wall_s": share}
+            worker.mark = time.monotonic()
+        return list(batch)
 
     def _lost(self, worker: _Worker, outcome: Outcome, reason: str,
               lost: Lost) -> Iterator[Event]:
+        yield from self._timed(worker)
         detail = self._log_tail(worker)
+        share = {"wall_s": max(time.monotonic() - worker.mark, 0.0) / max(len(worker.pending), 1)}
         for key in worker.pending:
-            yield CaseResult(key, outcome, reason=reason, detail=detail, lost=lost)
+            yield CaseResult(key, outcome, reason=reason, detail=detail, lost=lost,
+                             timings=dict(share))
         worker.pending = []
+
+    def _dump_stacks(self, worker: _Worker, wait_s: float = 2.0) -> None:
+        """Ask a hung worker for its Python stacks (faulthandler, SIGUSR1) before the kill,
+        so the timeout's evidence says where it hung."""
+        if (not hasattr(signal, "SIGUSR1") or not worker.process.is_alive()
+                or worker.process.pid is None):
+            return
+        before = self._log_size(worker)
+        try:
+            os.kill(worker.process.pid, signal.SIGUSR1)
+        except OSError:
+            return
+        deadline = time.monotonic() + wait_s
+        size = before
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            now = self._log_size(worker)
+            if now > before and now == size:  # written, and no longer growing
+                return
+            size = now
+
+    @staticmethod
+    def _log_size(worker: _Worker) -> int:
+        try:
+            return Path(worker.log_path).stat().st_size
+        except OSError:
+            return 0
 
     def _death(self, worker: _Worker) -> tuple[str, Lost]:
         worker.process.join(timeout=5)
@@ -209,8 +415,11 @@ class WorkerPool:
         return f"worker exited with code {code} {where}", Lost(worker.step, exit_code=code)
 
     def _log_tail(self, worker: _Worker, limit: int = 3000) -> str:
+        """The end of what this job printed (not the output of earlier jobs on the worker)."""
         try:
-            data = Path(worker.log_path).read_bytes()
+            with open(worker.log_path, "rb") as fh:
+                fh.seek(worker.log_start)
+                data = fh.read()
         except OSError:
             return ""
         return data[-limit:].decode("utf-8", "replace")
@@ -223,10 +432,24 @@ class WorkerPool:
 
     @staticmethod
     def _kill(worker: _Worker) -> None:
+        """Kill the worker's process group: the worker and any process its module started."""
+        pid = worker.process.pid
+        if pid is not None:
+            with contextlib.suppress(OSError):  # not yet its own group leader, or gone
+                os.killpg(pid, signal.SIGKILL)
         if worker.process.is_alive():
             worker.process.kill()
         worker.process.join(timeout=10)
         worker.conn.close()
+
+    @property
+    def pids(self) -> list[int]:
+        """The current workers' process ids (tests check none outlives the pool)."""
+        return [w.process.pid for w in self._workers if w.process.pid is not None]
+
+    @property
+    def folder(self) -> str:
+        return self._logdir
 
     def close(self) -> None:
         for worker in self._workers:
@@ -237,6 +460,7 @@ class WorkerPool:
                 pass
             self._kill(worker)
         self._workers = []
+        shutil.rmtree(self._logdir, ignore_errors=True)
 
     def __enter__(self) -> WorkerPool:
         return self

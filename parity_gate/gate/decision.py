@@ -29,6 +29,10 @@ from parity_gate.model.gate import (
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, RunResult
 
+ALL_SKIPPED = ("every case was skipped, so nothing was checked: blocking (expected at least "
+               "one case to run; pass --allow-all-skipped, or the Action input "
+               "allow_all_skipped: true, to accept that)")
+
 
 @dataclass
 class GatePolicy:
@@ -39,13 +43,15 @@ class GatePolicy:
     strict: bool = False
     worsen_factor: float | None = None
     compare_to: tuple[str, RunResult] | None = None  # (path, earlier run)
+    allow_all_skipped: bool = False  # a run whose every case was skipped may pass
 
 
 def apply(run: RunResult, policy: GatePolicy, universe: set[str] | None = None
           ) -> GateDecision:
     """`decide` with the policy, plus the deltas against `--compare-to`."""
     decision = decide(run, policy.fail_on, baseline=policy.baseline, strict=policy.strict,
-                      worsen_factor=policy.worsen_factor, universe=universe)
+                      worsen_factor=policy.worsen_factor, universe=universe,
+                      allow_all_skipped=policy.allow_all_skipped)
     if policy.compare_to is not None:
         path, old = policy.compare_to
         decision.compare_to = compute_deltas(old, run, path, universe)
@@ -60,7 +66,8 @@ def resolve_fail_on(fail_on: str | None, baseline: Baseline | None) -> str:
 def decide(run: RunResult, fail_on: str | None = "any-failure", *,
            baseline: Baseline | None = None, strict: bool = False,
            worsen_factor: float | None = None,
-           universe: set[str] | None = None) -> GateDecision:
+           universe: set[str] | None = None,
+           allow_all_skipped: bool = False) -> GateDecision:
     """Rule every case of `run` against `baseline`.
 
     `universe` is the set of case ids the manifest plans (before --select and
@@ -75,13 +82,15 @@ def decide(run: RunResult, fail_on: str | None = "any-failure", *,
     stale = [Stale(e.id, baseline.where(e)) for e in baseline.entries
              if not any(e.matches(i) for i in ids)] if baseline else []
     return finish(run, rulings, stale, resolve_fail_on(fail_on, baseline), strict,
-                  baseline.path if baseline else None, factor)
+                  baseline.path if baseline else None, factor, allow_all_skipped)
 
 
 def finish(run: RunResult, rulings: list[Ruling], stale: list[Stale], fail_on: str,
-           strict: bool, baseline: str | None, factor: float) -> GateDecision:
+           strict: bool, baseline: str | None, factor: float,
+           allow_all_skipped: bool = False) -> GateDecision:
     """Blocking follows from the rulings: regressions (plus known under any-failure,
-    plus fixed under --strict); `never` lists them but passes."""
+    plus fixed under --strict); `never` lists them but passes. A run in which no case
+    ran blocks too, unless `allow_all_skipped`."""
     block = {REGRESSION} | ({KNOWN} if fail_on == "any-failure" else set()) \
         | ({FIXED} if strict else set())
     blocking_ids = {r.id for r in rulings if r.category in block}
@@ -89,7 +98,12 @@ def finish(run: RunResult, rulings: list[Ruling], stale: list[Stale], fail_on: s
                                      key=lambda c: (-c.outcome.severity, c.id))]
     order = {c: i for i, c in enumerate(CATEGORIES)}
     rulings = sorted(rulings, key=lambda r: (order[r.category], r.id))
-    return GateDecision(blocking, fail_on, strict, baseline, factor, rulings, stale)
+    all_skipped = all(c.outcome is Outcome.SKIPPED for c in run.cases)
+    hazards = sorted({f"{f.module}: {f.hazard.rule}" for f in run.findings
+                      if f.hazard is not None and f.hazard.blocks})
+    return GateDecision(blocking, fail_on, strict, baseline, factor, rulings, stale,
+                        all_skipped=all_skipped, allow_all_skipped=allow_all_skipped,
+                        hazards=hazards)
 
 
 def rule(case: CaseResult, baseline: Baseline | None, factor: float) -> Ruling | None:
@@ -135,7 +149,8 @@ def worsened(entry: Entry, outcome: Outcome, figures: Figures, factor: float) ->
 
 
 def combine(run: RunResult, gates: list[GateDecision], *, fail_on: str | None = None,
-            strict: bool | None = None) -> GateDecision:
+            strict: bool | None = None, allow_all_skipped: bool | None = None
+            ) -> GateDecision:
     """One decision from the shards' recorded ones (merge without --baseline).
 
     Each shard ruled its own cases; an entry is stale only if every shard found it stale.
@@ -146,14 +161,17 @@ def combine(run: RunResult, gates: list[GateDecision], *, fail_on: str | None = 
     stale = [s for s in first.stale if s.entry in common]
     return finish(run, rulings, stale, fail_on or first.fail_on,
                   first.strict if strict is None else strict, first.baseline,
-                  first.worsen_factor or DEFAULT_WORSEN_FACTOR)
+                  first.worsen_factor or DEFAULT_WORSEN_FACTOR,
+                  first.allow_all_skipped if allow_all_skipped is None else allow_all_skipped)
 
 
 def notices(decision: GateDecision) -> list[str]:
-    """Console lines for a baseline run: regressions, then fixed, then stale entries."""
+    """Console lines: nothing checked; for a baseline run regressions, then fixed, then
+    stale entries."""
+    lines = [f"parity-gate: {ALL_SKIPPED}"] if decision.unchecked else []
     if decision.baseline is None:
-        return []
-    lines = [f"parity-gate: regression {r.id}: {r.why}" for r in decision.of(REGRESSION)]
+        return lines
+    lines += [f"parity-gate: regression {r.id}: {r.why}" for r in decision.of(REGRESSION)]
     tail = " (blocking: --strict)" if decision.strict and decision.fail_on != "never" else ""
     lines += [f"parity-gate: fixed {r.id}: {r.why}{tail}" for r in decision.of(FIXED)]
     lines += [f"parity-gate: warning: {s.where}: baseline entry {s.entry!r} matches no case "

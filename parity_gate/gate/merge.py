@@ -8,27 +8,29 @@ of those is a user error naming the file. The checks and the merge are pure;
 
 from __future__ import annotations
 
-import json
+import os
 from pathlib import Path
 from typing import Any
 
 from parity_gate.errors import UserError
+from parity_gate.gate.jsonfile import read_json
 from parity_gate.model.results import RunResult
 from parity_gate.plan.sharding import Shard
 
 Loaded = tuple[str, RunResult]  # display path, result
 
 
+RESULTS = "the JSON report of `parity-gate run`"
+
+
 def read_results(path: Path) -> Loaded:
-    """A `results.json` written by `parity-gate run` or `merge`, or a one-line UserError."""
-    if not path.is_file():
-        raise UserError(f"{path}: results file not found (expected the JSON report of "
-                        "`parity-gate run`, e.g. parity-reports/results.json)")
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise UserError(f"{path}:{e.lineno}:{e.colno}: invalid JSON: {e.msg} (expected the "
-                        "JSON report of `parity-gate run`)") from None
+    """A `results.json` written by `parity-gate run` or `merge`, or a one-line UserError
+    (missing, a folder, binary, bad UTF-8, control characters, duplicate keys, invalid
+    JSON, a wrong-typed field with its key path)."""
+    if not os.path.lexists(path):
+        raise UserError(f"{path}: results file not found (expected {RESULTS}, e.g. "
+                        "parity-reports/results.json)")
+    raw = read_json(path, RESULTS)
     if not isinstance(raw, dict) or "cases" not in raw or "schema_version" not in raw:
         raise UserError(f"{path}: not a parity-gate results file (expected a JSON object "
                         "with `schema_version` and `cases`)")
@@ -112,6 +114,8 @@ def merge_runs(runs: list[RunResult]) -> RunResult:
         duration_s=max(r.duration_s for r in runs),
         interrupted=any(r.interrupted for r in runs),
         shard=None,
+        # Planned across shards: an interrupted shard's unfinished cases still count.
+        planned=sum(r.planned if r.planned is not None else len(r.cases) for r in runs),
     )
 
 

@@ -30,8 +30,9 @@ from parity_gate.github.commands import (
     escape_property,
     write_outputs,
 )
-from parity_gate.github.inputs import INPUTS, InputError, input_env, read_inputs
+from parity_gate.github.inputs import INPUTS, InputError, input_env, read_inputs, without_secrets
 from parity_gate.github.install import install_self
+from parity_gate.report.secrets import Masker, secret_values
 
 if TYPE_CHECKING:
     from parity_gate.model.results import RunResult
@@ -80,10 +81,35 @@ def build_command(inputs: Mapping[str, str], paths: Paths) -> list[str]:
                        ("--shard", "shard"), ("--jobs", "jobs")):
         if inputs[name]:
             cmd += [flag, inputs[name]]
+    if inputs["allow_all_skipped"] == "true":
+        cmd.append("--allow-all-skipped")
     for pattern in re.split(r"[\s,]+", inputs["select"]):
         if pattern:
             cmd += ["--select", pattern]
     return cmd
+
+
+def folder_problems(inputs: Mapping[str, str], paths: Paths) -> list[str]:
+    """`out_dir`/`cache_dir` that exist and are not folders (or cannot be made): one
+    line each, before anything is installed or run."""
+    out: list[str] = []
+    for name, folder in (("out_dir", paths.out_dir), ("cache_dir", paths.cache_dir)):
+        if folder is None:
+            continue
+        up = folder
+        while not os.path.lexists(up) and up != up.parent:
+            up = up.parent
+        if os.path.lexists(up) and not up.is_dir():
+            what = "is a file" if up == folder else f"is inside {up}, which is a file"
+            out.append(f"{name}: {inputs[name] or folder} ({folder}) {what} (expected a "
+                       "folder, or a path that does not exist yet)")
+            continue
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            out.append(f"{name}: cannot create {folder}: {err.strerror or err} (expected a "
+                       "folder this user can write)")
+    return out
 
 
 def cache_env(env: Mapping[str, str], cache_dir: Path | None) -> dict[str, str]:
@@ -103,6 +129,7 @@ def run_logged(cmd: list[str], cwd: Path, env: Mapping[str, str]) -> tuple[int, 
     prints into this log, and must not be able to forge annotations or masks.
     """
     token = f"parity-gate-{uuid.uuid4().hex}"
+    masker = Masker(secret_values(os.environ))  # the tokens this step holds, not the child
     print(f"::stop-commands::{token}", flush=True)
     tail: deque[str] = deque(maxlen=12)
     try:
@@ -110,6 +137,7 @@ def run_logged(cmd: list[str], cwd: Path, env: Mapping[str, str]) -> tuple[int, 
                               text=True, errors="replace") as proc:
             assert proc.stderr is not None
             for line in proc.stderr:
+                line = masker.text(line)
                 sys.stderr.write(line)
                 sys.stderr.flush()
                 if line.strip():
@@ -122,11 +150,32 @@ def run_logged(cmd: list[str], cwd: Path, env: Mapping[str, str]) -> tuple[int, 
     return proc.returncode, list(tail)
 
 
-def restore_ownership(roots: Iterable[Path], env: Mapping[str, str]) -> None:
+Snapshot = set[tuple[int, int]]  # (st_dev, st_ino) of what existed before the run
+
+
+def snapshot(roots: Iterable[Path]) -> Snapshot:
+    """Every file and folder under `roots` now, so that only what the run makes is
+    handed back afterwards (root-owned files the user had there stay as they were)."""
+    seen: Snapshot = set()
+    for root in roots:
+        for dirpath, dirnames, filenames in os.walk(root):
+            for name in (".", *dirnames, *filenames):
+                try:
+                    st = os.lstat(os.path.join(dirpath, name))
+                except OSError:
+                    continue
+                seen.add((st.st_dev, st.st_ino))
+    return seen
+
+
+def restore_ownership(roots: Iterable[Path], env: Mapping[str, str],
+                      before: Snapshot | None = None) -> None:
     """Docker mode runs as root: hand what it created back to the runner's user.
 
     Otherwise root-owned reports, caches and build files stay in a self-hosted
-    runner's workspace, and the next job's checkout fails to clean them.
+    runner's workspace, and the next job's checkout fails to clean them. Only entries
+    not in `before` (made during the run; a report replaced by a rename is new) change
+    owner; `before=None` hands back every root-owned entry.
     """
     uid, gid = env.get("PARITY_GATE_HOST_UID", ""), env.get("PARITY_GATE_HOST_GID", "")
     if not (uid.isdigit() and gid.isdigit()) or int(uid) == 0 or os.geteuid() != 0:
@@ -136,14 +185,12 @@ def restore_ownership(roots: Iterable[Path], env: Mapping[str, str]) -> None:
             for name in (".", *dirnames, *filenames):
                 path = os.path.join(dirpath, name)
                 try:
-                    if _owner(path) == 0:
+                    st = os.lstat(path)
+                    if st.st_uid == 0 and (before is None
+                                           or (st.st_dev, st.st_ino) not in before):
                         os.lchown(path, int(uid), int(gid))
                 except OSError:
                     pass
-
-
-def _owner(path: str) -> int:
-    return os.lstat(path).st_uid
 
 
 def _failure_annotation(rc: int, tail: list[str], what: str, lead: str = "") -> Annotation:
@@ -170,11 +217,12 @@ def _append_summary(env: Mapping[str, str], note: Annotation) -> None:
 
 def run_action(inputs: Mapping[str, str], paths: Paths, env: Mapping[str, str]) -> int:
     """Install, run the gate, then outputs and annotations from its JSON report."""
-    env = cache_env(env, paths.cache_dir)
+    env = without_secrets(cache_env(env, paths.cache_dir))  # the tokens: post step only
     github_output = env.get("GITHUB_OUTPUT")
-    if inputs["comment"] == "true" or inputs["github_token"]:
-        print("parity-gate: the comment and github_token inputs are reserved for a later "
-              "release and have no effect yet")
+    if inputs["results"]:  # a workflow_run job: comment on an earlier run's results
+        from parity_gate.github.post import report_only
+
+        return report_only(inputs, paths, github_output)
     if inputs["install"]:
         print("::group::install", flush=True)
         rc, tail = run_logged(["bash", "-c", inputs["install"]], paths.workspace, env)
@@ -195,7 +243,8 @@ def run_action(inputs: Mapping[str, str], paths: Paths, env: Mapping[str, str]) 
         write_outputs(github_output, {"result": "error"})
         return EXIT_USAGE
     for stale in (paths.json, paths.junit, paths.summary):  # a reused out_dir's old reports
-        stale.unlink(missing_ok=True)
+        if stale.is_file() and not stale.is_symlink():  # a link: the gate refuses it
+            stale.unlink()
     cmd = build_command(inputs, paths)
     print(f"parity-gate: {shlex.join(cmd)}", flush=True)
     rc, tail = run_logged(cmd, paths.workspace, env)
@@ -243,24 +292,40 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) == 2 and args[0] == "install-self":
         return install_self(Path(args[1]))
-    if args:
-        print("usage: python -m parity_gate.github.action [install-self PATH]\n(inputs come from "
-              "INPUT_* environment variables, as GitHub Actions sets them)", file=sys.stderr)
+    post = args == ["post"]  # the upstream search and the PR comment, after the gate
+    if args and not post:
+        print("usage: python -m parity_gate.github.action [install-self PATH | post]\n(inputs "
+              "come from INPUT_* environment variables, as GitHub Actions sets them)",
+              file=sys.stderr)
         return EXIT_USAGE
     env = dict(os.environ)
     try:
         inputs = read_inputs(env)
     except InputError as err:
+        if post:  # the gate step has reported them
+            return EXIT_PASS
         for problem in err.problems:
             print(Annotation("error", "parity-gate: invalid input", problem).render())
         write_outputs(env.get("GITHUB_OUTPUT"), {"result": "error"})
         return EXIT_USAGE
     paths = resolve_paths(inputs, env)
+    roots = [p for p in (paths.workspace, paths.out_dir, paths.cache_dir) if p is not None]
+    before = snapshot(roots)
+    problems = [] if post else folder_problems(inputs, paths)
+    if problems:
+        for problem in problems:
+            print(Annotation("error", "parity-gate: invalid input", problem).render())
+        write_outputs(env.get("GITHUB_OUTPUT"), {"result": "error"})
+        restore_ownership(roots, env, before)
+        return EXIT_USAGE
     try:
+        if post:  # never changes the gate's exit code: GitHub failures are warnings
+            from parity_gate.github.post import main as post_main
+
+            return post_main(inputs, paths, env)
         return run_action(inputs, paths, env)
     finally:
-        restore_ownership([p for p in (paths.workspace, paths.out_dir, paths.cache_dir)
-                           if p is not None], env)
+        restore_ownership(roots, env, before)
 
 
 if __name__ == "__main__":

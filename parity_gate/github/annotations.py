@@ -1,4 +1,5 @@
-"""A run's records → annotations (worst first, on the module's manifest line) and outputs."""
+"""A run's records → annotations (one per failing module, worst first, on the module's
+manifest line) and outputs."""
 
 from __future__ import annotations
 
@@ -7,9 +8,12 @@ from typing import TYPE_CHECKING
 
 from parity_gate.github.commands import ANNOTATION_LIMIT, MESSAGE_LIMIT, Annotation
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the entrypoint imports this module before the gate's dependencies exist
     from parity_gate.github.action import Paths
     from parity_gate.model.results import CaseResult, RunResult
+    from parity_gate.report.modules import ModuleView
+
+__all__ = ["OUTPUTS", "annotate", "failing_cases", "module_lines", "outputs"]
 
 OUTPUTS = ("result", "regressions", "failures", "json_path", "junit_path", "summary_path",
            "out_dir")
@@ -20,52 +24,47 @@ def failing_cases(run: RunResult) -> list[CaseResult]:
 
 
 def module_lines(manifest_text: str) -> dict[str, int]:
-    """Line of each module's entry under `modules:` (its mapping's first line, whatever
-    the order of its keys), so annotations point at it; {} when the text does not parse."""
-    import yaml
+    """Line of each module's entry in the manifest (`report.locate`, shared with JUnit)."""
+    from parity_gate.report.locate import module_lines as lines_of
 
-    from parity_gate.errors import UserError
-    from parity_gate.manifest.located import load_document, position
-
-    try:
-        doc = load_document(manifest_text, "parity.yml")
-    except UserError:
-        return {}
-    modules = doc.node(("modules",))
-    lines: dict[str, int] = {}
-    for i, entry in enumerate(modules.value if isinstance(modules, yaml.SequenceNode) else []):
-        name = doc.node(("modules", i, "name"))
-        if isinstance(entry, yaml.MappingNode) and isinstance(name, yaml.ScalarNode):
-            lines.setdefault(name.value, position(entry)[0])
-    return lines
+    return lines_of(manifest_text)
 
 
-def _case_annotation(case: CaseResult, level: str, rulings: Mapping[str, str],
-                     file: str | None, lines: Mapping[str, int]) -> Annotation:
-    head = case.explanation or case.outcome.info.description
-    # The case's reason already quotes its worst output; list the other failing ones.
-    bad = [line for c in case.comparisons if not c.passed
-           if (line := f"{c.name}: {c.reason}") != case.reason]
+def _module_annotation(view: ModuleView, level: str, rulings: Mapping[str, str],
+                       file: str | None, lines: Mapping[str, int]) -> Annotation:
+    """One annotation for a failing module: its worst case in full, the others counted."""
+    worst = view.failing[0]
+    head = worst.explanation or worst.outcome.info.description
+    # The reason already quotes its worst output; list only the outputs it does not name.
+    bad = [line for c in worst.comparisons if not c.passed
+           if (line := f"{c.name}: {c.reason}") not in head]
     parts = [head, *bad[:3]]
     if len(bad) > 3:
         parts.append(f"… and {len(bad) - 3} more failing outputs")
-    if case.id in rulings:
-        parts.append(f"baseline: {rulings[case.id]}")
+    if worst.id in rulings:
+        parts.append(f"baseline: {rulings[worst.id]}")
+    others = view.failing[1:]
+    if others:
+        listed = ", ".join(f"{c.key.junit_name} ({c.outcome.value})" for c in others[:5])
+        parts.append(f"also failing: {listed}" + (" …" if len(others) > 5 else ""))
+    more = f" (+{len(others)} more case{'s' if len(others) != 1 else ''})" if others else ""
     tail = "" if level == "error" else " (not blocking)"
-    return Annotation(level, f"parity-gate: {case.id} {case.outcome.value}{tail}",
+    return Annotation(level, f"parity-gate: {worst.id} {worst.outcome.value}{more}{tail}",
                       "\n".join(p for p in parts if p)[:MESSAGE_LIMIT],
-                      file, lines.get(case.key.module))
+                      file, lines.get(view.name))
 
 
 def annotate(run: RunResult, *, manifest_file: str | None = None,
              manifest_lines: Mapping[str, int] | None = None,
              limit: int = ANNOTATION_LIMIT) -> list[Annotation]:
-    """Failing cases and findings, worst first, at most `limit` in all.
+    """One annotation per failing module, then findings, worst first, at most `limit`.
 
-    A case that blocks the merge is an error; a failure that does not block (a
-    known one under the baseline, or `fail_on: never`) is a warning. Past the
+    A module with a case that blocks the merge is an error; a module whose failures do
+    not block (known under the baseline, or `fail_on: never`) is a warning. Past the
     limit, the last slot says how many were left out.
     """
+    from parity_gate.report.modules import module_views
+
     verdict = run.verdict
     gate = run.gate
     blocking = set(gate.blocking) if gate is not None else {c.id for c in run.failures}
@@ -73,10 +72,16 @@ def annotate(run: RunResult, *, manifest_file: str | None = None,
                if gate is not None and gate.baseline else {})  # without one, every failure is new
     lines = manifest_lines or {}
     ranked: list[tuple[tuple[bool, int, int, str], Annotation]] = []
-    for case in run.failures:
-        level = "error" if verdict.blocks and case.id in blocking else "warning"
-        ranked.append(((level != "error", 0, -case.outcome.severity, case.id),
-                       _case_annotation(case, level, rulings, manifest_file, lines)))
+    for view in module_views(run):
+        if view.worst is None:
+            continue
+        blocks = verdict.blocks and any(c.id in blocking for c in view.failing)
+        # The worst *blocking* case leads an error annotation, the worst case otherwise.
+        if blocks:
+            view.failing.sort(key=lambda c: c.id not in blocking)
+        level = "error" if blocks else "warning"
+        ranked.append(((level != "error", 0, -view.failing[0].outcome.severity, view.name),
+                       _module_annotation(view, level, rulings, manifest_file, lines)))
     for f in run.findings:
         level = "error" if f.severity == "error" else "warning"
         ranked.append(((level != "error", 1, 0, f.module),
@@ -90,9 +95,9 @@ def annotate(run: RunResult, *, manifest_file: str | None = None,
     shown = items[: limit - 1]
     return [*shown, Annotation(
         "warning", "parity-gate: more results not annotated",
-        f"{len(items) - len(shown)} more failing cases or findings were omitted (GitHub shows "
-        f"at most {ANNOTATION_LIMIT} annotations per step); see the step summary or the JSON "
-        "report.")]
+        f"{len(items) - len(shown)} more failing modules or findings were omitted (GitHub "
+        f"shows at most {ANNOTATION_LIMIT} annotations per step); see the step summary, "
+        "report.html or the JSON report.")]
 
 
 def outputs(result: str, run: RunResult | None, paths: Paths) -> dict[str, str]:

@@ -24,6 +24,9 @@ class InputSpec:
     check: Callable[[str], bool] | None = None
 
 
+COMMENT_MODES = ("always", "on-change", "on-failure", "off")
+
+
 def _one_of(*choices: str) -> Callable[[str], bool]:
     return lambda v: v in choices
 
@@ -52,19 +55,38 @@ INPUTS: dict[str, InputSpec] = {
     "jobs": InputSpec("", "an integer >= 1", lambda v: v.isdigit() and int(v) >= 1),
     "install": InputSpec(),
     "fail_on": InputSpec("regressions", "regressions, any-failure or never", _one_of(*FAIL_ON)),
+    "allow_all_skipped": InputSpec("false", "true or false", _one_of("true", "false")),
     "cache_dir": InputSpec(),
     "out_dir": InputSpec(),
     # Read by action.yml's shell step; validated here too so one table documents them all.
     "container": InputSpec("docker", "docker or none", _one_of("docker", "none")),
     "image": InputSpec(),
+    "build_args": InputSpec("", "one NAME=value a line", lambda v: all(
+        re.match(r"[A-Za-z_][A-Za-z0-9_]*=", line.strip()) for line in v.splitlines()
+        if line.strip())),
     "forward_env": InputSpec("", "environment variable names separated by spaces",
                              lambda v: all(re.fullmatch(r"[A-Za-z_]\w*", n) for n in v.split())),
     "gpu": InputSpec("auto", "auto, true or false", _one_of("auto", "true", "false")),
     "python": InputSpec("python3", "a Python interpreter"),
-    # Reserved for the pull-request comment (a later release); accepted, no effect yet.
-    "comment": InputSpec("false", "true or false", _one_of("true", "false")),
+    # The pull-request comment and the upstream search (parity_gate/github/post.py): the
+    # tokens reach only that step, never `install`, the models or the gate's container.
+    "comment": InputSpec("off", f"{', '.join(COMMENT_MODES)}", _one_of(*COMMENT_MODES)),
     "github_token": InputSpec(),
+    "upstream": InputSpec("off", "off, search, draft or create",
+                          _one_of("off", "search", "draft", "create")),
+    "upstream_token": InputSpec(),
+    "upstream_api_url": InputSpec("https://api.github.com", "an http(s) URL",
+                                  lambda v: re.fullmatch(r"https?://\S+", v) is not None),
+    "results": InputSpec("", "a path to an earlier run's results.json", _is_path),
+    "event_file": InputSpec("", "a path to the pull_request run's uploaded event file",
+                            _is_path),
 }
+# Never passed to `install`, to `parity-gate run` or into the gate's container.
+SECRET_ENV = ("INPUT_GITHUB_TOKEN", "INPUT_UPSTREAM_TOKEN", "GITHUB_TOKEN")
+
+
+def without_secrets(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k not in SECRET_ENV}
 
 
 class InputError(Exception):

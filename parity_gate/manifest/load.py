@@ -9,18 +9,22 @@ input coverage, files on disk) are checked here too, with the same locations.
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from parity_gate.errors import UserError
 from parity_gate.manifest.located import (
+    Document,
     Loc,
     Phrasing,
     Problems,
+    format_path,
     load_document,
     parse_yaml,
+    position,
     validate,
 )
 from parity_gate.manifest.located import did_you_mean as _did_you_mean
@@ -44,34 +48,183 @@ PHRASING = Phrasing(
 
 
 def load_manifest(path: str | Path) -> Manifest:
-    """Parse and fully validate a manifest, or raise UserError listing every problem."""
+    """Parse and fully validate a manifest and the files it includes, or raise UserError
+    listing every problem of every file."""
     p = Path(path)
     display = str(path)
     if not p.is_file():
         raise UserError(f"{display}: manifest not found (expected a parity.yml file)")
-    doc = load_document(p.read_text(encoding="utf-8"), display)
+    sources: list[_Source] = []
+    _read(p, display, sources, chain=())
+    main = sources[-1]
+    merged = _merge(sources)
+    roots = [str(Path(r)) for r in merged["python_path"]]
+    declared = list(merged["providers"]) or ["cpu"]
+    for src in sources:
+        _check_references(src.doc.data, src.base, src.problems, merged["fixtures"], declared,
+                          roots)
+    for key in ("fixtures", "modules"):
+        if not merged[key]:
+            _required(main, key)
+    _raise_all(sources)
+    manifest = validate(main.problems, Manifest, PHRASING) if len(sources) == 1 else \
+        _validate_merged(main, merged)
+    _raise_all(sources)
+    assert manifest is not None  # no problems means the schema accepted it
+    _attach_locations(manifest, merged["origins"])
+    return manifest
+
+
+def _required(main: _Source, key: str) -> None:
+    data = main.doc.data
+    elsewhere = " or in an included file" if data.get("include") else ""
+    if key in data:
+        main.problems.add((key,), f"got an empty {'list' if key == 'modules' else 'mapping'} "
+                          f"(expected at least one entry here{elsewhere})")
+    elif not any(_did_you_mean(str(k), [key]) for k in data if k not in Manifest.model_fields):
+        # (a misspelt key stands for it otherwise: said once, at the typo)
+        main.problems.add((key,), f"required key `{key}` is missing (expected it here"
+                          f"{elsewhere})")
+
+
+@dataclass
+class _Source:
+    """One file of the manifest (the main one last): its document, problems and folder."""
+
+    doc: Document
+    problems: Problems
+    base: Path
+    included: bool
+
+
+def _read(path: Path, display: str, sources: list[_Source], chain: tuple[Path, ...]) -> None:
+    """Load `path` and, first, everything it includes (depth first, in order)."""
+    doc = load_document(path.read_text(encoding="utf-8"), display)
     problems = Problems(doc)
+    src = _Source(doc, problems, path.resolve().parent, included=bool(chain))
     if not isinstance(doc.data, dict):
         problems.add((), "expected a mapping with `fixtures` and `modules` keys")
         problems.raise_if_any()
     problems.add_duplicate_keys()
-    manifest = validate(problems, Manifest, PHRASING)
-    _check_references(doc.data, p.resolve().parent, problems)
-    problems.raise_if_any()
-    assert manifest is not None  # no problems means the schema accepted it
-    return manifest
+    if validate(problems, Manifest, PHRASING) is not None:
+        here = (*chain, path.resolve())
+        for i, entry in enumerate(_as_list(doc.data.get("include"))):
+            target = src.base / entry
+            if not target.is_file():
+                problems.add(("include", i), f"file {entry!r} not found (expected a manifest "
+                             "relative to this file)")
+            elif target.resolve() in here:
+                problems.add(("include", i), f"{entry!r} includes this file again (expected "
+                             "no include cycle)")
+            else:
+                _read(target, str(Path(display).parent / entry), sources, here)
+    sources.append(src)
 
 
-def _check_references(data: dict[str, Any], base: Path, problems: Problems) -> None:
+def _merge(sources: list[_Source]) -> dict[str, Any]:
+    """One manifest's data from all files: later files (the main one last) win settings;
+    fixture sets and modules join, each name once; paths become absolute for included files."""
+    out: dict[str, Any] = {"python_path": [], "providers": {}, "defaults": {}, "fixtures": {},
+                           "modules": [], "origins": []}
+    owner: dict[tuple[str, str], tuple[_Source, Loc]] = {}
+    for src in sources:
+        data = src.doc.data
+        if not isinstance(data, dict):
+            continue
+        for entry in _as_list(data.get("python_path")):
+            out["python_path"].append(str(src.base / entry) if src.included else entry)
+        if isinstance(data.get("providers"), dict):
+            out["providers"].update(data["providers"])
+        if "seed" in data:
+            out["seed"] = data["seed"]
+        if isinstance(data.get("defaults"), dict):
+            for key, value in data["defaults"].items():
+                if key in ("tolerances", "export") and isinstance(value, dict):
+                    out["defaults"][key] = {**out["defaults"].get(key, {}), **value}
+                else:
+                    out["defaults"][key] = value
+        fixtures = data.get("fixtures")
+        for name, fixture in (fixtures.items() if isinstance(fixtures, dict) else ()):
+            if _claimed(owner, ("fixture set", str(name)), src, ("fixtures", name)):
+                continue
+            if src.included and isinstance(fixture, dict) and fixture.get("kind") == "file" \
+                    and isinstance(fixture.get("path"), str):
+                fixture = {**fixture, "path": str(src.base / fixture["path"])}
+            out["fixtures"][name] = fixture
+        for i, module in enumerate(_as_list(data.get("modules"))):
+            name = module.get("name") if isinstance(module, dict) else None
+            if isinstance(name, str) and \
+                    _claimed(owner, ("module", name), src, ("modules", i, "name")):
+                continue
+            out["modules"].append(module)
+            out["origins"].append((src.doc, ("modules", i)))
+    return out
+
+
+def _claimed(owner: dict[tuple[str, str], tuple[_Source, Loc]], what: tuple[str, str],
+             src: _Source, loc: Loc) -> bool:
+    """True (and a problem in `src`) when another file already defines this name."""
+    first = owner.get(what)
+    if first is None:
+        owner[what] = (src, loc)
+        return False
+    if first[0] is src:
+        return False  # the same file: its own checks report duplicates
+    line, col = position(first[0].doc.node(first[1]))
+    src.problems.add(loc, f"{what[0]} {what[1]!r} is also defined in "
+                     f"{first[0].doc.display}:{line}:{col} (expected each name once across "
+                     "included files)", at_key=loc[0] == "fixtures")
+    return True
+
+
+def _validate_merged(main: _Source, merged: dict[str, Any]) -> Manifest | None:
+    data = {k: v for k, v in merged.items() if k != "origins" and (v or k != "providers")}
+    data["version"] = 1
+    try:
+        return Manifest.model_validate(data)
+    except ValidationError as exc:  # every file passed alone; say so rather than guess a line
+        first = exc.errors()[0]
+        main.problems.add((), f"the merged manifest is invalid at "
+                          f"{'.'.join(map(str, first['loc']))}: {first['msg']} (expected "
+                          "included files that fit together)")
+        return None
+
+
+def _raise_all(sources: list[_Source]) -> None:
+    lines = [t for src in sources for _, _, t in sorted(src.problems.items)]
+    if lines:
+        raise UserError(lines)
+
+
+def _attach_locations(manifest: Manifest, origins: list[tuple[Document, Loc]]) -> None:
+    """Where each module's keys are written, for problems the worker finds later."""
+    for module, (doc, loc) in zip(manifest.modules, origins, strict=True):
+        where = {"": _where(doc, loc), "factory": _where(doc, (*loc, "factory"))}
+        for key in ("inputs", "outputs"):
+            for j, _ in enumerate(getattr(module, key) or []):
+                where[f"{key}[{j}].name"] = _where(doc, (*loc, key, j, "name"))
+        module._where = where
+
+
+def _where(doc: Document, loc: Loc) -> str:
+    node, path = doc.find(loc)
+    line, col = position(node)
+    return f"{doc.display}:{line}:{col}: {format_path(path)}"
+
+
+def _check_references(data: dict[str, Any], base: Path, problems: Problems,
+                      fixtures: dict[Any, Any], declared: list[Any],
+                      python_path: list[str]) -> None:
     """What the schema alone cannot check: names, coverage, files, importability.
 
     Works on the raw YAML data (skipping parts the schema already rejected) so
-    these problems are reported in the same pass as schema errors.
+    these problems are reported in the same pass as schema errors; `fixtures`,
+    `declared` providers and `python_path` are those of the whole manifest (all
+    included files), so a module may use a fixture set another file defines.
     """
-    fixtures: dict[Any, Any] = data["fixtures"] if isinstance(data.get("fixtures"), dict) else {}
-    providers = data.get("providers")
-    declared = list(providers) if isinstance(providers, dict) else ["cpu"]
-    python_path = [p for p in _as_list(data.get("python_path")) if isinstance(p, str)]
+    if not isinstance(data, dict):
+        return
+    own = data["fixtures"] if isinstance(data.get("fixtures"), dict) else {}
     seen: dict[str, int] = {}
     for i, module in enumerate(_as_list(data.get("modules"))):
         if not isinstance(module, dict):
@@ -104,11 +257,11 @@ def _check_references(data: dict[str, Any], base: Path, problems: Problems) -> N
         factory = module.get("factory")
         if isinstance(factory, str) and ":" in factory:
             _check_factory(factory, python_path, base, (*mloc, "factory"), problems)
-    for name, fixture in fixtures.items():
+    for name, fixture in own.items():
         if isinstance(fixture, dict):
             _check_fixture(str(name), fixture, base, problems)
-    for i, entry in enumerate(python_path):
-        if not (base / entry).is_dir():
+    for i, entry in enumerate(_as_list(data.get("python_path"))):
+        if isinstance(entry, str) and not (base / entry).is_dir():
             problems.add(("python_path", i), f"folder {entry!r} not found (expected a folder "
                          "relative to the manifest)")
 

@@ -10,7 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+
+from parity_gate.hazards.config import HazardSettings
+from parity_gate.hazards.config import merge as merge_hazards
+from parity_gate.hazards.runtimes import TargetRuntime
 
 FloatDType = Literal["float32", "float16", "bfloat16", "float64"]
 TensorDType = Literal[
@@ -97,10 +101,21 @@ class Settings(_Strict):
         None, min_length=1,
         description="subset of the manifest's providers this module runs on",
     )
+    hazards: HazardSettings | None = Field(
+        None, description="per export-hazard rule: fail | warn | {action: off, reason: ...} "
+        "(merged rule by rule over the defaults)"
+    )
+    target_runtime: TargetRuntime | None = Field(
+        None, description="the ONNX Runtime the models are deployed on, e.g. "
+        "`onnxruntime>=1.16` (checked by the opset-too-new rule)"
+    )
 
 
 class InputSpec(_Strict):
-    name: Name = Field(description="graph input name, in forward()'s argument order")
+    name: Name = Field(
+        description="the forward() parameter it is passed as, by keyword (checked against "
+        "forward()'s signature); also the graph input's name"
+    )
     dynamic: dict[int, Name] = Field(
         default_factory=lambda: {0: "batch"},
         description="dims exported as dynamic: index → symbol (default {0: batch}; {} for static)",
@@ -108,7 +123,11 @@ class InputSpec(_Strict):
 
 
 class OutputSpec(_Strict):
-    name: Name = Field(description="output name in reports and the ONNX graph")
+    name: Name = Field(
+        description="the output's name from the module's own structure (a ModelOutput field "
+        "or dict key such as `logits`, `b.0` for an item of a nested tuple); outputs with no "
+        "names (a tensor, a tuple) are named in order"
+    )
     task: Literal["classification"] | None = Field(
         None, description="classification: also check top-1 agreement over the last axis"
     )
@@ -129,14 +148,29 @@ class TensorSpec(_Strict):
     dtype: TensorDType = Field(
         "float32", description="floating inputs are cast to the module dtype under test"
     )
-    distribution: Literal["normal", "uniform", "randint", "bernoulli"] | None = Field(
-        None, description="default: normal for floats, randint for ints, bernoulli for bool"
+    distribution: Literal["normal", "uniform", "randint", "bernoulli", "padding"] | None = Field(
+        None, description="default: normal for floats, randint for ints, bernoulli for bool; "
+        "padding: an attention mask, per row 1 for a random number of positions along the "
+        "last axis (at least `min_length`), 0 for the padding after them"
     )
     mean: float = Field(0.0, description="normal: mean")
     std: float = Field(1.0, ge=0, description="normal: standard deviation")
-    low: float | None = Field(None, description="uniform/randint lower bound (inclusive)")
-    high: float | None = Field(None, description="uniform/randint upper bound (exclusive)")
+    low: float | None = Field(
+        None, description="uniform/randint lower bound, inclusive (default 0); per input"
+    )
+    high: float | None = Field(
+        None, description="uniform/randint upper bound, exclusive (default: 1 for uniform; "
+        "100 for randint, capped at the integer dtype's maximum + 1; for token ids use the "
+        "vocabulary size); per input"
+    )
     p: float = Field(0.5, ge=0, le=1, description="bernoulli probability of True/1")
+    min_length: int = Field(
+        1, ge=0, description="padding: fewest unpadded positions in a row (the longest is the "
+        "whole axis; row 0 is always unpadded)"
+    )
+    padding_side: Literal["right", "left"] = Field(
+        "right", description="padding: where the zeros go (left for decoder-style batches)"
+    )
     specials: list[Special] | None = Field(
         None,
         description="edge sets: special values for this input (overrides the set's; [] for "
@@ -154,8 +188,11 @@ class _Generated(_Strict):
     inputs: dict[Name, TensorSpec] = Field(min_length=1)
     samples: int = Field(1, ge=1, le=1000, description="samples per batch size")
     seed: int | None = Field(None, description="default: the manifest seed")
-    dims: dict[Name, Annotated[int, Field(ge=0)]] = Field(
-        default_factory=dict, description="sizes of the symbols used in shapes"
+    dims: dict[Name, Annotated[int, Field(ge=0)] | Annotated[
+        list[Annotated[int, Field(ge=0)]], Field(min_length=1)]] = Field(
+        default_factory=dict,
+        description="sizes of the symbols used in shapes; a list runs each size as its own "
+        "cases, e.g. `seq: [8, 32]` gives fixture ids `text@seq=8` and `text@seq=32`"
     )
 
 
@@ -215,10 +252,19 @@ class ModuleSpec(Settings):
     kwargs: dict[str, Any] = Field(default_factory=dict, description="factory keyword arguments")
     inputs: list[InputSpec] = Field(min_length=1)
     outputs: list[OutputSpec] | None = Field(
-        None, description="names (and checks) of the outputs, in order; default output0, ..."
+        None, description="checks (task, tolerances) of some outputs, by name; default names "
+        "come from the module's outputs (ModelOutput fields, dict keys, `b.0`), else "
+        "output0, output1, ..."
     )
     fixtures: list[Name] = Field(min_length=1, description="fixture sets to run")
     skip: str | None = Field(None, description="skip every case of this module, with this reason")
+    # "inputs[1].name" -> "parity.yml:31:9: modules[2].inputs[1].name", filled by the loader so
+    # that problems only the worker can see (forward()'s signature) are reported where to edit.
+    _where: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def locate(self, key: str) -> str:
+        """`file:line:col: key.path` of `key` (e.g. `inputs[1].name`) of this module."""
+        return self._where.get(key) or self._where.get("") or f"module {self.name}: {key}"
 
 
 def _cpu_only() -> dict[ProviderName, ProviderSettings]:
@@ -228,7 +274,15 @@ def _cpu_only() -> dict[ProviderName, ProviderSettings]:
 class Manifest(_Strict):
     """Top level of `parity.yml`."""
 
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, json_schema_extra={
+        "anyOf": [{"required": ["include"]}, {"required": ["fixtures", "modules"]}]})
+
     version: Literal[1] = Field(1, description="manifest format version")
+    include: list[str] = Field(
+        default_factory=list,
+        description="other manifests (relative to this one) whose fixture sets, modules, "
+        "providers and defaults join this one; this file's own settings win",
+    )
     python_path: list[str] = Field(
         default_factory=list,
         description="folders (relative to the manifest) added to sys.path for factories",
@@ -242,9 +296,13 @@ class Manifest(_Strict):
         description="ONNX Runtime execution providers to run every case on",
     )
     fixtures: dict[Name, FixtureSet] = Field(
-        min_length=1, description="named fixture sets; a set provides every input of a module"
+        default_factory=dict, description="named fixture sets; a set provides every input of "
+        "a module (required, here or in an included file)"
     )
-    modules: list[ModuleSpec] = Field(min_length=1, description="the modules under test")
+    modules: list[ModuleSpec] = Field(
+        default_factory=list,
+        description="the modules under test (required, here or in an included file)",
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -296,6 +354,8 @@ def resolve_settings(manifest: Manifest, module: ModuleSpec) -> Settings:
         timeout_s=pick("timeout_s"),
         reference_device=pick("reference_device"),
         providers=pick("providers") or list(manifest.providers),
+        hazards=merge_hazards(*(layer.hazards for layer in layers)),
+        target_runtime=pick("target_runtime"),
     )
 
 

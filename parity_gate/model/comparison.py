@@ -82,6 +82,10 @@ class Comparison(Record):
     top1_agreement: Real | None = None
     flipped: list[int] = field(default_factory=list)
     flipped_count: int = 0
+    # top-1 changes between labels the dtype cannot tell apart (see compare.decide.TIE_ULPS):
+    # reported here, apart from the flips, and left out of top1_agreement
+    tied: list[int] = field(default_factory=list)
+    tie_count: int = 0
 
     def __bool__(self) -> bool:
         return self.passed
@@ -89,8 +93,8 @@ class Comparison(Record):
     def headline(self) -> str:
         """One line for a JUnit failure message."""
         head = f"{self.name}: {self.verdict.value}"
-        if self.verdict in (Verdict.SHAPE, Verdict.DTYPE):
-            return f"{head}: {self.reason}"
+        if self.verdict in (Verdict.SHAPE, Verdict.DTYPE):  # the reason names its verdict
+            return f"{self.name}: {self.reason}"
         parts = [head]
         if self.total:
             parts.append(f"{self.mismatch_count}/{self.total} out of tolerance")
@@ -107,7 +111,8 @@ class Comparison(Record):
                 f"or rtol>={fmt_number(self.needed_rtol)} (atol={self.atol:g})"
             )
         if self.top1_agreement is not None:
-            parts.append(f"top1 agreement {self.top1_agreement:.4f}")
+            ties = f" ({self.tie_count} near-tie(s) ignored)" if self.tie_count else ""
+            parts.append(f"top1 agreement {self.top1_agreement:.4f}{ties}")
         return "; ".join(parts)
 
 

@@ -11,6 +11,7 @@ from dataclasses import field
 
 from pydantic.dataclasses import dataclass
 
+from parity_gate.model.hazards import Hazard
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.record import CONFIG, Real, Record
 
@@ -23,6 +24,7 @@ class Finding(Record):
     kind: str
     message: str
     severity: str = "warning"  # "warning" | "error"
+    hazard: Hazard | None = None  # set when an export hazard rule found it
 
 
 class Stage(str, enum.Enum):
@@ -115,19 +117,34 @@ class RecheckVerdict(str, enum.Enum):
 
     @property
     def dismisses(self) -> bool:
-        """True when the mismatch is explained away (not a finding)."""
-        return self is RecheckVerdict.ILL_CONDITIONED
+        """True when the mismatch is not an exporter finding: a tolerance artefact, or
+        eager itself off the reference while the exported model matches it (an eager
+        finding, listed as such; eager's approximations differ between CPUs)."""
+        return self in (RecheckVerdict.ILL_CONDITIONED, RecheckVerdict.EAGER_OFF)
 
 
 _EXPLAIN = {
-    RecheckVerdict.CONFIRMED: "eager matches the float64 reference; the exported model does not",
-    RecheckVerdict.EAGER_OFF: "the exported model is closer to the float64 reference than eager "
+    RecheckVerdict.CONFIRMED: "eager matches the {ref} reference; the exported model does not",
+    RecheckVerdict.EAGER_OFF: "the exported model is closer to the {ref} reference than eager "
                               "(eager quirk, not an exporter bug)",
-    RecheckVerdict.ILL_CONDITIONED: "both sides are as close to the float64 reference as each "
+    RecheckVerdict.ILL_CONDITIONED: "both sides are as close to the {ref} reference as each "
                                     "other: ill-conditioned input, tolerance artefact",
-    RecheckVerdict.BOTH_OFF: "both sides differ from the float64 reference in non-finite values",
-    RecheckVerdict.UNVERIFIED: "no independent reference (float64 or integer-only inputs)",
+    RecheckVerdict.BOTH_OFF: "both sides differ from the {ref} reference",
+    RecheckVerdict.UNVERIFIED: "no independent reference for this op and dtype",
 }
+
+
+class RecheckReference(str, enum.Enum):
+    """What a re-check judged both sides against."""
+
+    EXACT = "exact"      # exact integer / rational arithmetic or mpmath, rounded to the dtype
+    FLOAT64 = "float64"  # the same call on float64 inputs, rounded to the output's dtype
+    NONE = "none"
+
+    @property
+    def words(self) -> str:
+        return {"exact": "exact (integer, rational or mpmath)", "float64": "float64",
+                "none": "no"}[self.value]
 
 
 @dataclass(frozen=True, config=CONFIG)
@@ -140,9 +157,11 @@ class Recheck(Record):
     onnx_error: Real | None = None
     unoptimized: Rerun | None = None  # the ORT optimizations-off re-run, when tried
     note: str = ""
+    reference: RecheckReference = RecheckReference.FLOAT64
 
     def describe(self) -> str:
-        text = f"{self.verdict.value}: {self.verdict.explanation}"
+        text = (f"{self.verdict.value}: "
+                f"{self.verdict.explanation.format(ref=self.reference.words)}")
         if self.unoptimized is not None and self.unoptimized.vanishes:
             text += "; the difference vanishes with ORT graph optimizations off (fusion)"
         if self.note:
@@ -178,16 +197,67 @@ class Example(Record):
         return f"{head}eager {self.eager} vs onnx {self.onnx}"
 
 
+@dataclass(frozen=True, config=CONFIG)
+class EagerQuirk(Record):
+    """Eager gives different values for the same inputs in another memory layout.
+
+    Vectorised CPU kernels take another code path for strided or short
+    tensors (gelu(inf) is inf on the scalar path and nan in AVX-512 lanes), so
+    such a value depends on the machine and the tensor size: the exported
+    model matching either eager answer is not an exporter finding.
+    """
+
+    output: str
+    count: int  # elements whose eager value depends on the layout
+    index: list[int]
+    contiguous: str  # eager's value there, inputs contiguous
+    strided: str  # the same inputs as strided views (the scalar path)
+    inputs: dict[str, str] = field(default_factory=dict)
+    onnx: str = ""
+
+    def describe(self) -> str:
+        inputs = ", ".join(f"{k}={v}" for k, v in self.inputs.items())
+        where = f"{self.output}[{','.join(map(str, self.index))}]"
+        return (f"eager depends on the memory layout at {self.count} element(s): "
+                f"{inputs + ' → ' if inputs else where + ': '}{self.contiguous} contiguous, "
+                f"{self.strided} strided" + (f", onnx {self.onnx}" if self.onnx else ""))
+
+
+class FindingClass(str, enum.Enum):
+    """Whose problem a failing (or dismissed) op case is; the findings table's sections."""
+
+    EXPORTER = "exporter_defect"     # the exported graph computes something else
+    RUNTIME = "runtime_gap"          # a valid graph the provider has no kernel for
+    UNSUPPORTED = "unsupported_op"   # no translation: a feature request
+    EAGER = "eager_quirk"            # eager itself: layout-dependent values, crashes, wrong
+    ILL_CONDITIONED = "ill_conditioned"  # a tolerance artefact, dismissed (the case passes)
+
+    @property
+    def words(self) -> str:
+        return {"exporter_defect": "exporter defect", "runtime_gap": "runtime gap",
+                "unsupported_op": "unsupported op", "eager_quirk": "eager quirk",
+                "ill_conditioned": "ill-conditioned"}[self.value]
+
+
 @dataclass(config=CONFIG)
 class OpCase(Record):
-    """What an op-sweep case is: the variant, the call, and the ATen ops it ran."""
+    """What an op-sweep case is: the variant, the call, the op the user called, its ATen ops.
+
+    `user_op` names the op as a user calls it (`torch.isfinite`, `Tensor.masked_fill`);
+    findings group by it. `op` is the ATen overload beside it: the one the exported
+    graph translated for this case (else the one eager dispatched), e.g.
+    `aten.ones_like.default` for an integer `torch.isfinite`.
+    """
 
     variant: str
     family: str
     call: str
-    op: str  # the ATen op blamed (the main op the variant dispatched)
-    aten_ops: list[str] = field(default_factory=list)  # empty: no worker reported (crash)
+    op: str  # the ATen overload of user_op (exported graph, else eager dispatch)
+    aten_ops: list[str] = field(default_factory=list)  # exported graph's; else eager's
     not_applicable: bool = False
     example: Example | None = None
     low_precision: LowPrecision | None = None
+    user_op: str = ""
+    eager_quirk: EagerQuirk | None = None
+    finding_class: FindingClass | None = None  # set on failing and dismissed cases
 

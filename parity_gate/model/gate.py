@@ -124,10 +124,22 @@ class GateDecision(Record):
     rulings: list[Ruling] = field(default_factory=list)
     stale: list[Stale] = field(default_factory=list)
     compare_to: Deltas | None = None
+    # No case ran (every one skipped, or none planned): nothing was checked, so the gate
+    # blocks unless the user accepted that (`--allow-all-skipped`) or set fail-on never.
+    all_skipped: bool = False
+    allow_all_skipped: bool = False
+    # Export hazards whose rule the manifest promoted to `fail` ("module: rule").
+    hazards: list[str] = field(default_factory=list)
+
+    @property
+    def unchecked(self) -> bool:
+        """Blocks because nothing was checked (not because anything failed)."""
+        return self.all_skipped and not self.allow_all_skipped and self.fail_on != "never"
 
     @property
     def passed(self) -> bool:
-        return not self.blocking or self.fail_on == "never"
+        return ((not self.blocking and not self.hazards) or self.fail_on == "never") \
+            and not self.unchecked
 
     @property
     def exit_code(self) -> int:

@@ -23,8 +23,11 @@ from parity_gate.model.comparison import Comparison
 from parity_gate.model.findings import Finding, Lost, OpCase, Recheck, Rerun
 from parity_gate.model.gate import GateDecision
 from parity_gate.model.keys import CaseKey
+from parity_gate.model.localisation import Localisation
 from parity_gate.model.outcomes import Outcome
+from parity_gate.model.precision import ExportCause, Reexport, Reference
 from parity_gate.model.record import CONFIG, Record, adapter
+from parity_gate.model.upstream import UpstreamReport
 
 SCHEMA_VERSION: Literal[2] = 2
 
@@ -57,6 +60,10 @@ class CaseResult(Record):
     recheck: Recheck | None = None   # both sides against a higher-precision truth
     lost: Lost | None = None         # set by the pool: the worker never reported this case
     op: OpCase | None = None         # op-sweep cases only
+    localisation: Localisation | None = None  # follow-up checks on a failing case
+    reference: Reference | None = None  # float16/bfloat16: both sides against float64
+    reexport: Reexport | None = None    # the mismatch exported again with optimize: false
+    cause: ExportCause | None = None    # export failures: the root of the exception chain
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -69,12 +76,21 @@ class CaseResult(Record):
 
     @property
     def notes(self) -> list[str]:
-        """Follow-up findings in words, after the reason (shown, never parsed back)."""
-        out = [self.rerun.describe()] if self.rerun is not None else []
+        """Follow-up findings in words, after the reason (shown, never parsed back); the
+        localisation's first, since it names the layer and the op to blame."""
+        loc = self.localisation.summary() if self.localisation is not None else []
+        out = loc[:2]
+        if self.rerun is not None and not (self.localisation and self.localisation.levels):
+            out.append(self.rerun.describe())  # the optimizer-level check supersedes it
+        if self.reexport is not None:
+            out.append(self.reexport.describe())
+        if self.reference is not None and self.outcome.failed:
+            out.append(self.reference.describe())
         if self.recheck is not None and self.outcome.failed:
             out.append(f"re-check: {self.recheck.describe()}")
         if self.op is not None and self.op.low_precision is not None and self.outcome.failed:
             out.append(self.op.low_precision.describe())
+        out += loc[2:]
         return out
 
     @property
@@ -93,13 +109,18 @@ class CaseResult(Record):
 
 @dataclass(frozen=True, config=CONFIG)
 class RunVerdict(Record):
-    """The one answer: does this run block the merge, and why (counts beside it)."""
+    """The one answer: does this run block the merge, and why (counts beside it).
+
+    Only "pass" does not block: an interrupted run never passes, whatever its finished
+    cases say, and neither does one in which no case ran (unless the user allowed it)."""
 
     blocks: bool
     result: str  # "pass" | "fail" | "interrupted"
     why: str
     by_outcome: dict[str, int]
     by_ruling: dict[str, int]
+    finished: int = 0  # cases with a result (skipped ones included)
+    planned: int | None = None  # cases the run meant to finish
 
 
 @dataclass(config=CONFIG)
@@ -117,6 +138,7 @@ class RunResult(Record):
     shard: str | None = None
     planned: int | None = None  # cases the run meant to finish (None: as many as it has)
     gate: GateDecision | None = None
+    upstream: list[UpstreamReport] = field(default_factory=list)  # per op, `parity-gate upstream`
 
     def skip_reasons(self) -> dict[str, int]:
         return skip_reasons(self.cases)
@@ -141,18 +163,32 @@ class RunResult(Record):
     def verdict(self) -> RunVerdict:
         gate = self.gate or GateDecision(blocking=[c.id for c in self.failures])
         failing = len(self.failures)
+        finished, planned = len(self.cases), self.planned
         if self.interrupted:
-            result, why = "interrupted", (f"interrupted after {len(self.cases)} of "
-                                          f"{self.planned or len(self.cases)} cases")
+            result, why = "interrupted", (f"interrupted: {finished} of "
+                                          f"{planned if planned is not None else '?'} planned "
+                                          "cases finished; the others never ran")
         elif not gate.passed:
-            result, why = "fail", f"{len(gate.blocking)} blocking case(s) (fail-on {gate.fail_on})"
+            result = "fail"
+            reasons = []
+            if gate.blocking:
+                reasons.append(f"{len(gate.blocking)} blocking case(s) (fail-on {gate.fail_on})")
+            if gate.hazards:
+                reasons.append(f"export hazards the manifest makes failing: "
+                               f"{', '.join(gate.hazards)}")
+            why = "; ".join(reasons) or (f"no case ran ({finished} skipped): nothing was "
+                                         "checked (--allow-all-skipped accepts that)")
         else:
             result = "pass"
             why = (f"{failing} failing case(s) do not block (fail-on {gate.fail_on})"
-                   if failing else "every case that ran matches eager")
+                   if failing else "every case that ran matches eager"
+                   if not gate.all_skipped else
+                   f"no case ran ({finished} skipped), allowed by "
+                   + ("--allow-all-skipped" if gate.allow_all_skipped else "fail-on never"))
         return RunVerdict(blocks=result != "pass", result=result, why=why,
                           by_outcome=self.counts(),
-                          by_ruling=gate.counts() if self.gate is not None else {})
+                          by_ruling=gate.counts() if self.gate is not None else {},
+                          finished=finished, planned=planned)
 
     def to_dict(self) -> dict[str, Any]:
         # Cases in key order (numeric batch sizes) whatever order they finished in.

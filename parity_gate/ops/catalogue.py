@@ -9,8 +9,12 @@ tables keep families compact. Conventions:
   nothing; ops whose batch dim is the natural empty one say `empty_shape`.
 * Outputs that are legitimately nondeterministic (indices among ties of an
   unstable sort) are listed in `shape_only`.
-* `xfail`/`skip` always carry a reason; known findings of a pinned release
-  live in the baseline file instead (ops/known-findings.yml).
+* `dtypes` says what the op's meaning allows (every dtype unless it is a
+  cast from float, a bitwise op ...); which of those eager accepts is
+  measured by trying eager (ops/accepted.py), so no record guesses it.
+* `xfail(reason, link)`/`skip(reason)` always carry a reason; the xfail's
+  reason and link are what the generated baseline (ops/known-findings.yml)
+  writes for the findings it covers, and the file keeps their figures.
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ from parity_gate.ops.records import (
     FLOATS,
     INTS,
     NORMAL,
-    NUMERIC,
     SIGNED_INTS,
     Arg,
     OpVariant,
@@ -31,17 +34,16 @@ X = Arg("x", (4, 8))
 X13 = Arg("x", (13, 13))
 PAIR = (X13, Arg("y", (13, 13)))
 INT_BOOL = (*INTS, "bool")
-F32_64 = ("float32", "float64")  # CPU eager has no half-precision kernel for these
 NO_SPECIALS = (NORMAL, EMPTY)
 
 
 def op(id: str, family: str, call: str, args: tuple[Arg, ...] = (X,),
-       dtypes: tuple[str, ...] = FLOATS, **kw: object) -> OpVariant:
+       dtypes: tuple[str, ...] = ALL, **kw: object) -> OpVariant:
     return OpVariant(id, family, call, args, dtypes, **kw)  # type: ignore[arg-type]
 
 
 def _family(family: str, rows: list[tuple], args: tuple[Arg, ...] = (X,),
-            dtypes: tuple[str, ...] = FLOATS, **kw: object) -> list[OpVariant]:
+            dtypes: tuple[str, ...] = ALL, **kw: object) -> list[OpVariant]:
     """Rows are (id, call) or (id, call, {overrides})."""
     out = []
     for row in rows:
@@ -55,10 +57,10 @@ def _family(family: str, rows: list[tuple], args: tuple[Arg, ...] = (X,),
 # unary math: floats, and ints/bool where eager promotes them
 
 UNARY = _family("unary", [
-    ("abs", "torch.abs(x)", {"dtypes": NUMERIC, "signed_zeros": True}),
-    ("neg", "torch.neg(x)", {"dtypes": NUMERIC, "signed_zeros": True}),
-    ("positive", "torch.positive(x)", {"dtypes": NUMERIC}),
-    ("square", "torch.square(x)", {"dtypes": NUMERIC}),
+    ("abs", "torch.abs(x)", {"dtypes": ALL, "signed_zeros": True}),
+    ("neg", "torch.neg(x)", {"dtypes": ALL, "signed_zeros": True}),
+    ("positive", "torch.positive(x)", {"dtypes": ALL}),
+    ("square", "torch.square(x)", {"dtypes": ALL}),
     ("exp", "torch.exp(x)"), ("exp2", "torch.exp2(x)"), ("expm1", "torch.expm1(x)"),
     ("log", "torch.log(x)"), ("log2", "torch.log2(x)"), ("log10", "torch.log10(x)"),
     ("log1p", "torch.log1p(x)"), ("sqrt", "torch.sqrt(x)"), ("rsqrt", "torch.rsqrt(x)"),
@@ -72,18 +74,18 @@ UNARY = _family("unary", [
     ("sigmoid", "torch.sigmoid(x)"), ("erf", "torch.erf(x)"), ("erfc", "torch.erfc(x)"),
     ("erfinv", "torch.erfinv(x)", {"args": (Arg("x", (4, 8), low=-1, high=1),)}),
     ("reciprocal", "torch.reciprocal(x)", {"signed_zeros": True}),
-    ("sign", "torch.sign(x)", {"dtypes": NUMERIC}),
-    ("sgn", "torch.sgn(x)", {"dtypes": NUMERIC}),
+    ("sign", "torch.sign(x)", {"dtypes": ALL}),
+    ("sgn", "torch.sgn(x)", {"dtypes": ALL}),
     ("lgamma", "torch.lgamma(x)"),
     ("deg2rad", "torch.deg2rad(x)"), ("rad2deg", "torch.rad2deg(x)"),
     ("logit", "torch.logit(x)", {"args": (Arg("x", (4, 8), low=0, high=1),)}),
     ("logit.eps", "torch.logit(x, eps=1e-6)", {"args": (Arg("x", (4, 8), low=0, high=1),)}),
-    ("angle", "torch.angle(x)", {"dtypes": NUMERIC}),
-    ("pow.scalar2", "torch.pow(x, 2)", {"dtypes": NUMERIC}),
+    ("angle", "torch.angle(x)", {"dtypes": ALL}),
+    ("pow.scalar2", "torch.pow(x, 2)", {"dtypes": ALL}),
     ("pow.scalar_half", "torch.pow(x, 0.5)"),
-    ("pow.scalar_neg1", "torch.pow(x, -1)", {"dtypes": FLOATS}),
-    ("pow.scalar_base", "torch.pow(2.0, x)", {"dtypes": NUMERIC}),
-    ("float_power.scalar", "torch.float_power(x, 2)", {"dtypes": NUMERIC}),
+    ("pow.scalar_neg1", "torch.pow(x, -1)", {"dtypes": ALL}),
+    ("pow.scalar_base", "torch.pow(2.0, x)", {"dtypes": ALL}),
+    ("float_power.scalar", "torch.float_power(x, 2)", {"dtypes": ALL}),
     ("bitwise_not", "torch.bitwise_not(x)", {"dtypes": INT_BOOL}),
 ], dtypes=ALL)
 
@@ -111,7 +113,7 @@ CAST = _family("cast", [
     ("to.int64.from_float", "x.to(torch.int64)", {"input_classes": NO_SPECIALS}),
     ("to.int32.from_float", "x.to(torch.int32)", {"input_classes": NO_SPECIALS}),
     ("to.int8.from_float", "x.to(torch.int8)", {"input_classes": NO_SPECIALS}),
-])
+], dtypes=FLOATS)  # the int-to-int casts above take INT_BOOL; these are casts from float
 
 PREDICATE = _family("predicate", [
     ("isnan", "torch.isnan(x)"), ("isinf", "torch.isinf(x)"),
@@ -122,7 +124,7 @@ PREDICATE = _family("predicate", [
     ("isclose.equal_nan", "torch.isclose(x, y, equal_nan=True)", {"args": PAIR}),
     ("isclose.tols", "torch.isclose(x, y, rtol=0.1, atol=0.5)", {"args": PAIR}),
     ("isin", "torch.isin(x, y)", {"args": (X, Arg("y", (5,)))}),
-], dtypes=NUMERIC)
+], dtypes=ALL)
 
 # --------------------------------------------------------------------------
 # binary arithmetic, comparisons, logical
@@ -130,39 +132,39 @@ PREDICATE = _family("predicate", [
 DIVISOR = Arg("y", (13, 13), nonzero_int=True)
 BINARY = _family("binary", [
     ("add", "torch.add(x, y)", {"dtypes": ALL}),
-    ("add.alpha", "torch.add(x, y, alpha=2)", {"dtypes": NUMERIC}),
+    ("add.alpha", "torch.add(x, y, alpha=2)", {"dtypes": ALL}),
     ("add.scalar", "x + 2.5", {"args": (X13,)}),
     ("add.broadcast", "x + y", {"args": (Arg("x", (13, 13)), Arg("y", (13,)))}),
-    ("sub", "torch.sub(x, y)", {"dtypes": NUMERIC}),
-    ("sub.alpha", "torch.sub(x, y, alpha=3)", {"dtypes": NUMERIC}),
-    ("rsub", "torch.rsub(x, y)", {"dtypes": NUMERIC}),
+    ("sub", "torch.sub(x, y)", {"dtypes": ALL}),
+    ("sub.alpha", "torch.sub(x, y, alpha=3)", {"dtypes": ALL}),
+    ("rsub", "torch.rsub(x, y)", {"dtypes": ALL}),
     ("mul", "torch.mul(x, y)", {"dtypes": ALL}),
-    ("mul.scalar", "x * -1.5", {"args": (X13,), "dtypes": NUMERIC}),
-    ("div", "torch.div(x, y)", {"dtypes": NUMERIC, "signed_zeros": True}),
+    ("mul.scalar", "x * -1.5", {"args": (X13,), "dtypes": ALL}),
+    ("div", "torch.div(x, y)", {"dtypes": ALL, "signed_zeros": True}),
     ("div.trunc", "torch.div(x, y, rounding_mode='trunc')",
-     {"args": (PAIR[0], DIVISOR), "dtypes": NUMERIC}),
+     {"args": (PAIR[0], DIVISOR), "dtypes": ALL}),
     ("div.floor", "torch.div(x, y, rounding_mode='floor')",
-     {"args": (PAIR[0], DIVISOR), "dtypes": NUMERIC}),
-    ("div.scalar", "x / 3", {"args": (X13,), "dtypes": NUMERIC}),
-    ("true_divide", "torch.true_divide(x, y)", {"dtypes": NUMERIC}),
+     {"args": (PAIR[0], DIVISOR), "dtypes": ALL}),
+    ("div.scalar", "x / 3", {"args": (X13,), "dtypes": ALL}),
+    ("true_divide", "torch.true_divide(x, y)", {"dtypes": ALL}),
     ("floor_divide", "torch.floor_divide(x, y)", {"args": (PAIR[0], DIVISOR),
-                                                  "dtypes": NUMERIC}),
-    ("fmod", "torch.fmod(x, y)", {"args": (PAIR[0], DIVISOR), "dtypes": NUMERIC,
+                                                  "dtypes": ALL}),
+    ("fmod", "torch.fmod(x, y)", {"args": (PAIR[0], DIVISOR), "dtypes": ALL,
                                   "signed_zeros": True}),
     ("fmod.scalar", "torch.fmod(x, 1.5)", {"args": (X13,)}),
-    ("remainder", "torch.remainder(x, y)", {"args": (PAIR[0], DIVISOR), "dtypes": NUMERIC}),
+    ("remainder", "torch.remainder(x, y)", {"args": (PAIR[0], DIVISOR), "dtypes": ALL}),
     ("remainder.scalar", "torch.remainder(x, -1.5)", {"args": (X13,)}),
     ("pow", "torch.pow(x, y)", {"args": (PAIR[0], Arg("y", (13, 13), low=0, high=4)),
-                                "dtypes": NUMERIC}),
-    ("float_power", "torch.float_power(x, y)", {"dtypes": NUMERIC}),
-    ("atan2", "torch.atan2(x, y)", {"dtypes": NUMERIC, "signed_zeros": True}),
+                                "dtypes": ALL}),
+    ("float_power", "torch.float_power(x, y)", {"dtypes": ALL}),
+    ("atan2", "torch.atan2(x, y)", {"dtypes": ALL, "signed_zeros": True}),
     ("hypot", "torch.hypot(x, y)"),
-    ("copysign", "torch.copysign(x, y)", {"dtypes": NUMERIC, "signed_zeros": True}),
+    ("copysign", "torch.copysign(x, y)", {"dtypes": ALL, "signed_zeros": True}),
     ("maximum", "torch.maximum(x, y)", {"dtypes": ALL}),
     ("minimum", "torch.minimum(x, y)", {"dtypes": ALL}),
-    ("fmax", "torch.fmax(x, y)", {"dtypes": NUMERIC}),
-    ("fmin", "torch.fmin(x, y)", {"dtypes": NUMERIC}),
-    ("xlogy", "torch.xlogy(x, y)", {"dtypes": NUMERIC}),
+    ("fmax", "torch.fmax(x, y)", {"dtypes": ALL}),
+    ("fmin", "torch.fmin(x, y)", {"dtypes": ALL}),
+    ("xlogy", "torch.xlogy(x, y)", {"dtypes": ALL}),
     ("logaddexp", "torch.logaddexp(x, y)"),
     ("logaddexp2", "torch.logaddexp2(x, y)"),
     ("ldexp", "torch.ldexp(x, y)", {"args": (PAIR[0], Arg("y", (13, 13), kind="index", low=-4,
@@ -171,10 +173,10 @@ BINARY = _family("binary", [
     ("lerp.tensor", "torch.lerp(x, y, w)", {"args": (*PAIR, Arg("w", (13, 13), low=0,
                                                                  high=1))}),
     ("addcmul", "torch.addcmul(x, y, z, value=0.5)", {"args": (*PAIR, Arg("z", (13, 13))),
-                                                      "dtypes": NUMERIC}),
+                                                      "dtypes": ALL}),
     ("addcdiv", "torch.addcdiv(x, y, z, value=0.5)", {"args": (*PAIR, Arg("z", (13, 13)))}),
-    ("heaviside", "torch.heaviside(x, y)", {"dtypes": NUMERIC}),
-    ("nextafter", "torch.nextafter(x, y)", {"dtypes": F32_64}),
+    ("heaviside", "torch.heaviside(x, y)", {"dtypes": ALL}),
+    ("nextafter", "torch.nextafter(x, y)", {"dtypes": ALL}),
     ("bitwise_and", "torch.bitwise_and(x, y)", {"dtypes": INT_BOOL}),
     ("bitwise_or", "torch.bitwise_or(x, y)", {"dtypes": INT_BOOL}),
     ("bitwise_xor", "torch.bitwise_xor(x, y)", {"dtypes": INT_BOOL}),
@@ -184,7 +186,7 @@ BINARY = _family("binary", [
      {"args": (PAIR[0], Arg("y", (13, 13), low=0, high=7, specials=False)), "dtypes": INTS}),
     ("gcd", "torch.gcd(x, y)", {"dtypes": INTS}),
     ("lcm", "torch.lcm(x, y)", {"dtypes": INTS}),
-    ("squared_difference", "(x - y) ** 2", {"dtypes": NUMERIC}),
+    ("squared_difference", "(x - y) ** 2", {"dtypes": ALL}),
 ], args=PAIR)
 
 COMPARE = _family("compare", [
@@ -223,10 +225,10 @@ REDUCTION = _family("reduction", [
     ("max.dim", "torch.max(x, dim=-1)", {"dtypes": ALL}),
     ("max.keepdim", "torch.max(x, dim=0, keepdim=True)", {"dtypes": ALL}),
     ("min.dim", "torch.min(x, dim=-1)", {"dtypes": ALL}),
-    ("argmax", "torch.argmax(x)", {"dtypes": NUMERIC}),
-    ("argmax.dim", "torch.argmax(x, dim=-1)", {"dtypes": NUMERIC}),
-    ("argmax.keepdim", "torch.argmax(x, dim=0, keepdim=True)", {"dtypes": NUMERIC}),
-    ("argmin.dim", "torch.argmin(x, dim=-1)", {"dtypes": NUMERIC}),
+    ("argmax", "torch.argmax(x)", {"dtypes": ALL}),
+    ("argmax.dim", "torch.argmax(x, dim=-1)", {"dtypes": ALL}),
+    ("argmax.keepdim", "torch.argmax(x, dim=0, keepdim=True)", {"dtypes": ALL}),
+    ("argmin.dim", "torch.argmin(x, dim=-1)", {"dtypes": ALL}),
     ("std", "torch.std(x)"), ("std.dim", "torch.std(x, dim=-1)"),
     ("std.correction0", "torch.std(x, dim=-1, correction=0)"),
     ("var", "torch.var(x)"), ("var.dim", "torch.var(x, dim=-1)"),
@@ -240,10 +242,10 @@ REDUCTION = _family("reduction", [
     ("vector_norm.ord3", "torch.linalg.vector_norm(x, ord=3, dim=-1)"),
     ("vector_norm.ord0", "torch.linalg.vector_norm(x, ord=0, dim=-1)"),
     ("vector_norm.ord_neginf", "torch.linalg.vector_norm(x, ord=float('-inf'), dim=-1)"),
-    ("median", "torch.median(x)", {"dtypes": NUMERIC}),
-    ("median.dim", "torch.median(x, dim=-1)", {"dtypes": NUMERIC, "shape_only": (1,)}),
-    ("nanmedian", "torch.nanmedian(x)", {"dtypes": FLOATS}),
-    ("mode.dim", "torch.mode(x, dim=-1)", {"dtypes": NUMERIC, "shape_only": (1,)}),
+    ("median", "torch.median(x)", {"dtypes": ALL}),
+    ("median.dim", "torch.median(x, dim=-1)", {"dtypes": ALL, "shape_only": (1,)}),
+    ("nanmedian", "torch.nanmedian(x)", {"dtypes": ALL}),
+    ("mode.dim", "torch.mode(x, dim=-1)", {"dtypes": ALL, "shape_only": (1,)}),
     ("count_nonzero", "torch.count_nonzero(x)", {"dtypes": ALL}),
     ("count_nonzero.dim", "torch.count_nonzero(x, dim=-1)", {"dtypes": ALL}),
     ("all", "torch.all(x)", {"dtypes": ALL}), ("any", "torch.any(x)", {"dtypes": ALL}),
@@ -251,36 +253,45 @@ REDUCTION = _family("reduction", [
     ("any.dim", "torch.any(x, dim=0)", {"dtypes": ALL}),
     ("nansum", "torch.nansum(x)"), ("nansum.dim", "torch.nansum(x, dim=-1)"),
     ("nanmean", "torch.nanmean(x, dim=-1)"),
-    ("aminmax", "torch.aminmax(x)", {"dtypes": NUMERIC}),
-    ("aminmax.dim", "torch.aminmax(x, dim=-1)", {"dtypes": NUMERIC}),
-], dtypes=FLOATS)
+    ("aminmax", "torch.aminmax(x)", {"dtypes": ALL}),
+    ("aminmax.dim", "torch.aminmax(x, dim=-1)", {"dtypes": ALL}),
+])
 
 SOFTMAX = _family("softmax", [
     ("softmax", "torch.softmax(x, dim=-1)"), ("softmax.dim0", "torch.softmax(x, dim=0)"),
     ("softmax.dtype_f32", "torch.softmax(x, dim=-1, dtype=torch.float32)",
-     {"dtypes": NUMERIC}),
+     {"dtypes": ALL}),
     ("softmax.dtype_f64", "torch.softmax(x, dim=-1, dtype=torch.float64)",
-     {"dtypes": NUMERIC}),
+     {"dtypes": ALL}),
     ("softmax.3d", "F.softmax(x, dim=1)", {"args": (Arg("x", (2, 3, 4)),)}),
     ("log_softmax", "torch.log_softmax(x, dim=-1)"),
     ("log_softmax.dim0", "torch.log_softmax(x, dim=0)"),
     ("log_softmax.dtype_f32", "torch.log_softmax(x, dim=-1, dtype=torch.float32)",
-     {"dtypes": NUMERIC}),
+     {"dtypes": ALL}),
     ("log_softmax.dtype_f64", "torch.log_softmax(x, dim=-1, dtype=torch.float64)",
-     {"dtypes": NUMERIC}),
+     {"dtypes": ALL}),
     ("softmin", "F.softmin(x, dim=-1)"),
     ("softmin.dtype_f32", "F.softmin(x, dim=-1, dtype=torch.float32)"),
 ])
+
+# Known upstream: softmax(dtype=) is lowered in the input's precision and cast afterwards.
+SOFTMAX_DTYPE = ("softmax/log_softmax(dtype=) computed in the input's precision, then cast "
+                 "(the CPU provider hides it: values match)")
+SOFTMAX_DTYPE_LINK = "https://github.com/pytorch/pytorch/issues/153393"
+_WIDER = {"dtype_f32": ("float16",), "dtype_f64": ("float16", "float32")}
+SOFTMAX = [v.xfail(SOFTMAX_DTYPE, SOFTMAX_DTYPE_LINK, dtypes=_WIDER[v.id.split(".")[-1]])
+           if v.id in ("softmax.dtype_f32", "softmax.dtype_f64", "log_softmax.dtype_f32",
+                       "log_softmax.dtype_f64") else v for v in SOFTMAX]
 
 CUMULATIVE = _family("cumulative", [
     ("cumsum", "torch.cumsum(x, dim=-1)", {"dtypes": ALL}),
     ("cumsum.dim0", "torch.cumsum(x, dim=0)", {"dtypes": ALL}),
     ("cumsum.dtype_f32", "torch.cumsum(x, dim=-1, dtype=torch.float32)", {"dtypes": ALL}),
     ("cumsum.dtype_f64", "torch.cumsum(x, dim=-1, dtype=torch.float64)"),
-    ("cumprod", "torch.cumprod(x, dim=-1)", {"dtypes": NUMERIC}),
+    ("cumprod", "torch.cumprod(x, dim=-1)", {"dtypes": ALL}),
     ("cumprod.dtype_f64", "torch.cumprod(x, dim=-1, dtype=torch.float64)"),
-    ("cummax", "torch.cummax(x, dim=-1)", {"dtypes": NUMERIC}),
-    ("cummin", "torch.cummin(x, dim=0)", {"dtypes": NUMERIC}),
+    ("cummax", "torch.cummax(x, dim=-1)", {"dtypes": ALL}),
+    ("cummin", "torch.cummin(x, dim=0)", {"dtypes": ALL}),
     ("logcumsumexp", "torch.logcumsumexp(x, dim=-1)"),
     ("cumsum.neg_dim_3d", "torch.cumsum(x, dim=-2)", {"args": (Arg("x", (2, 3, 4)),)}),
 ])
@@ -300,23 +311,23 @@ SORT = _family("sort", [
     ("topk.k0", "torch.topk(x, 0)"),
     ("kthvalue", "torch.kthvalue(x, 2, dim=-1)", {"shape_only": (1,)}),
     ("msort", "torch.msort(x)"),
-], dtypes=NUMERIC)
+], dtypes=ALL)
 
 # --------------------------------------------------------------------------
 # clamp / where / nan_to_num / masked
 
 MASK = Arg("m", (4, 8), kind="mask")
 SELECT = _family("select", [
-    ("clamp", "torch.clamp(x, min=-0.5, max=0.5)", {"dtypes": NUMERIC}),
-    ("clamp.min", "torch.clamp(x, min=0.25)", {"dtypes": NUMERIC}),
-    ("clamp.max", "torch.clamp(x, max=-0.25)", {"dtypes": NUMERIC}),
-    ("clamp.int_bounds", "torch.clamp(x, min=-3, max=4)", {"dtypes": NUMERIC}),
-    ("clamp.inverted", "torch.clamp(x, min=1.0, max=-1.0)", {"dtypes": NUMERIC}),
+    ("clamp", "torch.clamp(x, min=-0.5, max=0.5)", {"dtypes": ALL}),
+    ("clamp.min", "torch.clamp(x, min=0.25)", {"dtypes": ALL}),
+    ("clamp.max", "torch.clamp(x, max=-0.25)", {"dtypes": ALL}),
+    ("clamp.int_bounds", "torch.clamp(x, min=-3, max=4)", {"dtypes": ALL}),
+    ("clamp.inverted", "torch.clamp(x, min=1.0, max=-1.0)", {"dtypes": ALL}),
     ("clamp.tensor", "torch.clamp(x, min=lo, max=hi)",
      {"args": (X, Arg("lo", (4, 8), low=-2, high=0), Arg("hi", (4, 8), low=0, high=2)),
-      "dtypes": NUMERIC}),
+      "dtypes": ALL}),
     ("clamp_min.tensor", "torch.clamp_min(x, lo)", {"args": (X, Arg("lo", (8,))),
-                                                     "dtypes": NUMERIC}),
+                                                     "dtypes": ALL}),
     ("where", "torch.where(m, x, y)", {"args": (MASK, X, Arg("y", (4, 8))), "dtypes": ALL,
                                        "signed_zeros": True}),
     ("where.scalar", "torch.where(m, x, 0.0)", {"args": (MASK, X)}),
@@ -324,14 +335,14 @@ SELECT = _family("select", [
                                                           Arg("y", (8,))), "dtypes": ALL}),
     ("nan_to_num", "torch.nan_to_num(x)"),
     ("nan_to_num.values", "torch.nan_to_num(x, nan=0.5, posinf=2.0, neginf=-3.0)"),
-    ("masked_fill", "x.masked_fill(m, 2.0)", {"args": (X, MASK), "dtypes": NUMERIC}),
+    ("masked_fill", "x.masked_fill(m, 2.0)", {"args": (X, MASK), "dtypes": ALL}),
     ("masked_fill.neginf", "x.masked_fill(m, float('-inf'))", {"args": (X, MASK)}),
     ("masked_fill.nan", "x.masked_fill(m, float('nan'))", {"args": (X, MASK)}),
     ("masked_fill.tensor_value", "x.masked_fill(m, v)", {"args": (X, MASK, Arg("v", ())),
-                                                         "dtypes": NUMERIC}),
-    ("masked_select", "torch.masked_select(x, m)", {"args": (X, MASK), "dtypes": NUMERIC}),
+                                                         "dtypes": ALL}),
+    ("masked_select", "torch.masked_select(x, m)", {"args": (X, MASK), "dtypes": ALL}),
     ("masked_scatter", "x.masked_scatter(m, s)", {"args": (X, MASK, Arg("s", (4, 8))),
-                                                  "dtypes": NUMERIC}),
+                                                  "dtypes": ALL}),
 ])
 
 # --------------------------------------------------------------------------
@@ -378,7 +389,7 @@ INDEX = _family("index", [
     ("index_copy", "torch.index_copy(x, 1, i, v)",
      {"args": (X, Arg("i", (3,), kind="index", high=8, unique=True), Arg("v", (4, 3)))}),
     ("index_fill", "torch.index_fill(x, 1, i, 3)", {"args": (X, IDX_COLS)}),
-], dtypes=NUMERIC)
+], dtypes=ALL)
 
 SRC = Arg("s", (4, 6))
 SCATTER_IDX = Arg("i", (4, 6), kind="index", high=8)
@@ -400,9 +411,9 @@ SCATTER = _family("scatter", [
     *[(f"index_reduce.{mode}.{'self' if inc else 'noself'}",
        f"torch.index_reduce(x, 0, i, v, '{mode}', include_self={inc})",
        {"args": (X, ROWS5, Arg("v", (5, 8))),
-        "dtypes": FLOATS})
+        "dtypes": ALL})
       for mode in ("prod", "mean", "amax", "amin") for inc in (True, False)],
-], dtypes=NUMERIC)
+], dtypes=ALL)
 
 # --------------------------------------------------------------------------
 # losses (N=6 samples, C=5 classes)
@@ -508,7 +519,7 @@ LOSS = _family("loss", [
      {"args": (LOGITS, Arg("y", (6, 5), kind="choice", values=(0.0, 1.0),
                            empty_shape=(0, 5)))}),
     ("multi_margin_loss", "F.multi_margin_loss(x, t)", {"args": (LOGITS, TARGET),
-                                                        "dtypes": F32_64}),
+                                                        "dtypes": ALL}),
 ])
 
 # --------------------------------------------------------------------------
@@ -517,25 +528,25 @@ LOSS = _family("loss", [
 SPECIAL = _family("special", [
     ("digamma", "torch.special.digamma(x)"), ("polygamma1", "torch.special.polygamma(1, x)"),
     ("gammaln", "torch.special.gammaln(x)"),
-    ("erfcx", "torch.special.erfcx(x)", {"dtypes": F32_64}),
+    ("erfcx", "torch.special.erfcx(x)", {"dtypes": ALL}),
     ("i0", "torch.special.i0(x)"), ("i0e", "torch.special.i0e(x)"),
     ("i1", "torch.special.i1(x)"), ("i1e", "torch.special.i1e(x)"),
     ("ndtr", "torch.special.ndtr(x)"),
     ("ndtri", "torch.special.ndtri(x)", {"args": (Arg("x", (4, 8), low=0, high=1),),
-                                         "dtypes": F32_64}),
-    ("log_ndtr", "torch.special.log_ndtr(x)", {"dtypes": F32_64}),
+                                         "dtypes": ALL}),
+    ("log_ndtr", "torch.special.log_ndtr(x)", {"dtypes": ALL}),
     ("entr", "torch.special.entr(x)"),
     ("sinc", "torch.special.sinc(x)"), ("expit", "torch.special.expit(x)"),
     ("xlog1py", "torch.special.xlog1py(x, y)", {"args": PAIR}),
     ("zeta", "torch.special.zeta(x, y)",
      {"args": (Arg("x", (13, 13), low=1.1, high=5), Arg("y", (13, 13), low=0.1, high=3)),
-      "dtypes": F32_64}),
+      "dtypes": ALL}),
     ("multigammaln", "torch.special.multigammaln(x, 2)",
      {"args": (Arg("x", (4, 8), low=1, high=6),), "input_classes": NO_SPECIALS}),
-    ("bessel_j0", "torch.special.bessel_j0(x)", {"dtypes": F32_64}),
-    ("bessel_j1", "torch.special.bessel_j1(x)", {"dtypes": F32_64}),
-    ("modified_bessel_i0", "torch.special.modified_bessel_i0(x)", {"dtypes": F32_64}),
-    ("spherical_bessel_j0", "torch.special.spherical_bessel_j0(x)", {"dtypes": F32_64}),
+    ("bessel_j0", "torch.special.bessel_j0(x)", {"dtypes": ALL}),
+    ("bessel_j1", "torch.special.bessel_j1(x)", {"dtypes": ALL}),
+    ("modified_bessel_i0", "torch.special.modified_bessel_i0(x)", {"dtypes": ALL}),
+    ("spherical_bessel_j0", "torch.special.spherical_bessel_j0(x)", {"dtypes": ALL}),
     ("erfinv.large", "torch.special.erfinv(x)", {"args": (Arg("x", (4, 8), low=0.99,
                                                                  high=1.0),)}),
     ("lgamma.large", "torch.lgamma(x)", {"args": (Arg("x", (4, 8), low=1e3, high=1e6),)}),
@@ -550,7 +561,7 @@ SPECIAL = _family("special", [
 # activations
 
 ACTIVATION = _family("activation", [
-    ("relu", "F.relu(x)", {"dtypes": NUMERIC}), ("relu6", "F.relu6(x)"),
+    ("relu", "F.relu(x)", {"dtypes": ALL}), ("relu6", "F.relu6(x)"),
     ("leaky_relu", "F.leaky_relu(x)"), ("leaky_relu.slope", "F.leaky_relu(x, 0.2)"),
     ("elu", "F.elu(x)"), ("elu.alpha", "F.elu(x, alpha=0.5)"), ("selu", "F.selu(x)"),
     ("celu", "F.celu(x, alpha=2.0)"), ("gelu", "F.gelu(x)"),
@@ -591,7 +602,7 @@ NORM = _family("norm", [
     ("instance_norm", "F.instance_norm(x)", {"args": (NCHW,)}),
     ("instance_norm.affine", "F.instance_norm(x, weight=w, bias=b)", {"args": (NCHW, C4, B4)}),
     ("local_response_norm", "F.local_response_norm(x, 2)", {"args": (NCHW,),
-                                                            "dtypes": F32_64}),
+                                                            "dtypes": ALL}),
     ("normalize", "F.normalize(x, p=2.0, dim=-1)"),
     ("normalize.p1_dim0", "F.normalize(x, p=1.0, dim=0)"),
     ("rms_norm", "F.rms_norm(x, (6,), w)", {"args": (X36, Arg(
@@ -621,7 +632,7 @@ POOL = _family("pool", [
      "count_include_pad=False)"),
     ("avg_pool2d.ceil", "F.avg_pool2d(x, 3, stride=2, ceil_mode=True)"),
     ("avg_pool2d.divisor", "F.avg_pool2d(x, 2, divisor_override=3)"),
-    ("avg_pool3d", "F.avg_pool3d(x, 2)", {"args": (VOL,), "dtypes": F32_64}),
+    ("avg_pool3d", "F.avg_pool3d(x, 2)", {"args": (VOL,), "dtypes": ALL}),
     ("adaptive_avg_pool1d", "F.adaptive_avg_pool1d(x, 4)", {"args": (SEQ,)}),
     ("adaptive_avg_pool2d", "F.adaptive_avg_pool2d(x, (3, 3))"),
     ("adaptive_avg_pool2d.global", "F.adaptive_avg_pool2d(x, 1)"),
@@ -641,7 +652,7 @@ INTERP = _family("interp", [
      "align_corners=False)"),
     ("bilinear.down", "F.interpolate(x, size=(2, 3), mode='bilinear')"),
     ("bilinear.antialias", "F.interpolate(x, size=(2, 3), mode='bilinear', antialias=True)",
-     {"dtypes": F32_64}),
+     {"dtypes": ALL}),
     ("bicubic.align", "F.interpolate(x, size=(7, 9), mode='bicubic', align_corners=True)"),
     ("bicubic.noalign", "F.interpolate(x, size=(7, 9), mode='bicubic')"),
     ("area", "F.interpolate(x, size=(2, 2), mode='area')"),
@@ -659,7 +670,7 @@ INTERP = _family("interp", [
 PAD = _family("pad", [
     ("constant.1d", "F.pad(x, (1, 2))", {"dtypes": ALL}),
     ("constant.value", "F.pad(x, (1, 2, 0, 1), value=1.5)"),
-    ("constant.negative", "F.pad(x, (-1, 2))", {"dtypes": NUMERIC}),
+    ("constant.negative", "F.pad(x, (-1, 2))", {"dtypes": ALL}),
     ("reflect.1d", "F.pad(x, (2, 1), mode='reflect')", {"args": (SEQ,)}),
     ("reflect.2d", "F.pad(x, (1, 2, 2, 1), mode='reflect')"),
     ("replicate.1d", "F.pad(x, (2, 1), mode='replicate')", {"args": (SEQ,)}),
@@ -729,9 +740,9 @@ LINALG = _family("linalg", [
     ("outer", "torch.outer(x, y)", {"args": (Arg("x", (4,)), Arg("y", (5,)))}),
     ("dot", "torch.dot(x, y)", {"args": (Arg("x", (6,)), Arg("y", (6,)))}),
     ("linalg.inv", "torch.linalg.inv(x)",
-     {"args": (Arg("x", (3, 3), empty_shape=(0, 0)),), "dtypes": F32_64}),
+     {"args": (Arg("x", (3, 3), empty_shape=(0, 0)),), "dtypes": ALL}),
     ("linalg.det", "torch.linalg.det(x)",
-     {"args": (Arg("x", (3, 3), empty_shape=(0, 0)),), "dtypes": F32_64}),
+     {"args": (Arg("x", (3, 3), empty_shape=(0, 0)),), "dtypes": ALL}),
 ])
 
 VARIANTS: list[OpVariant] = [

@@ -62,6 +62,7 @@ def add_parser(sub: Any, commands: dict[str, Callable[[argparse.Namespace], int]
 
 def run_command(args: argparse.Namespace) -> int:
     from parity_gate.ops import gating
+    from parity_gate.ops.accepted import accepted
     from parity_gate.ops.jobs import DEFAULT_SOURCES
     from parity_gate.ops.planner import DEFAULT_BATCH, Selection, case_ids, plan
     from parity_gate.ops.registry import load_variants
@@ -72,8 +73,9 @@ def run_command(args: argparse.Namespace) -> int:
     _check_providers(args.providers)
     variants = load_variants(DEFAULT_SOURCES)
     selection = Selection(args.select, args.dtype, args.family, args.providers)
+    eager_dtypes = accepted(variants, DEFAULT_SOURCES)
     op_plan = plan(variants, selection, batch_size=args.batch_size or DEFAULT_BATCH,
-                   seed=args.seed)
+                   seed=args.seed, accepted=eager_dtypes)
     if args.list:
         return _list(op_plan, selection)
     if not op_plan.total:
@@ -88,9 +90,13 @@ def run_command(args: argparse.Namespace) -> int:
     baseline = gating.load_baseline(path if path and path.is_file() else None, variants)
     run = execute(op_plan, selection, args.jobs, quiet=args.quiet)
     decision = gating.gate(run, baseline, args.fail_on, args.strict,
-                           case_ids(variants, args.providers))
+                           case_ids(variants, args.providers, eager_dtypes))
     run.gate = decision  # results.json carries the decision (and its one verdict)
     _report(run, decision, op_plan, args)
+    if args.update_baseline and run.interrupted:
+        print("parity-gate ops: interrupted: the baseline was not updated (a partial run "
+              "would drop every finding it did not reach)", file=sys.stderr)
+        return 130
     if args.update_baseline:
         target = args.baseline or gating.BUNDLED
         text, changes = gating.updated_baseline(target, run, variants)

@@ -18,7 +18,7 @@ import contextlib
 import re
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
@@ -71,6 +71,9 @@ class Exported:
     raw: bytes        # translation as emitted, optimizer off (for the dtype audit)
     optimized: bytes  # what `torch.onnx.export(..., optimize=True)` ships (what runs)
     seconds: float
+    # per batch position: the ATen ops the exporter translated for that case (it keeps
+    # ops eager decomposes, e.g. cross_entropy_loss, and lowers them with torchlib's own)
+    graph_ops: dict[int, list[str]] = field(default_factory=dict)
 
 
 @contextlib.contextmanager
@@ -150,7 +153,24 @@ def export_batch(fns: list[Callable[..., Any]], tensors: list[list[Any]],
         except Exception as exc:
             raise _failure(exc, "optimizer", set()) from None
         optimized = onnx_program.model_proto.SerializeToString()
-    return Exported(raw, optimized, time.perf_counter() - t0)
+    return Exported(raw, optimized, time.perf_counter() - t0,
+                    graph_ops(seen.get("program"), len(fns)))
+
+
+def graph_ops(program: Any, n: int) -> dict[int, list[str]]:
+    """The ATen ops of the translated program, by the case (submodule) that owns them."""
+    out: dict[int, list[str]] = {}
+    if program is None:
+        return out
+    for node in program.graph.nodes:
+        if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
+            continue
+        owner = _owner(node)
+        if owner is not None and owner < n:
+            names = out.setdefault(owner, [])
+            if str(node.target) not in names:
+                names.append(str(node.target))
+    return out
 
 
 class Unsupported(Exception):

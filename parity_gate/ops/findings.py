@@ -12,11 +12,51 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from parity_gate.model.findings import FindingClass, RecheckVerdict, Stage
 from parity_gate.model.gate import GateDecision
+from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.model.text import md_cell
 
 STATUS_ORDER = ("new", "known", "n/a")
+
+
+def finding_class(case: CaseResult) -> FindingClass | None:
+    """Whose problem a case is: the one rule the table's sections and counts read.
+
+    Eager crashes (SIGFPE in `div.trunc` on int_min / -1), eager answers that depend
+    on the memory layout, and mismatches where the exported model is the one that
+    matches the reference are eager findings, never exporter ones.
+    """
+    rc = case.recheck
+    quirk = case.op.eager_quirk if case.op is not None else None
+    if case.outcome is Outcome.PASS:
+        if quirk is not None or (rc is not None and rc.verdict is RecheckVerdict.EAGER_OFF):
+            return FindingClass.EAGER
+        if rc is not None and rc.verdict is RecheckVerdict.ILL_CONDITIONED:
+            return FindingClass.ILL_CONDITIONED
+        return None
+    if not case.failed:
+        return None
+    if case.outcome is Outcome.UNSUPPORTED_OP:
+        return FindingClass.UNSUPPORTED
+    if case.outcome is Outcome.NO_KERNEL:
+        return FindingClass.RUNTIME
+    if case.lost is not None and case.lost.step.stage is Stage.EAGER:
+        return FindingClass.EAGER
+    if rc is not None and rc.verdict is RecheckVerdict.EAGER_OFF:
+        return FindingClass.EAGER
+    return FindingClass.EXPORTER
+
+
+def class_counts(run: RunResult) -> dict[str, int]:
+    """Cases per finding class, in FindingClass order (the closing-note figures)."""
+    counts = dict.fromkeys((c.words for c in FindingClass), 0)
+    for case in run.cases:
+        found = case.op.finding_class if case.op is not None else None
+        if found is not None:
+            counts[found.words] += 1
+    return counts
 
 
 @dataclass(frozen=True)
@@ -24,7 +64,7 @@ class Row:
     """One finding: one variant failing one way, on some input classes and dtypes."""
 
     variant: str
-    op: str
+    op: str  # the user-level op (torch.isfinite), with the ATen overload in `aten`
     family: str
     input_classes: tuple[str, ...]
     outcome: str
@@ -36,6 +76,8 @@ class Row:
     cases: tuple[str, ...]
     slug: str = ""
     dtype: str = ""  # of the example case (the repro's dtype)
+    aten: str = ""  # the ATen overload beside `op`
+    finding: str = FindingClass.EXPORTER.value
 
     @property
     def input_class(self) -> str:
@@ -44,7 +86,8 @@ class Row:
 
     def line(self) -> str:
         """One line for the console and the closing summary."""
-        return (f"{self.op or self.variant} [{self.variant}] {'+'.join(self.input_classes)} "
+        return (f"{self.op or self.variant} ({self.aten}) [{self.variant}] "
+                f"{'+'.join(self.input_classes)} "
                 f"{','.join(self.dtypes)}: {self.outcome} — {self.effect}"
                 + (f" (re-check: {self.recheck})" if self.recheck else ""))
 
@@ -77,6 +120,8 @@ def effect(case: CaseResult, limit: int = 220) -> str:
 
 
 def _example(case: CaseResult) -> str:
+    if case.op is not None and case.op.eager_quirk is not None:
+        return case.op.eager_quirk.describe()
     ex = case.op.example if case.op is not None else None
     return ex.describe() if ex is not None else ""
 
@@ -96,8 +141,8 @@ def rows(run: RunResult, decision: GateDecision | None = None) -> list[Row]:
     status = _statuses(decision)
     groups: dict[tuple[str, str, str], list[CaseResult]] = {}
     for case in run.cases:
-        if not case.failed:
-            continue
+        if not case.failed and finding_class(case) is not FindingClass.EAGER:
+            continue  # passing cases appear only as eager findings (quirk, eager off)
         variant = case.op.variant if case.op is not None else case.key.module
         key = (variant, case.outcome.value, effect_key(case))
         groups.setdefault(key, []).append(case)
@@ -112,8 +157,11 @@ def rows(run: RunResult, decision: GateDecision | None = None) -> list[Row]:
         while slug in slugs:
             slug, n = f"{variant}__{outcome}_{n}", n + 1
         slugs.add(slug)
+        found = finding_class(first)
         out.append(Row(
-            variant=variant, op=first.op.op if first.op else "",
+            variant=variant, op=(first.op.user_op or first.op.op) if first.op else "",
+            aten=first.op.op if first.op else "",
+            finding=found.value if found is not None else FindingClass.EXPORTER.value,
             family=first.op.family if first.op else "",
             input_classes=tuple(dict.fromkeys(c.key.inputs for c in cases)), outcome=outcome,
             dtypes=tuple(sorted({c.key.dtype for c in cases}, key=_dtype_rank)),
@@ -147,16 +195,13 @@ def _row_status(ids: Iterable[str], status: dict[str, str] | None) -> str:
 
 _KERNEL = re.compile(r"implementation for (\w+\(\d+\))")
 _MISSING = re.compile(r"unsupported operator ([\w.:]+)")
-SECTIONS = ("exporter", "unsupported", "runtime")
+SECTIONS = ("exporter", "eager", "unsupported", "runtime")
 
 
 def section(row: Row) -> str:
-    """Exporter bugs first; feature requests and provider gaps are listed apart."""
-    if row.outcome == "unsupported_op":
-        return "unsupported"
-    if row.outcome == "no_kernel":
-        return "runtime"
-    return "exporter"
+    """Exporter bugs first; eager's own findings, feature requests and provider gaps apart."""
+    return {FindingClass.UNSUPPORTED.value: "unsupported", FindingClass.RUNTIME.value: "runtime",
+            FindingClass.EAGER.value: "eager"}.get(row.finding, "exporter")
 
 
 def _grouped(rows: list[Row], pattern: re.Pattern[str]) -> dict[str, list[Row]]:
@@ -178,6 +223,7 @@ def _variants_of(rows: list[Row]) -> str:
 def summary_lines(table: list[Row]) -> list[str]:
     """The findings, one line each: exporter rows, then one line per missing op/kernel."""
     lines = [f"[{r.status}] {r.line()}" for r in table if section(r) == "exporter"]
+    lines += [f"[eager] {r.line()}" for r in table if section(r) == "eager"]
     for op, rows in _grouped([r for r in table if section(r) == "unsupported"],
                              _MISSING).items():
         lines.append(f"[unsupported] {op}: {', '.join(dict.fromkeys(r.variant for r in rows))}")
@@ -202,16 +248,27 @@ def render(run: RunResult, table: list[Row], decision: GateDecision | None,
     if not table:
         return "\n".join([*lines, "No findings: every applicable case matches eager.", ""])
     exporter = [r for r in table if section(r) == "exporter"]
-    lines += [f"### Exporter findings ({len(exporter)})", "",
-              "| status | op | variant | input classes | dtypes | outcome | effect | worst "
-              "example | re-check | repro |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in sorted(exporter, key=lambda r: (STATUS_ORDER.index(r.status), r.family,
+    classes = ", ".join(f"{k}: {v}" for k, v in class_counts(run).items())
+    lines += [f"**Cases by finding class:** {classes}", ""]
+    for title, part in (("Exporter findings", exporter),
+                        ("Eager findings: crashes, layout-dependent values, eager off the "
+                         "reference (not exporter bugs)",
+                         [r for r in table if section(r) == "eager"])):
+        if not part and title != "Exporter findings":
+            continue
+        lines += [f"### {title} ({len(part)})", "",
+                  "| status | op | ATen | variant | input classes | dtypes | outcome | effect | "
+                  "worst example | re-check | repro |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in sorted(part, key=lambda r: (STATUS_ORDER.index(r.status), r.family,
                                              r.variant, r.outcome)):
-        repro = f"`{repro_dir}/{r.slug}.py`" if repro_dir else ""
-        lines.append(f"| {r.status} | `{r.op}` | `{r.variant}` | {', '.join(r.input_classes)} | "
-                     f"{', '.join(r.dtypes)} | **{r.outcome}** | {md_cell(r.effect, 200)} | "
-                     f"{md_cell(r.example, 120)} | {md_cell(r.recheck, 80)} | {repro} |")
+            repro = f"`{repro_dir}/{r.slug}.py`" if repro_dir else ""
+            lines.append(
+                f"| {r.status} | `{r.op}` | `{r.aten}` | `{r.variant}` | "
+                f"{', '.join(r.input_classes)} | {', '.join(r.dtypes)} | **{r.outcome}** | "
+                f"{md_cell(r.effect, 200)} | {md_cell(r.example, 120)} | "
+                f"{md_cell(r.recheck, 80)} | {repro} |")
+        lines.append("")
     missing = _grouped([r for r in table if section(r) == "unsupported"], _MISSING)
     if missing:
         lines += ["", f"### Unsupported by the exporter: feature requests ({len(missing)} ops)",

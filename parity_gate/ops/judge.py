@@ -80,11 +80,41 @@ def fmt_value(value: Any) -> str:
     return repr(int(v)) if v.is_integer() and abs(v) < 2**53 else f"{v:.9g}"
 
 
+def same_elements(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Elementwise identity: equal values, NaN equal to NaN, the sign of zero counted."""
+    if a.dtype.kind != "f" and a.dtype.name != "bfloat16":
+        return np.asarray(a == b)
+    x, y = a.astype(np.float64), b.astype(np.float64)
+    return ((x == y) & (np.signbit(x) == np.signbit(y))) | (np.isnan(x) & np.isnan(y))
+
+
+def same_values(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and bool(same_elements(a, b).all())
+
+
+def _differing(comparison: cmp.Comparison, eager: np.ndarray,
+               onnx: np.ndarray) -> tuple[int, ...] | None:
+    """An element the comparison failed on: the worst one if it differs, else the first
+    that does (a signed-zero failure's worst element by size is one that agrees)."""
+    index = comparison.worst_index or comparison.first_index
+    signed = comparison.verdict is cmp.Verdict.SIGNED_ZERO
+    if index is not None and not signed and not same_elements(eager[index], onnx[index]):
+        return index
+    differ = ~same_elements(eager, onnx)
+    if signed:
+        differ &= (eager == 0) & (onnx == 0)
+    hits = np.argwhere(differ)
+    return tuple(int(i) for i in hits[0]) if hits.size else index
+
+
 def example(comparison: cmp.Comparison, eager: np.ndarray, onnx: np.ndarray,
             inputs: dict[str, np.ndarray]) -> Example | None:
-    """The worst element, with the inputs at the same index for elementwise ops."""
-    index = comparison.worst_index or comparison.first_index
-    if index is None or eager.shape != onnx.shape or not eager.size:
+    """An element that differs (the worst one when it does), with the inputs at the same
+    index for elementwise ops."""
+    if eager.shape != onnx.shape or not eager.size:
+        return None
+    index = _differing(comparison, eager, onnx)
+    if index is None:
         return None
     at = {name: fmt_value(arr[index]) for name, arr in inputs.items()
           if arr.shape == eager.shape}

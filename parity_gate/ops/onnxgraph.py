@@ -10,10 +10,11 @@ case, and each case's dtype handling be read off the un-optimised graph.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 import onnx
+
+from parity_gate.hazards.precision import ancestors  # one graph walk, shared with hazards
 
 # Values are named `c{k}_...`: the case number is in the name.
 _CASE_VALUE = re.compile(r"\bc(\d+)_\w+")
@@ -32,35 +33,6 @@ def case_input(k: int, arg: str) -> str:
 
 def case_output(k: int, m: int) -> str:
     return f"c{k}_o{m}"
-
-
-def _refs(node: onnx.NodeProto) -> list[str]:
-    """Every value a node reads, including outer-scope values its subgraphs read."""
-    names = [n for n in node.input if n]
-    for attr in node.attribute:
-        graphs = list(attr.graphs) + ([attr.g] if attr.HasField("g") else [])
-        for g in graphs:
-            for inner in g.node:
-                names += _refs(inner)
-    return names
-
-
-def ancestors(graph: onnx.GraphProto, outputs: Iterable[str]) -> tuple[set[int], set[str]]:
-    """Indices of the nodes that `outputs` depend on, and every value name they touch."""
-    producer = {out: i for i, node in enumerate(graph.node) for out in node.output}
-    nodes: set[int] = set()
-    seen: set[str] = set()
-    stack = list(outputs)
-    while stack:
-        name = stack.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        i = producer.get(name)
-        if i is not None and i not in nodes:
-            nodes.add(i)
-            stack.extend(_refs(graph.node[i]))
-    return nodes, seen
 
 
 @dataclass(frozen=True)
@@ -126,98 +98,3 @@ def extract(model: onnx.ModelProto, outputs: list[str]) -> onnx.ModelProto:
 
 # --------------------------------------------------------------------------
 # precision audit (false alarm 3: the runtime can hide a wrong graph)
-
-_FLOAT_BITS: dict[int, int] = {
-    onnx.TensorProto.FLOAT16: 16, onnx.TensorProto.BFLOAT16: 16,
-    onnx.TensorProto.FLOAT: 32, onnx.TensorProto.DOUBLE: 64,
-}
-_FLOAT_NAMES: dict[int, str] = {
-    onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.BFLOAT16: "bfloat16",
-    onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.DOUBLE: "float64"}
-NUMPY_FLOAT_BITS = {"float16": 16, "bfloat16": 16, "float32": 32, "float64": 64}
-
-# Ops whose result is exact whatever the precision they run in (they move,
-# select, compare or re-sign values): running them narrow loses nothing.
-_EXACT_OPS = frozenset({
-    "Cast", "CastLike", "Constant", "ConstantOfShape", "Identity", "Reshape", "Shape", "Size",
-    "Squeeze", "Unsqueeze", "Transpose", "Concat", "Split", "SplitToSequence", "Slice",
-    "Gather", "GatherElements", "GatherND", "Expand", "Flatten", "Tile", "Pad", "Where",
-    "Range", "ScatterElements", "ScatterND", "Compress", "NonZero", "TopK", "Equal", "Less",
-    "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Xor", "IsNaN", "IsInf",
-    "Abs", "Neg", "Sign", "Relu", "Max", "Min", "ReduceMax", "ReduceMin", "ArgMax", "ArgMin",
-    "Trilu", "ReverseSequence", "SequenceAt", "SequenceConstruct", "DepthToSpace",
-    "SpaceToDepth", "Dropout", "MaxPool", "GlobalMaxPool", "Floor", "Ceil", "Round",
-})
-
-
-@dataclass(frozen=True)
-class PrecisionFinding:
-    """A node computing in a narrower float than eager's result: what, where, how wide."""
-
-    op_type: str
-    node: str
-    computed_in: str
-    expected: str
-
-    def describe(self) -> str:
-        return (f"{self.op_type} ({self.node}) computes in {self.computed_in} although eager "
-                f"returns {self.expected}")
-
-
-def value_types(model: onnx.ModelProto) -> dict[str, int]:
-    """Element type of every value shape inference can tell (non-strict: never raises)."""
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
-    except Exception:
-        inferred = model
-    g = inferred.graph
-    types = {t.name: t.data_type for t in g.initializer}
-    for v in [*g.input, *g.value_info, *g.output]:
-        if v.type.HasField("tensor_type"):
-            types[v.name] = v.type.tensor_type.elem_type
-    return types
-
-
-# Ops whose output does not carry their input's values (only its shape): the
-# data path from the case's inputs stops at them.
-_SHAPE_ONLY_OPS = frozenset({"Shape", "Size", "EyeLike", "ConstantOfShape", "RandomNormalLike",
-                             "RandomUniformLike", "Bernoulli"})
-
-
-def data_path(graph: onnx.GraphProto, outputs: list[str]) -> set[int]:
-    """Nodes between the graph's inputs and `outputs` along which input values flow.
-
-    Index arithmetic (sizes, coordinates of a resize, an identity mask) and
-    constant subgraphs are off this path: their precision is not the op's.
-    """
-    nodes, _ = ancestors(graph, outputs)
-    live = {v.name for v in graph.input}
-    path: set[int] = set()
-    for i, node in enumerate(graph.node):  # nodes are topologically sorted
-        if i not in nodes or node.op_type in _SHAPE_ONLY_OPS:
-            continue
-        if any(n in live for n in _refs(node)):
-            path.add(i)
-            live.update(o for o in node.output if o)
-    return path
-
-
-def precision_audit(model: onnx.ModelProto, types: dict[str, int], outputs: list[str],
-                    expected_bits: int) -> list[PrecisionFinding]:
-    """Arithmetic nodes on one case's data path that read floats narrower than eager's
-    float output."""
-    if expected_bits <= 16:
-        return []
-    graph = model.graph
-    expected = next(n for n, b in NUMPY_FLOAT_BITS.items() if b == expected_bits)
-    found: list[PrecisionFinding] = []
-    for i in sorted(data_path(graph, outputs)):
-        node = graph.node[i]
-        if node.op_type in _EXACT_OPS:
-            continue
-        narrow = [types[n] for n in node.input
-                  if n and types.get(n) in _FLOAT_BITS and _FLOAT_BITS[types[n]] < expected_bits]
-        if narrow:
-            found.append(PrecisionFinding(node.op_type, node.name or f"#{i}",
-                                          _FLOAT_NAMES[narrow[0]], expected))
-    return found

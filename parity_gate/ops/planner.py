@@ -17,7 +17,7 @@ from parity_gate.model.keys import CaseKey, matches
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult
 from parity_gate.ops.jobs import DEFAULT_SOURCES, OpBatchJob, Unit
-from parity_gate.ops.records import DTYPES, OpVariant, variant_case_id
+from parity_gate.ops.records import DTYPES, OpVariant, user_op, variant_case_id
 
 DEFAULT_BATCH = 160
 
@@ -72,7 +72,8 @@ def validate(selection: Selection, variants: dict[str, OpVariant]) -> None:
 def base_op(v: OpVariant, op: str | None = None) -> OpCase:
     """What every case carries even when no worker reported it (crash, skip): no ATen ops
     seen, the blamed op `op` (one a worker saw for the variant) or a static guess."""
-    return OpCase(variant=v.id, family=v.family, call=v.call, op=op or guess_aten(v))
+    return OpCase(variant=v.id, family=v.family, call=v.call, op=op or guess_aten(v),
+                  user_op=user_op(v.call))
 
 
 def guess_aten(v: OpVariant) -> str:
@@ -80,14 +81,18 @@ def guess_aten(v: OpVariant) -> str:
     return f"aten.{v.id.split('.')[0]}"
 
 
-def units_of(variants: Iterable[OpVariant], selection: Selection) -> tuple[list[Unit],
-                                                                           list[CaseResult]]:
+def units_of(variants: Iterable[OpVariant], selection: Selection,
+             accepted: dict[str, tuple[str, ...]] | None = None
+             ) -> tuple[list[Unit], list[CaseResult]]:
+    """`accepted`: the dtypes eager accepts per variant (ops.accepted); default: all the
+    record allows."""
     units: list[Unit] = []
     skipped: list[CaseResult] = []
     for v in variants:
         if not selection.wants_variant(v):
             continue
-        for dtype in v.dtypes:
+        allowed = accepted.get(v.id, v.dtypes) if accepted is not None else v.dtypes
+        for dtype in (d for d in v.dtypes if d in allowed):
             for cls in v.classes_for(dtype):
                 unit = Unit(v.id, dtype, cls)
                 keys = [k for k in (unit.key(p) for p in selection.providers)
@@ -103,21 +108,22 @@ def units_of(variants: Iterable[OpVariant], selection: Selection) -> tuple[list[
     return units, skipped
 
 
-def case_ids(variants: dict[str, OpVariant], providers: list[str]) -> set[str]:
+def case_ids(variants: dict[str, OpVariant], providers: list[str],
+             accepted: dict[str, tuple[str, ...]] | None = None) -> set[str]:
     """Every case id of the whole catalogue on these providers, before any filter.
 
     Baseline entries are judged stale against this, so `--select` or `--family`
     does not call the entries of the ops it left out stale.
     """
-    units, skipped = units_of(variants.values(), Selection(providers=list(providers)))
+    units, skipped = units_of(variants.values(), Selection(providers=list(providers)), accepted)
     return {u.key(p).id for u in units for p in providers} | {c.id for c in skipped}
 
 
 def plan(variants: dict[str, OpVariant], selection: Selection, *,
          batch_size: int = DEFAULT_BATCH, sources: tuple[str, ...] = DEFAULT_SOURCES,
-         seed: int = 0) -> OpPlan:
+         seed: int = 0, accepted: dict[str, tuple[str, ...]] | None = None) -> OpPlan:
     validate(selection, variants)
-    units, skipped = units_of(variants.values(), selection)
+    units, skipped = units_of(variants.values(), selection, accepted)
     order = {d: i for i, d in enumerate(DTYPES)}
     units.sort(key=lambda u: (order[u.dtype], variants[u.variant].family, u.variant,
                               u.input_class))

@@ -8,6 +8,7 @@ Expectations chain (`.xfail(...)`, `.skip(...)`) and always carry a reason.
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -24,7 +25,11 @@ DTYPES: tuple[str, ...] = ALL
 NORMAL = "normal"      # finite ordinary data (ints: small values, divisors non-zero)
 SPECIALS = "specials"  # floats: NaN, ±inf, ±0, denormals, tiny, huge; ints: extremes, 0, -1
 EMPTY = "empty"        # a zero-size dim (the last one, so dim=-1 reductions reduce nothing)
+RANGE = "range"        # floats: the ordinary range, magnitudes 1e-4 .. 1e4 log-spaced, both signs
 INPUT_CLASSES: tuple[str, ...] = (NORMAL, SPECIALS, EMPTY)
+# Where approximations break is inside the ordinary range (erfcx at moderate x, lgamma
+# near its poles), not only at the extremes `specials` tries: these families get `range`.
+RANGED_FAMILIES: tuple[str, ...] = ("special", "unary")
 
 
 def input_classes_for(dtype: str) -> tuple[str, ...]:
@@ -71,6 +76,7 @@ class Expectation:
     reason: str
     dtypes: tuple[str, ...] = ()
     input_classes: tuple[str, ...] = ()
+    link: str | None = None  # the upstream issue
 
     def applies(self, dtype: str, input_class: str) -> bool:
         return ((not self.dtypes or dtype in self.dtypes)
@@ -106,9 +112,10 @@ class OpVariant:
         if unknown:
             raise ValueError(f"{self.id}: unknown dtypes {sorted(unknown)}")
 
-    def xfail(self, reason: str, *, dtypes: tuple[str, ...] = (),
+    def xfail(self, reason: str, link: str | None = None, *, dtypes: tuple[str, ...] = (),
               input_classes: tuple[str, ...] = ()) -> OpVariant:
-        return self._expect(Expectation("xfail", reason, dtypes, input_classes))
+        """A known finding, with the human reason and upstream link the baseline carries."""
+        return self._expect(Expectation("xfail", reason, dtypes, input_classes, link))
 
     def skip(self, reason: str, *, dtypes: tuple[str, ...] = (),
              input_classes: tuple[str, ...] = ()) -> OpVariant:
@@ -124,7 +131,10 @@ class OpVariant:
                      if e.kind == kind and e.applies(dtype, input_class)), None)
 
     def classes_for(self, dtype: str) -> tuple[str, ...]:
-        return tuple(c for c in input_classes_for(dtype) if c in self.input_classes)
+        classes = tuple(c for c in input_classes_for(dtype) if c in self.input_classes)
+        ranged = (self.family in RANGED_FAMILIES and dtype in FLOATS and NORMAL in classes
+                  and any(a.kind == "data" and a.specials for a in self.args))
+        return (*classes, RANGE) if ranged else classes
 
     def tolerance_for(self, dtype: str) -> tuple[float, float]:
         """Integers and booleans compare exactly whatever is given here."""
@@ -140,3 +150,36 @@ class OpVariant:
 def variant_case_id(variant_id: str) -> str:
     """CaseKey.module for a variant: ids read `op/<variant>/<dtype>/<class>/<provider>`."""
     return f"op/{variant_id}"
+
+
+_OPERATORS = {ast.Add: "torch.add", ast.Sub: "torch.sub", ast.Mult: "torch.mul",
+              ast.Div: "torch.div", ast.Pow: "torch.pow", ast.FloorDiv: "torch.floor_divide",
+              ast.Mod: "torch.remainder", ast.Eq: "torch.eq", ast.NotEq: "torch.ne",
+              ast.Lt: "torch.lt", ast.LtE: "torch.le", ast.Gt: "torch.gt", ast.GtE: "torch.ge"}
+_ALIASES = {"F": "torch.nn.functional"}
+
+
+def user_op(call: str) -> str:
+    """The op as a user calls it, read from the call text: `torch.isfinite`,
+    `torch.nn.functional.cross_entropy`, `Tensor.masked_fill`, `Tensor.__getitem__`,
+    `torch.add` for `x + 2.5`. The outermost call names it (`(x - y) ** 2` is a pow)."""
+    try:
+        node = ast.parse(call, mode="eval").body
+    except SyntaxError:
+        return ""
+    if isinstance(node, ast.Call):
+        parts: list[str] = []
+        func = node.func
+        while isinstance(func, ast.Attribute):
+            parts.insert(0, func.attr)
+            func = func.value
+        if isinstance(func, ast.Name) and func.id in ("torch", "F", "math"):
+            return ".".join([_ALIASES.get(func.id, func.id), *parts])
+        return "Tensor." + ".".join(parts) if parts else ""
+    if isinstance(node, ast.BinOp):
+        return _OPERATORS.get(type(node.op), "")
+    if isinstance(node, ast.Compare) and len(node.ops) == 1:
+        return _OPERATORS.get(type(node.ops[0]), "")
+    if isinstance(node, ast.Subscript):
+        return "Tensor.__getitem__"
+    return ""

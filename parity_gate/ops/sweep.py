@@ -16,6 +16,7 @@ from parity_gate.engine.pool import WorkerPool
 from parity_gate.model.findings import Stage
 from parity_gate.model.results import CaseResult
 from parity_gate.model.text import strip_control
+from parity_gate.ops.findings import finding_class
 from parity_gate.ops.jobs import OpBatchJob, Unit
 from parity_gate.ops.planner import OpPlan, Selection, base_op, job_for, variant_of_key
 
@@ -107,6 +108,7 @@ def _complete(result: CaseResult, op_plan: OpPlan, stats: SweepStats) -> CaseRes
         stats.seen_ops.setdefault(variant.id, result.op.op)  # the op a worker saw it call
     if result.op is None:
         result.op = base_op(variant, stats.seen_ops.get(variant.id))
+    result.op.finding_class = finding_class(result)
     return result
 
 

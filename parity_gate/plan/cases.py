@@ -7,6 +7,7 @@ crashed or hung worker never reached still appear in the reports.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +34,7 @@ class ModuleJob:
 
     module: ModuleSpec
     settings: Settings
-    fixtures: dict[str, Any]
+    fixtures: dict[str, Any]  # fixture id (a set, or one size of it: `text@seq=8`) → set
     providers: dict[str, ProviderSettings]
     seed: int
     base_dir: Path
@@ -73,11 +74,32 @@ def batch_sizes_for(fixture: Any, batch_sizes: Sequence[int]) -> list[int]:
     return sizes
 
 
+def fixture_variants(name: str, fixture: Any) -> list[tuple[str, Any]]:
+    """A set whose `dims` hold lists runs once per combination of sizes, each its own
+    fixture id (`text@seq=8`, `text@seq=32`) with plain integer dims."""
+    dims: dict[str, Any] = dict(getattr(fixture, "dims", None) or {})
+    multi = {k: v for k, v in dims.items() if isinstance(v, list)}
+    if not multi:
+        return [(name, fixture)]
+    out: list[tuple[str, Any]] = []
+    for sizes in itertools.product(*multi.values()):
+        chosen = dict(zip(multi, sizes, strict=True))
+        label = name + "".join(f"@{k}={v}" for k, v in chosen.items())
+        out.append((label, fixture.model_copy(update={"dims": {**dims, **chosen}})))
+    return out
+
+
+def module_fixtures(manifest: Manifest, module: ModuleSpec) -> dict[str, Any]:
+    """Fixture id → set (with integer dims) for every set the module runs, in order."""
+    return {label: variant for name in module.fixtures
+            for label, variant in fixture_variants(name, manifest.fixtures[name])}
+
+
 def all_case_keys(manifest: Manifest, module: ModuleSpec, settings: Settings) -> list[CaseKey]:
     keys: list[CaseKey] = []
+    fixtures = module_fixtures(manifest, module)
     for dtype in settings.dtypes or []:
-        for fixture_name in module.fixtures:
-            fixture = manifest.fixtures[fixture_name]
+        for fixture_name, fixture in fixtures.items():
             for batch in batch_sizes_for(fixture, settings.batch_sizes or []):
                 for provider in settings.providers or []:
                     keys.append(CaseKey(module.name, dtype, fixture_name, batch, provider))
@@ -95,7 +117,7 @@ def plan(manifest: Manifest, manifest_path: Path, available: list[str],
         job = ModuleJob(
             module=module,
             settings=settings,
-            fixtures={name: manifest.fixtures[name] for name in module.fixtures},
+            fixtures=module_fixtures(manifest, module),
             providers={str(name): p for name, p in manifest.providers.items()},
             seed=manifest.seed,
             base_dir=base,

@@ -1,13 +1,50 @@
-"""JUnit XML in the shape GitHub reporters (dorny, mikepenz, EnricoMi) and junitparser read."""
+"""JUnit XML in the shape GitHub reporters (dorny, mikepenz, EnricoMi) and junitparser read,
+valid under the Jenkins xunit junit-10.xsd (tests/data/junit-schema) plus `file`/`line`
+on test cases, the attributes reporters place annotations with.
+"""
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 from collections import defaultdict
-from typing import Any
+from datetime import datetime, timezone
 
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.model.text import strip_control
+from parity_gate.report.locate import Located
+
+OWN = ("run_s", "compare_s", "eager_s", "wall_s")  # seconds that belong to one case
+# Seconds measured once and recorded on every case that shared them, with what they
+# were shared by: an export per (module, dtype), a session per provider as well.
+SHARED = {"export_s": 2, "check_s": 2, "session_s": 3}
+
+
+def case_seconds(cases: list[CaseResult]) -> dict[str, float]:
+    """Each case's own time plus its share of the export, check and session time it
+    shared with the other cases of its module and dtype (and provider)."""
+    groups: dict[tuple[str, tuple[str, ...]], list[CaseResult]] = defaultdict(list)
+    for case in cases:
+        key = (case.key.module, case.key.dtype, case.key.provider)
+        for name, depth in SHARED.items():
+            if name in case.timings:
+                groups[(name, key[:depth])].append(case)
+    out = {c.id: float(sum(c.timings.get(k, 0.0) for k in OWN)) for c in cases}
+    for (name, _), members in groups.items():
+        total = max(c.timings[name] for c in members)
+        for c in members:
+            out[c.id] += total / len(members)
+    return out
+
+
+def timestamp(started_at: str) -> str:
+    """ISO 8601 in UTC without an offset, the form the common JUnit schemas accept."""
+    try:
+        when = datetime.fromisoformat(started_at)
+    except ValueError:
+        return ""
+    if when.tzinfo is not None:
+        when = when.astimezone(timezone.utc).replace(tzinfo=None)
+    return when.strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def _message(case: CaseResult) -> str:
@@ -22,21 +59,20 @@ def _body(case: CaseResult) -> str:
     for c in case.comparisons:
         lines.append(f"{'pass' if c.passed else 'FAIL'} {c.headline()}")
     if case.detail:
-        lines += ["", case.detail]
+        lines += ["", "last lines of the worker's output:", case.detail]
     return "\n".join(lines)
 
 
-def _seconds(case: CaseResult) -> float:
-    t = case.timings
-    return float(t.get("run_s", 0.0) + t.get("compare_s", 0.0) + t.get("eager_s", 0.0))
-
-
-def to_xml(run: RunResult) -> bytes:
+def to_xml(run: RunResult, where: Located | None = None) -> bytes:
+    """One <testsuite> per module; every test case names the manifest line of its module."""
+    where = where or Located()
     root = ET.Element("testsuites", name="parity-gate")
     by_module: dict[str, list[CaseResult]] = defaultdict(list)
     for case in sorted(run.cases, key=lambda c: c.key.sort_key):
         by_module[case.key.module].append(case)
-    totals: dict[str, Any] = defaultdict(int)
+    seconds = case_seconds(run.cases)
+    stamp = timestamp(run.started_at) if run.started_at else ""
+    totals: dict[str, int] = defaultdict(int)
     for module, cases in by_module.items():
         suite = ET.SubElement(root, "testsuite", name=module)
         counts = {"tests": len(cases), "failures": 0, "errors": 0, "skipped": 0}
@@ -44,9 +80,14 @@ def to_xml(run: RunResult) -> bytes:
         for key, value in sorted(run.versions.items()):
             if isinstance(value, (str, int, float)):
                 ET.SubElement(props, "property", name=key, value=str(value))
+        line = where.line(module)
         for case in cases:
             tc = ET.SubElement(suite, "testcase", classname=module, name=case.key.junit_name,
-                               time=f"{_seconds(case):.3f}")
+                               time=f"{seconds[case.id]:.3f}")
+            if where.file:
+                tc.set("file", where.file)
+                if line is not None:
+                    tc.set("line", str(line))
             kind = case.outcome.info.junit
             if kind == "skipped":
                 counts["skipped"] += 1
@@ -56,14 +97,16 @@ def to_xml(run: RunResult) -> bytes:
                 el = ET.SubElement(tc, kind, message=strip_control(_message(case))[:1000],
                                    type=case.outcome.value)
                 el.text = strip_control(_body(case))
-        suite_time = sum(_seconds(c) for c in cases)
         for k, v in counts.items():
             suite.set(k, str(v))
             totals[k] += v
-        suite.set("time", f"{suite_time:.3f}")
-        if run.started_at:
-            suite.set("timestamp", run.started_at)
-    for k in ("tests", "failures", "errors", "skipped"):
+        suite.set("time", f"{sum(seconds[c.id] for c in cases):.3f}")
+        if stamp:
+            suite.set("timestamp", stamp)
+        if where.file:
+            suite.set("file", where.file)
+    # `skipped` is a per-suite attribute only: the common schemas reject it on <testsuites>.
+    for k in ("tests", "failures", "errors"):
         root.set(k, str(totals[k]))
     root.set("time", f"{run.duration_s:.3f}")
     ET.indent(root)

@@ -1,21 +1,32 @@
-"""The markdown summary: verdict first, failing cases as a table, passes folded away."""
+"""The markdown summary (step summary and PR comment body): verdict first, one row per
+module, per-case detail and evidence folded under each module, trimmed whole blocks at a
+time so the verdict, the module table and a visible "trimmed" note always survive.
+
+Every piece of user, exporter or runtime text goes through `model.text` (HTML escaped,
+`|` escaped, mentions defused), so what GitHub renders is what the run said.
+"""
 
 from __future__ import annotations
 
-from parity_gate.model.gate import (
-    FIXED,
-    KNOWN,
-    REGRESSION,
-    Deltas,
-    GateDecision,
-    Ruling,
-    counts_line,
-)
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+from parity_gate.model.gate import FIXED, REGRESSION, Deltas, GateDecision, counts_line
+from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, RunResult
-from parity_gate.model.text import md_cell as _cell
+from parity_gate.model.text import escape_html, md_cell, md_code
 from parity_gate.report.fmt import num, seconds
+from parity_gate.report.modules import ModuleView, module_views, tail_lines
 
 STEP_SUMMARY_LIMIT = 1024 * 1024 - 4096  # GitHub rejects step summaries over 1 MiB
+CASE_ROWS = 25  # per failing module; the rest are in the artifact
+FINDING_ROWS = 50
+PASSING_ROWS = 400
+EVIDENCE_LINES = 30
+DELTA_ROWS = 30
+ARTIFACT = "`results.json` and `report.html` in the reports artifact"
 
 
 def decision_of(run: RunResult) -> GateDecision:
@@ -23,192 +34,394 @@ def decision_of(run: RunResult) -> GateDecision:
     return run.gate or GateDecision(blocking=[c.id for c in run.failures])
 
 
-def _headline(run: RunResult, decision: GateDecision) -> str:
-    total = len(run.cases)
-    failed = len(run.failures)
-    skipped = sum(1 for c in run.cases if c.outcome.value == "skipped")
-    ran = total - skipped
-    tail = f"; {skipped} skipped" if skipped else ""
-    if run.interrupted:
-        return f"## ⚠️ parity-gate: interrupted after {ran} of {total} cases{tail}"
-    if decision.baseline is not None:
-        return _gate_headline(decision, ran, tail)
-    if failed == 0:
-        return f"## ✅ parity-gate: all {ran} cases match eager{tail}"
-    word = "blocking" if not decision.passed else "not blocking"
-    return f"## ❌ parity-gate: {failed} of {ran} cases differ from eager — {word}{tail}"
+@dataclass(frozen=True)
+class _Block:
+    text: str
+    label: str = ""  # what the trimmed note says was left out; "" = always kept
 
 
-def _failure_row(case: CaseResult) -> str:
-    worst = case.worst()
-    if worst is not None and not worst.passed:
-        figures = (f"{num(worst.max_abs)} | {num(worst.max_rel)} | "
-                   f"{worst.ulp if worst.ulp is not None else 'n/a'}")
-        why = f"{worst.name}: {worst.reason}"
-    else:
-        figures = "n/a | n/a | n/a"
-        why = case.explanation
-    return f"| `{case.id}` | **{case.outcome.value}** | {figures} | {_cell(why)} |"
+# ---------------------------------------------------------------- headline and verdict
 
 
-def _passing_row(case: CaseResult) -> str:
-    worst = case.worst()
-    abs_err = num(worst.max_abs) if worst is not None else "n/a"
-    rel_err = num(worst.max_rel) if worst is not None else "n/a"
-    return f"| `{case.id}` | {case.outcome.value} | {abs_err} | {rel_err} | {_cell(case.reason)} |"
+def _plural(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else (many or one + 's')}"
 
 
-def _skip_lines(run: RunResult) -> list[str]:
-    """One line per distinct skip reason, instead of the same reason on every row."""
-    return [f"**Skipped {n}:** {_cell(reason, 300)}"
-            for reason, n in run.skip_reasons().items()]
+def what_happened(views: list[ModuleView]) -> str:
+    """`2 modules crash, 1 times out, 1 mismatches`: modules by their worst outcome."""
+    counts = Counter(v.outcome for v in views if v.worst is not None)
+    parts = []
+    for i, (outcome, n) in enumerate(sorted(counts.items(), key=lambda p: -p[0].severity)):
+        verb = outcome.info.verbs[0 if n == 1 else 1]
+        parts.append(f"{_plural(n, 'module')} {verb}" if i == 0 else f"{n} {verb}")
+    return ", ".join(parts)
 
 
-def render(run: RunResult) -> str:
-    """The summary of a run and of the gate decision it carries."""
+def headline(run: RunResult, views: list[ModuleView] | None = None) -> str:
+    views = module_views(run) if views is None else views
     decision = decision_of(run)
-    lines = [_headline(run, decision), ""]
-    counts = ", ".join(f"{k}: {v}" for k, v in run.counts().items())
-    versions = ", ".join(f"{k} {run.versions[k]}" for k in ("torch", "onnx", "onnxscript",
-                                                           "onnxruntime", "onnxruntime-gpu")
-                         if k in run.versions)
-    lines.append(f"**Outcomes:** {counts or 'no cases'} · **Time:** {seconds(run.duration_s)}")
-    if versions:
-        lines.append(f"**Versions:** {versions}")
-    gpu = run.versions.get("gpu")
-    if isinstance(gpu, dict):
-        lines.append(f"**GPU:** {gpu.get('name')} (driver {gpu.get('driver')}, "
-                     f"CUDA {gpu.get('cuda')})")
-    lines += _skip_lines(run)
-    lines.append("")
-    lines += _gate_sections(decision)
-    lines += _delta_section(decision.compare_to)
-    failures = run.failures
-    if failures:
-        lines += ["### Failing cases", "",
-                  "| case | outcome | max abs | max rel | ULP | why |",
-                  "|---|---|---|---|---|---|"]
-        lines += [_failure_row(c) for c in failures]
-        lines.append("")
-        lines += _failure_details(failures)
-    if run.findings:
-        lines += ["### Findings", ""]
-        for f in run.findings:
-            icon = "❗" if f.severity == "error" else "⚠️"
-            lines.append(f"- {icon} `{f.module}` **{f.kind}**: {_cell(f.message, 400)}")
-        lines.append("")
-    others = [c for c in sorted(run.cases, key=lambda c: c.key.sort_key) if not c.failed]
-    if others:
-        lines += [f"<details><summary>{len(others)} passing or skipped cases</summary>", "",
-                  "| case | outcome | max abs | max rel | note |", "|---|---|---|---|---|"]
-        lines += [_passing_row(c) for c in others]
-        lines += ["", "</details>", ""]
-    return "\n".join(lines)
+    skipped = sum(1 for c in run.cases if c.outcome is Outcome.SKIPPED)
+    ran = len(run.cases) - skipped
+    tail = f" ({skipped} skipped)" if skipped else ""
+    failing = len(run.failures)
+    if run.interrupted:
+        verdict = run.verdict
+        planned = "?" if verdict.planned is None else verdict.planned
+        return (f"## ⚠️ parity-gate: interrupted — {verdict.finished} of {planned} "
+                f"planned cases finished{tail}")
+    if decision.baseline is not None:
+        blocking = set(decision.blocking)
+        new = [v for v in views if any(c.id in blocking for c in v.failing)]
+        counts = counts_line(decision)
+        if not decision.blocking:
+            return f"## ✅ parity-gate: nothing blocking — {counts}{tail}"
+        word = "not blocking (--fail-on never)" if decision.passed else "blocking"
+        icon = "⚠️" if decision.passed else "❌"
+        return f"## {icon} parity-gate: {what_happened(new)} — {word}; {counts}{tail}"
+    if failing == 0:
+        if not ran:
+            icon, word = ("✅", "allowed") if decision.passed else ("❌", "blocking")
+            return f"## {icon} parity-gate: no case ran — {word}{tail}"
+        return f"## ✅ parity-gate: all {ran} cases match eager{tail}"
+    word = "blocking" if not decision.passed else "not blocking (--fail-on never)"
+    icon = "❌" if not decision.passed else "⚠️"
+    skip = f"; {skipped} skipped" if skipped else ""
+    return (f"## {icon} parity-gate: {what_happened(views)} — {word} "
+            f"({failing} of {ran} cases fail{skip})")
 
 
-def _failure_details(failures: list[CaseResult]) -> list[str]:
-    """One compact block per failing comparison: the evidence a reviewer reads first."""
+def _verdict(run: RunResult) -> str:
+    v = run.verdict
+    return f"**Verdict: {v.result}** — {md_cell(v.why, 300)} · {seconds(run.duration_s)}"
+
+
+# ---------------------------------------------------------------- the module table
+
+
+def _worst_error(view: ModuleView) -> str:
+    found = view.worst_error
+    if found is None:
+        largest = view.largest_passing_error if view.worst is None else None
+        return num(largest) if largest is not None else "—"
+    _, c = found
+    ulp = f" ({c.ulp} ulp)" if c.ulp is not None else ""
+    return f"{num(c.max_abs)} abs, {num(c.max_rel)} rel{ulp}"
+
+
+def _needed(view: ModuleView) -> str:
+    parts = []
+    for n in view.needed():
+        atol = f"atol ≥ {num(n.atol)} (rtol {n.rtol_at:g})" if n.atol is not None else ""
+        rtol = f"rtol ≥ {num(n.rtol)} (atol {n.atol_at:g})" if n.rtol is not None else ""
+        parts.append(f"{n.dtype}: {' or '.join(p for p in (atol, rtol) if p)}")
+    return "; ".join(parts) or "—"
+
+
+def _gate_cell(view: ModuleView, decision: GateDecision) -> str:
+    if not view.failing:
+        return "—"
+    blocking = set(decision.blocking) if not decision.passed else set()
+    cats = Counter(view.rulings[c.id].category if c.id in view.rulings else REGRESSION
+                   for c in view.failing)
+    words = [_plural(n, "regression") if cat == REGRESSION else f"{n} {cat}"
+             for cat, n in cats.items()]
+    state = "blocking" if any(c.id in blocking for c in view.failing) else "not blocking"
+    return f"{', '.join(words)} ({state})"
+
+
+def _module_table(views: list[ModuleView], decision: GateDecision, cap: int) -> str:
+    gate = decision.baseline is not None
+    head = "| module | outcome | failing | worst error | needed tolerance | diagnosis |"
+    rule = "|---|---|---|---|---|---|"
+    if gate:
+        head, rule = head + " baseline |", rule + "---|"
+    rows = [head, rule]
+    for v in views[:cap]:
+        outcome = f"**{v.outcome.value}**" if v.worst is not None else v.outcome.value
+        row = (f"| {md_code(v.name)} | {outcome} | {len(v.failing)}/{v.ran} | "
+               f"{_worst_error(v)} | {md_cell(_needed(v), 200)} | {md_cell(v.diagnosis, 300)} |")
+        rows.append(row + (f" {_gate_cell(v, decision)} |" if gate else ""))
+    text = "\n".join(rows) + "\n"
+    if len(views) > cap:
+        text += (f"\n_{len(views) - cap} more modules in {ARTIFACT}._\n")
+    return text
+
+
+# ---------------------------------------------------------------- per-module folds
+
+
+def _case_row(case: CaseResult, view: ModuleView, gate: bool) -> str:
+    worst = case.worst()
+    bad = worst is not None and not worst.passed
+    figures = (f"{num(worst.max_abs)} | {num(worst.max_rel)} | "
+               f"{worst.ulp if worst.ulp is not None else '—'}" if bad and worst is not None
+               else "— | — | —")
+    why = (" — ".join([f"{worst.name}: {worst.reason}", *case.notes])
+           if bad and worst is not None else case.explanation)
+    ruling = view.rulings.get(case.id) if gate else None
+    cell = f" {md_cell(f'{ruling.category}: {ruling.why}', 200)} |" if ruling else (
+        " — |" if gate else "")
+    return (f"| {md_code(case.key.junit_name)} | **{case.outcome.value}** | {figures} | "
+            f"{md_cell(why, 400)} |" + cell)
+
+
+def _evidence(view: ModuleView) -> list[str]:
     out: list[str] = []
-    for case in failures[:50]:
-        bad = [c for c in case.comparisons if not c.passed]
-        if not bad:
-            continue
-        out.append(f"<details><summary><code>{case.id}</code>: {case.outcome.value}"
-                   "</summary>\n")
-        for c in bad:
-            out.append(f"- {_cell(c.headline(), 400)}")
-            hist = getattr(c, "histogram", None)
-            if hist:
-                out.append("  - error histogram: " + ", ".join(f"{k}: {v}"
-                                                               for k, v in hist.items() if v))
-        out += ["", "</details>", ""]
+    for detail, cases in view.evidence():
+        ids = ", ".join(c.key.junit_name for c in cases[:3])
+        more = f" and {len(cases) - 3} more" if len(cases) > 3 else ""
+        out += [f"<details><summary>Evidence: last lines of the worker's output "
+                f"({escape_html(cases[0].outcome.value)}: {escape_html(ids)}{more})</summary>",
+                "", f"<pre>{escape_html(tail_lines(detail, EVIDENCE_LINES))}</pre>", "",
+                "</details>", ""]
+    silent = [c for c in view.failing if not c.detail.strip()
+              and c.outcome in (Outcome.CRASH, Outcome.TIMEOUT)]
+    if silent and not out:
+        killed = silent[0].lost is not None and silent[0].lost.signal == "SIGKILL"
+        out += ["_The worker printed nothing before it "
+                + ("was killed (SIGKILL leaves no trace)._" if killed else "stopped._"), ""]
     return out
 
 
-def _gate_headline(decision: GateDecision, ran: int, tail: str) -> str:
-    counts = f"{counts_line(decision)}; {ran} cases run{tail}"
-    if not decision.blocking:
-        return f"## ✅ parity-gate: nothing blocking — {counts}"
-    if decision.passed:
-        return f"## ⚠️ parity-gate: {len(decision.blocking)} failing, not blocking " \
-               f"(--fail-on never) — {counts}"
-    return f"## ❌ parity-gate: {len(decision.blocking)} blocking — {counts}"
+def _module_fold(view: ModuleView, gate: bool) -> str:
+    counts = ", ".join(f"{n} {o.value}" for o, n in
+                       sorted(Counter(c.outcome for c in view.failing).items(),
+                              key=lambda p: -p[0].severity))
+    lines = [f"<details><summary><b>{escape_html(view.name)}</b>: {counts} "
+             f"of {_plural(view.ran, 'case')}</summary>", "",
+             "| case | outcome | max abs | max rel | ULP | why |" + (" baseline |" if gate else ""),
+             "|---|---|---|---|---|---|" + ("---|" if gate else "")]
+    lines += [_case_row(c, view, gate) for c in view.failing[:CASE_ROWS]]
+    if len(view.failing) > CASE_ROWS:
+        lines += ["", f"_{len(view.failing) - CASE_ROWS} more in the artifact "
+                  f"({ARTIFACT})._"]
+    lines.append("")
+    lines += _evidence(view)
+    for case in view.failing[:CASE_ROWS]:
+        lines += _localisation(case)
+    lines += ["</details>", ""]
+    return "\n".join(lines)
 
 
-def _gate_sections(decision: GateDecision) -> list[str]:
-    """With a baseline: regressions, then fixed, then known, then stale entries."""
-    if decision.baseline is None:
+def _localisation(case: CaseResult) -> list[str]:
+    """What the follow-up checks found: findings first, every check's status, the curve."""
+    loc = case.localisation
+    if loc is None:
         return []
+    out = [f"<details><summary>Localisation of {escape_html(case.key.junit_name)}: "
+           f"{escape_html('; '.join(loc.summary()[:2]) or 'no cause found')}</summary>", ""]
+    out += [f"- {md_cell(line, 400)}" for line in loc.summary()]
+    if loc.known_op is not None:
+        out.append(f"- known op-sweep finding {md_code(loc.known_op.finding)}: "
+                   f"{md_cell(loc.known_op.reason, 300)}")
+    if loc.repro:
+        out.append(f"- repro: {md_code(loc.repro + '/repro.py')} (needs numpy and onnxruntime)")
+    out += ["", "| check | status | seconds | note |", "|---|---|---|---|"]
+    out += [f"| {s.check.value} | {s.status.value} | {s.seconds:.2f} | {md_cell(s.note, 240)} |"
+            for s in loc.steps]
+    if loc.curve:
+        out += ["", "| layer | class | max abs | needed atol | within tolerance |",
+                "|---|---|---|---|---|"]
+        out += [f"| {md_code(p.module)} | {md_cell(p.kind, 60)} | {num(p.max_abs)} | "
+                f"{num(p.needed_atol)} | {'yes' if p.passed else '**no**'} |" for p in loc.curve]
+        out += ["", *_curve_chart(case)]
+    out += ["", "</details>", ""]
+    return out
+
+
+def _curve_chart(case: CaseResult) -> list[str]:
+    """The per-layer error curve as a mermaid xychart (GitHub renders mermaid blocks)."""
+    loc = case.localisation
+    assert loc is not None
+    points = [(p.module, p.max_abs) for p in loc.curve]
+    logs = [round(math.log10(v), 2) if v and v > 0 else -12.0 for _, v in points]
+    names = ", ".join(json.dumps(m) for m, _ in points)
+    return ["```mermaid", "xychart-beta",
+            f'    title "log10 max |error| by layer ({case.key.dtype})"',
+            f"    x-axis [{names}]",
+            f'    y-axis "log10 max abs error" {min([*logs, -8.0]):.0f} --> '
+            f"{max([*logs, 0.0]) + 0.5:.1f}",
+            f"    line [{', '.join(f'{v:g}' for v in logs)}]", "```"]
+
+
+# ---------------------------------------------------------------- the rest
+
+
+def _findings(run: RunResult) -> str:
+    if not run.findings:
+        return ""
+    ordered = sorted(run.findings, key=lambda f: (f.severity != "error", f.module, f.kind))
+    lines = ["### Findings", ""]
+    for f in ordered[:FINDING_ROWS]:
+        icon = "❗" if f.severity == "error" else "⚠️"
+        lines.append(f"- {icon} {md_code(f.module)} **{md_cell(f.kind, 60)}**: "
+                     f"{md_cell(f.message, 400)}")
+    if len(ordered) > FINDING_ROWS:
+        lines.append(f"- _{len(ordered) - FINDING_ROWS} more findings in {ARTIFACT}._")
+    return "\n".join(lines) + "\n"
+
+
+def _skip_reasons(run: RunResult) -> list[tuple[str, int]]:
+    return list(run.skip_reasons().items())
+
+
+def _run_section(run: RunResult) -> str:
+    counts = " · ".join(f"{k} {v}" for k, v in run.counts().items()) or "no cases"
+    lines = ["### Run", "", f"- **Outcomes:** {counts}",
+             f"- **Time:** {seconds(run.duration_s)}"]
+    versions = ", ".join(f"{k} {run.versions[k]}" for k in ("torch", "onnx", "onnxscript",
+                                                           "onnxruntime", "onnxruntime-gpu")
+                         if k in run.versions)
+    if versions:
+        lines.append(f"- **Versions:** {md_cell(versions, 300)}")
+    gpu = run.versions.get("gpu")
+    if isinstance(gpu, dict):
+        lines.append(f"- **GPU:** {md_cell(gpu.get('name'))} (driver "
+                     f"{md_cell(gpu.get('driver'))}, CUDA {md_cell(gpu.get('cuda'))})")
+    if run.shard:
+        lines.append(f"- **Shard:** {md_cell(run.shard)}")
+    reasons = _skip_reasons(run)
+    if reasons:
+        total = sum(n for _, n in reasons)
+        lines.append(f"- **Skipped:** {_plural(total, 'case')}")
+        lines += [f"  {i}. {_plural(n, 'case')}: {md_cell(reason, 400)}"
+                  for i, (reason, n) in enumerate(reasons, 1)]
+    return "\n".join(lines) + "\n"
+
+
+def _passing_fold(run: RunResult) -> str:
+    others = [c for c in sorted(run.cases, key=lambda c: c.key.sort_key) if not c.failed]
+    if not others:
+        return ""
+    number = {reason: i for i, (reason, _) in enumerate(_skip_reasons(run), 1)}
+    lines = [f"<details><summary>{len(others)} passing or skipped cases</summary>", "",
+             "| case | outcome | max abs | max rel |", "|---|---|---|---|"]
+    for c in others[:PASSING_ROWS]:
+        worst = c.worst()
+        figures = (f"{num(worst.max_abs)} | {num(worst.max_rel)}" if worst is not None
+                   else "— | —")
+        outcome = (f"skipped (reason {number[c.reason]})" if c.outcome is Outcome.SKIPPED
+                   and c.reason in number else c.outcome.value)
+        lines.append(f"| {md_code(c.id)} | {outcome} | {figures} |")
+    if len(others) > PASSING_ROWS:
+        lines += ["", f"_{len(others) - PASSING_ROWS} more in {ARTIFACT}._"]
+    lines += ["", "</details>", ""]
+    return "\n".join(lines)
+
+
+def _gate_sections(decision: GateDecision) -> str:
+    """With a baseline: what the reader must act on besides failures (fixed, stale)."""
+    if decision.baseline is None:
+        return ""
     out: list[str] = []
     blocking = set(decision.blocking) if not decision.passed else set()
-    regressions = decision.of(REGRESSION)
-    if regressions:
-        out += [f"### Regressions ({len(regressions)})", "",
-                "| case | outcome | max abs (recorded) | max rel (recorded) | why |",
-                "|---|---|---|---|---|"]
-        out += [_ruling_row(r, r.why) for r in regressions]
-        out.append("")
     fixed = decision.of(FIXED)
     if fixed:
         word = " — blocking under --strict" if fixed[0].id in blocking else ""
         out += [f"### Fixed ({len(fixed)}): remove from the baseline{word}", ""]
-        out += [f"- `{r.id}` now passes: remove baseline entry `{r.entry}` ({r.where})"
-                for r in fixed]
-        out.append("")
-    known = decision.of(KNOWN)
-    if known:
-        word = "blocking: --fail-on any-failure" if known[0].id in blocking else "not blocking"
-        out += [f"### Known failures ({len(known)}, {word})", "",
-                "| case | outcome | max abs (recorded) | max rel (recorded) | reason |",
-                "|---|---|---|---|---|"]
-        out += [_ruling_row(r, r.why.removeprefix("known failure within its record: "))
-                for r in known]
+        out += [f"- {md_code(r.id)} now passes: remove baseline entry "
+                f"{md_code(r.entry or r.id)} ({md_cell(r.where)})" for r in fixed[:100]]
+        if len(fixed) > 100:
+            out.append(f"- _{len(fixed) - 100} more in {ARTIFACT}._")
         out.append("")
     if decision.stale:
         out += [f"### Stale baseline entries ({len(decision.stale)})", ""]
-        out += [f"- `{s.entry}` ({s.where}) matches no case: remove it" for s in decision.stale]
+        out += [f"- {md_code(s.entry)} ({md_cell(s.where)}) matches no case: remove it"
+                for s in decision.stale[:100]]
         out.append("")
-    return out
+    return "\n".join(out)
 
 
-def _ruling_row(r: Ruling, why: str) -> str:
-    def pair(name: str) -> str:
-        now, was = getattr(r.figures, name), getattr(r.recorded, name)
-        return num(now) + (f" ({num(was)})" if r.entry is not None else "")
-
-    return f"| `{r.id}` | {r.outcome} | {pair('max_abs')} | {pair('max_rel')} | {_cell(why)} |"
-
-
-DELTA_ROWS = 30
-
-
-def _delta_section(deltas: Deltas | None) -> list[str]:
+def _delta_section(deltas: Deltas | None) -> str:
     """What changed against `--compare-to`: outcome changes first, then error growth."""
     if deltas is None:
-        return []
-    head = f"### Changes since `{deltas.path}`"
+        return ""
+    head = f"### Changes since {md_code(deltas.path)}"
     if not deltas.changes:
-        return [head, "", f"No case changed ({deltas.unchanged} compared).", ""]
+        return f"{head}\n\nNo case changed ({deltas.unchanged} compared).\n"
     out = [head, "", f"{len(deltas.changes)} changed, {deltas.unchanged} unchanged.", "",
            "| case | outcome | max abs | max rel | growth |", "|---|---|---|---|---|"]
     for d in deltas.changes[:DELTA_ROWS]:
         outcome = (f"{d.old_outcome or '(new case)'} → **{d.new_outcome or '(gone)'}**"
                    if d.outcome_changed else str(d.new_outcome))
         growth = "n/a" if d.growth is None else f"{num(d.growth)}×"
-        out.append(f"| `{d.id}` | {outcome} | {num(d.old.max_abs)} → {num(d.new.max_abs)} | "
-                   f"{num(d.old.max_rel)} → {num(d.new.max_rel)} | {growth} |")
+        out.append(f"| {md_code(d.id)} | {outcome} | {num(d.old.max_abs)} → "
+                   f"{num(d.new.max_abs)} | {num(d.old.max_rel)} → {num(d.new.max_rel)} | "
+                   f"{growth} |")
     if len(deltas.changes) > DELTA_ROWS:
         out.append(f"\n_{len(deltas.changes) - DELTA_ROWS} more changes in the JSON report "
                    "(`gate.compare_to`)._")
-    out.append("")
-    return out
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------- assembly and trimming
+
+
+def render(run: RunResult, limit: int = STEP_SUMMARY_LIMIT) -> str:
+    """The summary of a run and its gate decision, at most `limit` UTF-8 bytes.
+
+    Blocks are kept or left out whole (never cut inside a `<details>` fold); the
+    verdict, the module table and, when anything was left out, a note saying what
+    always stay. `limit`: 1 MiB for a step summary, less for a PR comment.
+    """
+    views = module_views(run)
+    decision = decision_of(run)
+    failing = [v for v in views if v.worst is not None]
+
+    def essential(cap: int) -> list[str]:
+        return [headline(run, views) + "\n", _verdict(run) + "\n",
+                _module_table(views, decision, cap), _gate_sections(decision),
+                _delta_section(decision.compare_to)]
+
+    gate = decision.baseline is not None
+    optional = ([_Block(_module_fold(v, gate), "case detail") for v in failing]
+                + [_Block(_findings(run), "findings"), _Block(_run_section(run), "run details"),
+                   _Block(_passing_fold(run), "passing and skipped cases")])
+    reserve = 1024  # room for the trimmed note
+    cap = len(views)
+    kept = [t for t in essential(cap) if t]
+    while _size(kept) > limit - reserve and cap > 1:
+        cap = max(1, cap // 2)
+        kept = [t for t in essential(cap) if t]
+    used = _size(kept)
+    tail: list[str] = []
+    left: Counter[str] = Counter()
+    for block in optional:
+        if not block.text:
+            continue
+        size = len(block.text.encode("utf-8")) + 1
+        if used + size <= limit - reserve:
+            tail.append(block.text)
+            used += size
+        else:
+            left[block.label] += 1
+    if left or cap < len(views):
+        kept.append(_trimmed_note(left, len(views) - cap, limit))
+    return "\n".join(kept + tail)
+
+
+def _trimmed_note(left: Counter[str], modules_left: int, limit: int) -> str:
+    parts = [f"{n} module" + ("s'" if n > 1 else "'") + " case detail"
+             if label == "case detail" else label for label, n in left.items()]
+    if modules_left:
+        parts.insert(0, f"{modules_left} rows of the module table")
+    return (f"> **Summary trimmed** to fit the {limit // 1024} KiB limit: left out "
+            f"{', '.join(parts)}. Everything is in {ARTIFACT}.\n")
+
+
+def _size(parts: list[str]) -> int:
+    return len("\n".join(parts).encode("utf-8"))
 
 
 def trim(text: str, limit: int = STEP_SUMMARY_LIMIT) -> str:
+    """Cut a summary written elsewhere (the op sweep's) to `limit` bytes at a line break,
+    closing any fold the cut left open so the trimmed note stays visible."""
     data = text.encode("utf-8")
     if len(data) <= limit:
         return text
-    cut = data[:limit].decode("utf-8", "ignore")
+    cut = data[: limit - 512].decode("utf-8", "ignore")
     cut = cut[: cut.rfind("\n")] if "\n" in cut else cut
-    return cut + "\n\n_(summary trimmed to fit GitHub's 1 MiB step-summary limit; the full " \
-                 "report is in the JSON artifact)_\n"
+    open_folds = cut.count("<details") - cut.count("</details>")
+    closing = "\n\n</details>" * max(0, open_folds)
+    return (cut + closing + "\n\n> **Summary trimmed** to fit GitHub's 1 MiB step-summary "
+            "limit; the full report is in the JSON artifact.\n")

@@ -1,0 +1,262 @@
+"""The export cache: exported models and eager references, keyed by all that changes them.
+
+A warm run of an unchanged zoo should cost seconds, so each (module, dtype)
+export and each eager reference is kept under `.parity-cache/`. The key is a
+hash of everything that changes the result: the module's weights (every
+tensor of the state dict, bytes included) and the source of every class it is
+built from, the input specs, the dtype, the export options and the example it
+is exported with, and the versions of torch, onnxscript and onnx. Change any
+of them and the key changes: a miss, never a stale hit.
+
+Entries are written into a private temporary folder and renamed into place,
+so a reader sees a whole entry or none; two runs that share the folder at once
+at worst both build the same entry, and one rename wins. Every file of an
+entry is listed with its SHA-256 in `entry.json`; a file that is missing, cut
+short or changed makes the entry a miss, and it is removed and rebuilt.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+DEFAULT_DIR = ".parity-cache"
+FORMAT = 1  # bump when the layout of an entry changes
+_VERSIONED = ("torch", "onnxscript", "onnx")
+
+
+def versions() -> dict[str, str]:
+    """The package versions an export depends on."""
+    from importlib import metadata
+
+    out = {}
+    for name in _VERSIONED:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "absent"
+    return out
+
+
+def module_fingerprint(module: Any) -> str:
+    """SHA-256 of a module's weights and buffers (names, dtypes, shapes, bytes) and of the
+    source of every class in it: retraining or editing a forward changes it."""
+    import torch
+
+    h = hashlib.sha256()
+    for name, tensor in module.state_dict().items():
+        t = tensor.detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    for cls in sorted({type(m) for m in module.modules()}, key=lambda c: c.__qualname__):
+        h.update(f"{cls.__module__}.{cls.__qualname__}|".encode())
+        h.update(_class_source(cls).encode())
+    return h.hexdigest()
+
+
+def _class_source(cls: type) -> str:
+    """The class's source, or (compiled or dynamic classes) its file's bytes' hash."""
+    try:
+        return inspect.getsource(cls)
+    except (OSError, TypeError):
+        path = getattr(inspect.getmodule(cls), "__file__", None)
+        if path and Path(path).is_file():
+            return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        return f"<no source: {cls.__module__}.{cls.__qualname__}>"
+
+
+def key_of(*parts: Any) -> str:
+    """A stable key for JSON-able parts (dicts sorted, floats by repr)."""
+    blob = json.dumps([FORMAT, *parts], sort_keys=True, default=repr, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def export_key(fingerprint: str, inputs: Any, dtype: str, export_options: Any,
+               example: Any, package_versions: Mapping[str, str] | None = None) -> str:
+    """The key of one exported model: the module, what it is called with, how it is
+    exported, and the versions of the exporter's stack."""
+    return key_of("export", fingerprint, inputs, dtype, export_options, example,
+                  dict(package_versions if package_versions is not None else versions()))
+
+
+def reference_key(fingerprint: str, dtype: str, fixture: Any, batch: int, seed: int,
+                  device: str, package_versions: Mapping[str, str] | None = None) -> str:
+    """The key of one eager reference: the module, its inputs, and torch's version."""
+    found = dict(package_versions if package_versions is not None else versions())
+    return key_of("reference", fingerprint, dtype, fixture, batch, seed, device,
+                  found.get("torch"))
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A verified cache entry: its folder and the JSON it was stored with."""
+
+    folder: Path
+    meta: dict[str, Any]
+
+    def file(self, name: str) -> Path:
+        return self.folder / name
+
+
+@dataclass
+class CacheStats:
+    hits: int = 0
+    misses: int = 0
+    corrupt: int = 0
+    stored: int = 0
+
+
+class ExportCache:
+    """A folder of immutable entries (see the module docstring)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.stats = CacheStats()
+
+    def _folder(self, kind: str, key: str) -> Path:
+        return self.root / kind / key[:2] / key
+
+    def get(self, kind: str, key: str) -> Entry | None:
+        """The entry if it is whole and unchanged; a damaged one is removed (a miss)."""
+        folder = self._folder(kind, key)
+        meta_path = folder / "entry.json"
+        if not meta_path.is_file():
+            self.stats.misses += 1
+            return None
+        try:
+            meta = json.loads(meta_path.read_text(encoding="utf-8"))
+            ok = meta.get("format") == FORMAT and meta.get("key") == key and all(
+                _sha256(folder / name) == digest for name, digest in meta["files"].items())
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            ok = False
+        if not ok:
+            self.stats.corrupt += 1
+            self.stats.misses += 1
+            _remove(folder)
+            return None
+        self.stats.hits += 1
+        os.utime(meta_path)  # last use, for pruning
+        return Entry(folder, meta)
+
+    def put(self, kind: str, key: str, files: Mapping[str, bytes],
+            info: Mapping[str, Any] | None = None) -> Entry:
+        """Store `files` atomically; if another run stored the key first, theirs is kept."""
+        final = self._folder(kind, key)
+        tmp_root = self.root / "tmp"
+        tmp_root.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f"{key[:12]}-", dir=tmp_root))
+        try:
+            for name, data in files.items():
+                (staging / name).write_bytes(data)
+            meta = {"format": FORMAT, "key": key, "kind": kind, "created": time.time(),
+                    "files": {name: hashlib.sha256(data).hexdigest()
+                              for name, data in files.items()},
+                    "info": dict(info or {})}
+            (staging / "entry.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
+            final.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.rename(staging, final)
+            except OSError:  # a concurrent run got there first, or a damaged leftover
+                if not (final / "entry.json").is_file():
+                    _remove(final)
+                    os.rename(staging, final)
+            self.stats.stored += 1
+            return Entry(final, meta)
+        finally:
+            _remove(staging)
+
+    def prune(self, older_than_s: float | None = None, max_bytes: int | None = None,
+              now: float | None = None) -> tuple[int, int]:
+        """Remove entries unused for `older_than_s`, then the least recently used until the
+        cache is under `max_bytes`; returns (entries removed, bytes freed)."""
+        now = time.time() if now is None else now
+        entries = []
+        for meta in self.root.glob("*/*/*/entry.json"):
+            folder = meta.parent
+            size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+            entries.append((meta.stat().st_mtime, size, folder))
+        entries.sort()
+        removed = freed = 0
+        total = sum(size for _, size, _ in entries)
+        for used, size, folder in entries:
+            old = older_than_s is not None and now - used > older_than_s
+            big = max_bytes is not None and total > max_bytes
+            if not (old or big):
+                continue
+            _remove(folder)
+            removed, freed, total = removed + 1, freed + size, total - size
+        _remove(self.root / "tmp", keep_root=True, older_than_s=3600, now=now)
+        return removed, freed
+
+
+def save_arrays(arrays: Iterable[list[np.ndarray]]) -> bytes:
+    """Eager references (per sample, per output) as one .npz blob."""
+    import io
+
+    flat: dict[str, np.ndarray] = {}
+    for s, outputs in enumerate(arrays):
+        for o, array in enumerate(outputs):
+            flat[f"s{s}_o{o}"] = _storable(array)
+    buffer = io.BytesIO()
+    savez: Any = np.savez
+    savez(buffer, **flat)
+    return buffer.getvalue()
+
+
+def load_arrays(path: Path, samples: int, outputs: int,
+                dtypes: list[str]) -> list[list[np.ndarray]]:
+    with np.load(path, allow_pickle=False) as data:
+        return [[_restored(data[f"s{s}_o{o}"], dtypes[o]) for o in range(outputs)]
+                for s in range(samples)]
+
+
+def _storable(array: np.ndarray) -> np.ndarray:
+    """bfloat16 has no .npz form: stored as its bit pattern."""
+    return array.view(np.uint16) if array.dtype.name == "bfloat16" else array
+
+
+def _restored(array: np.ndarray, dtype: str) -> np.ndarray:
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        return array.view(ml_dtypes.bfloat16)
+    return array
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _remove(path: Path, keep_root: bool = False, older_than_s: float | None = None,
+            now: float | None = None) -> None:
+    """Remove a folder, moving it aside first so no reader ever sees half of it."""
+    if not path.exists():
+        return
+    if keep_root:
+        for child in path.iterdir():
+            age = (now or time.time()) - child.stat().st_mtime
+            if older_than_s is None or age > older_than_s:
+                shutil.rmtree(child, ignore_errors=True)
+        return
+    doomed = path.with_name(f".{path.name}.{uuid.uuid4().hex}.gone")
+    try:
+        os.rename(path, doomed)
+    except OSError:
+        return
+    shutil.rmtree(doomed, ignore_errors=True)

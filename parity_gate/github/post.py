@@ -1,0 +1,154 @@
+"""The Action's post step: the upstream search and the pull-request comment.
+
+It runs after the gate, in a process (and in docker mode a container) of its
+own: the only one that gets the tokens, so neither `install` nor the models nor
+the gate's container ever see them. It never changes the gate's verdict or exit
+code: whatever GitHub does, it exits 0 and says what failed as warnings, in the
+log and in the job summary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from parity_gate.errors import UserError
+from parity_gate.github import comment, upstream
+from parity_gate.github.client import DEFAULT_API_URL, GitHubClient, GitHubError
+from parity_gate.github.commands import Annotation, escape_data, write_outputs
+from parity_gate.model.results import RunResult
+from parity_gate.model.text import md_text
+from parity_gate.report.write import atomic_write, run_json
+
+if TYPE_CHECKING:
+    from parity_gate.github.action import Paths
+
+CACHE_SUBDIR = "github-api"
+
+
+def mask(tokens: list[str]) -> None:
+    """Tell the runner to hide the tokens in the log (a line the runner swallows)."""
+    for token in tokens:
+        if token:
+            print(f"::add-mask::{escape_data(token)}", flush=True)
+
+
+def upstream_token(inputs: Mapping[str, str], env: Mapping[str, str]) -> str | None:
+    """The upstream token; the workflow's own only when upstream is this same host."""
+    if inputs["upstream_token"]:
+        return inputs["upstream_token"]
+    same_host = inputs["upstream_api_url"].rstrip("/") == env.get(
+        "GITHUB_API_URL", DEFAULT_API_URL).rstrip("/")
+    return inputs["github_token"] or None if same_host else None
+
+
+def report_only(inputs: Mapping[str, str], paths: Paths, github_output: str | None) -> int:
+    """`results:` given (a workflow_run job): no install, no gate; outputs from that file."""
+    from parity_gate.github.annotations import outputs
+
+    path = paths.workspace / inputs["results"]
+    try:
+        run = RunResult.load(path)
+    except UserError as err:
+        print(Annotation("error", "parity-gate: invalid input", f"results: {err}").render())
+        write_outputs(github_output, {"result": "error"})
+        return 2
+    result = "fail" if run.verdict.blocks else "pass"
+    write_outputs(github_output, outputs(result, run, dataclasses.replace(
+        paths, out_dir=path.parent)))
+    print(f"parity-gate: results {path}: {run.verdict.result} ({run.verdict.why}); "
+          "the gate ran in the earlier job, nothing is run here")
+    return 0
+
+
+def main(inputs: Mapping[str, str], paths: Paths, env: Mapping[str, str]) -> int:
+    """Upstream search, then the comment; every GitHub failure a warning, exit 0."""
+    mask([inputs["github_token"], inputs["upstream_token"]])
+    if inputs["comment"] == "off" and inputs["upstream"] == "off":
+        return 0
+    return _post(inputs, paths.workspace, paths.out_dir, paths.cache_dir, env)
+
+
+def _post(inputs: Mapping[str, str], workspace: Path, out_dir: Path, cache_dir: Path | None,
+          env: Mapping[str, str]) -> int:
+    results = workspace / inputs["results"] if inputs["results"] else out_dir / "results.json"
+    warnings: list[str] = []
+    try:
+        run = RunResult.load(results)
+    except UserError as err:
+        _warn(env, [f"no results to comment on or search for: {err}"])
+        return 0
+    cache = cache_dir / CACHE_SUBDIR if cache_dir else None
+    if inputs["upstream"] != "off":
+        client = GitHubClient(inputs["upstream_api_url"], upstream_token(inputs, env),
+                              cache_dir=cache, search_per_minute=_per_minute(env))
+        run, warnings = _upstream(run, client, inputs, out_dir, results, cache)
+        if run.upstream:
+            atomic_write(results, run_json(run))
+            _summary(env, upstream.markdown(run.upstream, warnings))
+            print(f"parity-gate: upstream: {len(run.upstream)} op(s) searched; "
+                  f"{client.stats.sent} API call(s)")
+    if inputs["comment"] != "off":
+        event_file = workspace / inputs["event_file"] if inputs["event_file"] else None
+        warnings += _comment(run, inputs, env, event_file)
+    _warn(env, warnings)
+    return 0
+
+
+def _upstream(run: RunResult, client: GitHubClient, inputs: Mapping[str, str], out_dir: Path,
+              results: Path, cache: Path | None) -> tuple[RunResult, list[str]]:
+    options = upstream.UpstreamOptions(
+        mode=inputs["upstream"], drafts=out_dir / "upstream-drafts",
+        repro_dir=results.parent / "repro",
+        ledger=cache / "created-issues.json" if cache else out_dir / "created-issues.json")
+    if options.mode == "create" and not client.authenticated:
+        return upstream.attach(run, client, upstream.UpstreamOptions(
+            mode="draft", drafts=options.drafts, repro_dir=options.repro_dir)
+        )[0], ["upstream: create needs upstream_token (a token that may open issues in the "
+               "upstream repositories; a workflow's own token cannot): drafted instead"]
+    return upstream.attach(run, client, options)
+
+
+def _comment(run: RunResult, inputs: Mapping[str, str], env: Mapping[str, str],
+             event_file: Path | None) -> list[str]:
+    if not inputs["github_token"]:
+        return ["comment: no github_token (expected `github_token: ${{ github.token }}` and "
+                "`permissions: pull-requests: write` in the commenting job)"]
+    client = GitHubClient(env.get("GITHUB_API_URL", DEFAULT_API_URL), inputs["github_token"])
+    try:
+        pr = comment.pull_request(env, event_file, client)
+        posted = comment.post(client, pr, run, comment.Mode(inputs["comment"]),
+                              comment.comment_key(run), env)
+    except (comment.ContextError, GitHubError) as exc:
+        return [f"comment: not posted: {exc}"]
+    print(f"parity-gate: comment {posted.action} ({posted.why}) {posted.url}".rstrip())
+    return []
+
+
+def _per_minute(env: Mapping[str, str]) -> float | None:
+    """PARITY_GATE_SEARCH_PER_MINUTE: a GitHub Enterprise Server's own search limit."""
+    try:
+        value = float(env.get("PARITY_GATE_SEARCH_PER_MINUTE", ""))
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
+def _summary(env: Mapping[str, str], text: str) -> None:
+    path = env.get("GITHUB_STEP_SUMMARY")
+    if path and text:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+
+
+def _warn(env: Mapping[str, str], warnings: list[str]) -> None:
+    """Each warning as an annotation and, together, in the job summary; stderr too."""
+    for w in warnings:
+        print(Annotation("warning", "parity-gate: GitHub", w).render(), flush=True)
+        print(f"parity-gate: warning: {w}", file=sys.stderr)
+    if warnings:
+        _summary(env, "\n".join(["### ⚠️ GitHub", "",
+                                 *(f"- {md_text(w)}" for w in warnings), ""]))

@@ -1,0 +1,170 @@
+"""What the checks read: the export step's artifacts for one module and dtype.
+
+Built by the module worker right where it exports (no torch objects leave the
+worker). Parsed forms of the ONNX bytes are computed once, on first use, and
+shared by every check.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the manifest imports hazards.config; no import cycle at run time
+    from parity_gate.manifest.models import InputSpec
+
+# Warnings about the exporter's own API or the environment, not about the model.
+_NOISE = (
+    "LeafSpec",
+    "legacy TorchScript-based ONNX export",
+    "torchvision is not installed",
+    "will not be used, since it shares the same shape constraints",
+)
+_WARNING_TEXT = re.compile(r"^(\w+(?:Warning|Error)): (.*)$", re.S)
+
+
+@dataclass(frozen=True)
+class ExporterWarning:
+    """One warning the exporter emitted, with where Python says it came from."""
+
+    category: str
+    message: str
+    filename: str = ""
+    lineno: int = 0
+
+    @property
+    def text(self) -> str:
+        return f"{self.category}: {self.message}"
+
+    @property
+    def source(self) -> str:
+        return f"{self.filename}:{self.lineno}" if self.filename else ""
+
+    @property
+    def in_torch(self) -> bool:
+        """Raised inside torch's own code (not the user's forward)."""
+        return in_library(self.filename)
+
+    @classmethod
+    def of(cls, text: str) -> ExporterWarning:
+        """From the engine's "Category: message" strings."""
+        m = _WARNING_TEXT.match(text)
+        return cls(m.group(1), m.group(2)) if m else cls("UserWarning", text)
+
+
+def exporter_warnings(caught: Sequence[warnings.WarningMessage]) -> list[ExporterWarning]:
+    """The model's warnings from a `warnings.catch_warnings(record=True)` list, deduplicated."""
+    out: dict[tuple[str, str, str], ExporterWarning] = {}
+    for w in caught:
+        if issubclass(w.category, (DeprecationWarning, FutureWarning)):
+            continue
+        found = ExporterWarning(w.category.__name__, str(w.message)[:500], str(w.filename),
+                                int(w.lineno))
+        if not any(n in found.text for n in _NOISE):
+            out.setdefault((found.text, found.filename, str(found.lineno)), found)
+    return list(out.values())
+
+
+def _library_roots() -> tuple[str, ...]:
+    roots = []
+    for name in ("torch", "onnxscript", "onnx"):
+        mod = sys.modules.get(name)
+        path = getattr(mod, "__file__", None)
+        if path:
+            roots.append(path.rsplit("/", 1)[0] + "/")
+    return tuple(roots)
+
+
+def in_library(filename: str) -> bool:
+    """True for a file inside torch, onnx or onnxscript (not user code)."""
+    return bool(filename) and filename.startswith(_library_roots())
+
+
+@dataclass
+class HazardContext:
+    """One module's export in one dtype, as the checks see it.
+
+    `training` is read before the gate calls `.eval()` (`training_modules`);
+    `module` is the module that was exported (eval mode, cast, on its device).
+    `model` is the ONNX the cases run (optimized when `optimized`); `program` the
+    dynamo exporter's `torch.export` ExportedProgram when the caller kept it.
+    `error` is the export's error text when the export failed (then only the
+    rules with an `on_failure` check run).
+    """
+
+    module_name: str
+    exporter: str
+    inputs: Sequence[InputSpec]
+    example: Sequence[Any] = ()
+    export_batch: int = 2
+    batch_sizes: Sequence[int] = ()
+    dtype: str = ""
+    module: Any = None
+    training: Sequence[str] = ()
+    model: bytes = b""
+    optimized: bool = True
+    program: Any = None
+    warnings: Sequence[ExporterWarning] = ()
+    target_runtime: str | None = None
+    export_options: dict[str, Any] = field(default_factory=dict)
+    opset: int | None = None
+    error: str = ""
+
+    @cached_property
+    def proto(self) -> Any:
+        import onnx
+
+        return onnx.load_from_string(self.model)
+
+    @cached_property
+    def inferred(self) -> Any:
+        """The graph after ONNX shape inference (symbolic dims propagated); never raises."""
+        import onnx
+
+        try:
+            return onnx.shape_inference.infer_shapes(self.proto, strict_mode=False,
+                                                     data_prop=True)
+        except Exception:
+            return self.proto
+
+    def sizes(self) -> dict[str, int]:
+        """Declared dynamic symbol → its size in the export example."""
+        out: dict[str, int] = {}
+        for spec, tensor in zip(self.inputs, self.example, strict=False):
+            shape = tuple(getattr(tensor, "shape", ()))
+            for index, symbol in spec.dynamic.items():
+                if index < len(shape):
+                    out.setdefault(symbol, int(shape[index]))
+        return out
+
+
+# Modules whose forward reads `self.training` (the ones a training-mode export captures).
+_MODE_DEPENDENT = ("Dropout", "BatchNorm", "InstanceNorm", "RReLU", "SyncBatchNorm")
+
+
+def training_modules(module: Any) -> tuple[str, ...]:
+    """Submodules in training mode whose forward depends on it ("path (Class)"), read
+    before `.eval()`; the root alone when it is training but nothing depends on it."""
+    if not getattr(module, "training", False):
+        return ()
+    found = []
+    for path, sub in module.named_modules():
+        cls = type(sub)
+        if sub.training and (any(k in cls.__name__ for k in _MODE_DEPENDENT)
+                             or _reads_training(cls)):
+            found.append(f"{path or '<root>'} ({cls.__name__})")
+    return tuple(found) or (f"<root> ({type(module).__name__})",)
+
+
+def _reads_training(cls: type) -> bool:
+    """A user-defined module whose own forward reads `self.training`."""
+    if cls.__module__.startswith("torch."):
+        return False
+    forward = cls.__dict__.get("forward")
+    code = getattr(forward, "__code__", None)
+    return code is not None and "training" in code.co_names

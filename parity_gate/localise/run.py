@@ -1,0 +1,78 @@
+"""The localisation stage: after the run, follow-up jobs for its failing cases.
+
+One job per (module, dtype) with mismatching cases goes to the same warm pool
+that ran the cases. The cheap checks run on every such case; the expensive
+ones (layer search, the op to blame, repro folders) on the first `cap` cases,
+worst first. A job that crashes or hangs costs only its own checks: the
+cases keep their verdicts and say that localisation did not finish.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from parity_gate.engine.pool import WorkerPool
+from parity_gate.localise.worker import LocaliseJob
+from parity_gate.model.localisation import Check, Localisation, Status, StepRun
+from parity_gate.model.outcomes import Outcome
+from parity_gate.model.results import CaseResult, RunResult
+from parity_gate.plan.cases import ModuleJob
+
+LOCALISED = (Outcome.MISMATCH,)  # numeric failures; errors and shapes say their cause already
+
+
+@dataclass(frozen=True)
+class LocalisePolicy:
+    cap: int = 3                      # failing cases that get the expensive checks
+    step_timeout_s: float = 120.0
+    artifacts: Path | None = None     # repro folders go here (None: no repros)
+    version: str = ""
+    version_line: str = ""
+
+
+def jobs_for(run: RunResult, modules: Iterable[ModuleJob], policy: LocalisePolicy
+             ) -> list[LocaliseJob]:
+    """The follow-up jobs for a finished run, worst cases first."""
+    by_name = {m.name: m for m in modules}
+    failing = sorted((c for c in run.cases if c.outcome in LOCALISED
+                      and c.key.module in by_name), key=lambda c: (-_worst_abs(c), c.id))
+    expensive = [c.id for c in failing[: policy.cap]]
+    groups: dict[tuple[str, str], list[CaseResult]] = {}
+    for case in failing:
+        groups.setdefault((case.key.module, case.key.dtype), []).append(case)
+    return [LocaliseJob(by_name[module], dtype, cases, [c.id for c in cases if c.id in expensive],
+                        str(policy.artifacts) if policy.artifacts else None,
+                        policy.step_timeout_s, policy.version, policy.version_line)
+            for (module, dtype), cases in groups.items()]
+
+
+def _worst_abs(case: CaseResult) -> float:
+    worst = case.worst()
+    return 0.0 if worst is None or worst.max_abs is None else worst.max_abs
+
+
+def localise(run: RunResult, modules: Iterable[ModuleJob], pool: WorkerPool,
+             policy: LocalisePolicy, on_case: Callable[[CaseResult], None] | None = None) -> int:
+    """Attach a `Localisation` to every localised case of `run`; returns how many got one."""
+    jobs = jobs_for(run, modules, policy)
+    if not jobs:
+        return 0
+    index = {c.id: i for i, c in enumerate(run.cases)}
+    done = 0
+    for event in pool.run(jobs):
+        if not isinstance(event, CaseResult) or event.id not in index:
+            continue
+        original = run.cases[index[event.id]]
+        if event.lost is not None or event.localisation is None:
+            why = event.reason or "the localisation worker stopped"
+            status = Status.TIMEOUT if event.outcome is Outcome.TIMEOUT else Status.FAILED
+            loc = Localisation(steps=[StepRun(c, status, note=why) for c in Check])
+            run.cases[index[event.id]] = replace(original, localisation=loc)
+        else:
+            run.cases[index[event.id]] = replace(original, localisation=event.localisation)
+        done += 1
+        if on_case is not None:
+            on_case(run.cases[index[event.id]])
+    return done

@@ -1,0 +1,390 @@
+"""`report.html`: one self-contained page (inline CSS and SVG, no script, no network) for
+people who would rather look than read: the verdict, a module × dtype × provider grid
+coloured by outcome, and for each failing case its error histogram, its worst error
+against the tolerance and the error by batch size of its group.
+
+Pure: a function of the result model (and where its modules are declared).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+
+from parity_gate.model.comparison import Comparison
+from parity_gate.model.outcomes import Outcome
+from parity_gate.model.results import CaseResult, RunResult
+from parity_gate.model.text import escape_html as esc
+from parity_gate.report.fmt import num, seconds
+from parity_gate.report.locate import Located
+from parity_gate.report.markdown import headline
+from parity_gate.report.modules import ModuleView, module_views, tail_lines
+
+CASE_SECTIONS = 100  # failing cases drawn in full; the others are listed in a table
+OUTPUTS_PER_CASE = 4
+W, H = 360, 170  # chart size (px)
+
+
+def colour(outcome: Outcome) -> str:
+    """Green pass, grey skip, orange wrong values, red errors, dark red crash/timeout."""
+    info = outcome.info
+    if not info.failed:
+        return "#1a7f37" if outcome is Outcome.PASS else "#8c959f"
+    if info.junit == "failure":
+        return "#e16f24" if info.severity <= 10 else "#bc4c00"
+    return "#cf222e" if info.severity < 70 else "#82071e"
+
+
+def layer_curve(case: CaseResult) -> Sequence[tuple[str, float | None, bool]] | None:
+    """Per-layer (module, max |error|, within tolerance) of a localised case, in execution
+    order (`Localisation.curve`); None when localisation did not run or drew no curve."""
+    loc = case.localisation
+    if loc is None or not loc.curve:
+        return None
+    return [(p.module, p.max_abs, p.passed) for p in loc.curve]
+
+
+# ---------------------------------------------------------------- SVG primitives
+
+
+def _log_scale(values: Sequence[float], lo: float, hi: float) -> tuple[float, float]:
+    finite = [v for v in values if v > 0 and math.isfinite(v)]
+    if not finite:
+        return (math.log10(lo), math.log10(hi))
+    a, b = math.log10(min(finite)) - 0.5, math.log10(max(finite)) + 0.5
+    return (a, b) if b > a else (a - 1, b + 1)
+
+
+def _svg(body: str, title: str, width: int = W, height: int = H) -> str:
+    return (f'<svg class="chart" role="img" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">'
+            f"<title>{esc(title)}</title>{body}</svg>")
+
+
+def histogram_svg(c: Comparison) -> str:
+    """Bars of how many elements fell in each |error| decade (Comparison.histogram)."""
+    items = list(c.histogram.items())
+    nonzero = [i for i, (_, n) in enumerate(items) if n]
+    if not nonzero:
+        return ""
+    items = items[nonzero[0]: nonzero[-1] + 1]
+    top = max(n for _, n in items) or 1
+    left, bottom = 34, 40
+    plot_h = H - bottom - 36
+    step = (W - left - 8) / len(items)
+    bars = []
+    for i, (label, n) in enumerate(items):
+        h = plot_h * n / top
+        x = left + i * step
+        bars.append(f'<rect class="bar" x="{x + 2:.1f}" y="{H - bottom - h:.1f}" '
+                    f'width="{max(step - 4, 1):.1f}" height="{h:.1f}" fill="#e16f24">'
+                    f"<title>{esc(label)}: {n}</title></rect>")
+        if n:
+            bars.append(f'<text x="{x + step / 2:.1f}" y="{H - bottom - h - 3:.1f}" '
+                        f'text-anchor="middle" class="v">{n}</text>')
+        bars.append(f'<text x="{x + step / 2:.1f}" y="{H - bottom + 12:.1f}" '
+                    f'text-anchor="end" class="t" transform="rotate(-35 {x + step / 2:.1f} '
+                    f'{H - bottom + 12:.1f})">{esc(label)}</text>')
+    axis = (f'<line x1="{left}" y1="{H - bottom}" x2="{W - 8}" y2="{H - bottom}" '
+            f'class="axis"/><text x="4" y="14" class="t">elements per |error| decade '
+            f"({c.mismatch_count}/{c.total} out of tolerance)</text>")
+    return _svg(axis + "".join(bars), f"error histogram of {c.name}")
+
+
+def tolerance_svg(c: Comparison) -> str:
+    """The worst error beside what the tolerance allowed there (log scale)."""
+    rows: list[tuple[str, float | None, str]] = [("worst |error|", c.max_abs, "#cf222e")]
+    if c.ref_value is not None and math.isfinite(c.ref_value):
+        rows.append(("allowed there", c.atol + c.rtol * abs(c.ref_value), "#1a7f37"))
+    rows.append(("atol", c.atol, "#8c959f"))
+    if c.needed_atol is not None:
+        rows.append((f"needed atol (rtol {c.rtol:g})", c.needed_atol, "#bc4c00"))
+    values = [v for _, v, _ in rows if v is not None]
+    a, b = _log_scale(values, 1e-9, 1.0)
+    left, right, row_h = 150, 60, 26
+    height = 30 + row_h * len(rows)
+    parts = ['<text x="4" y="14" class="t">worst error against the tolerance '
+             "(log scale)</text>"]
+    for i, (label, value, fill) in enumerate(rows):
+        y = 26 + i * row_h
+        parts.append(f'<text x="{left - 6}" y="{y + 13}" text-anchor="end" '
+                     f'class="t">{esc(label)}</text>')
+        if value is None or not math.isfinite(value):
+            parts.append(f'<text x="{left}" y="{y + 13}" class="v">'
+                         f"{esc(num(value))} (not finite)</text>")
+            continue
+        frac = 0.02 if value <= 0 else min(1.0, max(0.02, (math.log10(value) - a) / (b - a)))
+        width = frac * (W - left - right)
+        parts.append(f'<rect class="bar" x="{left}" y="{y}" width="{width:.1f}" '
+                     f'height="{row_h - 8}" fill="{fill}"><title>{esc(label)}: '
+                     f"{esc(num(value))}</title></rect>"
+                     f'<text x="{left + width + 4:.1f}" y="{y + 13}" class="v">'
+                     f"{esc(num(value))}</text>")
+    return _svg("".join(parts), f"worst error of {c.name} against the tolerance",
+                height=height)
+
+
+def _points_svg(points: Sequence[tuple[str, float | None, Outcome]], title: str,
+                threshold: float | None, caption: str) -> str:
+    """A log-y line over categorical x: errors by batch size, or by layer."""
+    values = [v for _, v, _ in points if v is not None] + ([threshold] if threshold else [])
+    a, b = _log_scale([v for v in values if v is not None], 1e-9, 1.0)
+    left, bottom, top = 52, 28, 22
+    plot_w, plot_h = W - left - 10, H - bottom - top
+    step = plot_w / max(len(points), 1)
+
+    def y_of(v: float | None) -> float:
+        if v is None or not math.isfinite(v):
+            return top
+        if v <= 0:
+            return top + plot_h
+        return top + plot_h * (1 - min(1.0, max(0.0, (math.log10(v) - a) / (b - a))))
+
+    parts = [f'<text x="4" y="14" class="t">{esc(caption)}</text>',
+             f'<line x1="{left}" y1="{top + plot_h}" x2="{W - 10}" y2="{top + plot_h}" '
+             'class="axis"/>']
+    for exp in range(math.ceil(a), math.floor(b) + 1):
+        y = y_of(10.0 ** exp)
+        parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{W - 10}" y2="{y:.1f}" '
+                     f'class="grid"/><text x="{left - 4}" y="{y + 3:.1f}" text-anchor="end" '
+                     f'class="t">1e{exp}</text>')
+    if threshold is not None and threshold > 0:
+        y = y_of(threshold)
+        parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{W - 10}" y2="{y:.1f}" '
+                     f'class="tol"/><text x="{W - 12}" y="{y - 3:.1f}" text-anchor="end" '
+                     f'class="t">atol {num(threshold)}</text>')
+    xy = [(left + step * (i + 0.5), y_of(v)) for i, (_, v, _) in enumerate(points)]
+    measured = [p for p, (_, v, _) in zip(xy, points, strict=True) if v is not None]
+    if len(measured) > 1:
+        path = " ".join(f"{x:.1f},{y:.1f}" for x, y in measured)
+        parts.append(f'<polyline class="line" points="{path}"/>')
+    longest = max((len(label[-14:]) for label, _, _ in points), default=1)
+    every = max(1, math.ceil(len(points) * (6 * longest + 8) / plot_w))  # labels never overlap
+    for i, ((x, y), (label, v, outcome)) in enumerate(zip(xy, points, strict=True)):
+        mark = (f'<circle class="point" cx="{x:.1f}" cy="{y:.1f}" r="4.5" '
+                f'fill="{colour(outcome)}">' if v is not None else
+                f'<rect class="point" x="{x - 4:.1f}" y="{y - 4:.1f}" width="9" height="9" '
+                f'fill="{colour(outcome)}">')
+        tag = "circle" if v is not None else "rect"
+        parts.append(f"{mark}<title>{esc(label)}: {esc(outcome.value)}, "
+                     f"max |error| {esc(num(v))}</title></{tag}>")
+        if i % every == 0:
+            parts.append(f'<text x="{x:.1f}" y="{H - 10}" text-anchor="middle" '
+                         f'class="t">{esc(label[-14:])}</text>')
+    return _svg("".join(parts), title)
+
+
+def batch_svg(cases: list[CaseResult]) -> str:
+    """max |error| by batch size for one module/dtype/fixture/provider group."""
+    ordered = sorted(cases, key=lambda c: c.key.sort_key)
+    points = []
+    for c in ordered:
+        worst = c.worst()
+        value = worst.max_abs if worst is not None else None
+        points.append((f"b{c.key.batch_size}", value, c.outcome))
+    tolerances = [w.atol for c in ordered if (w := c.worst()) is not None]
+    key = ordered[0].key
+    group = f"{key.dtype}/{key.inputs}/{key.provider}"
+    return _points_svg(points, f"error by batch size: {key.module}/{group}",
+                       min(tolerances) if tolerances else None,
+                       f"max |error| by batch size — {group}")
+
+
+def curve_svg(case: CaseResult, points: Sequence[tuple[str, float | None, bool]]) -> str:
+    marks = [(name, err, Outcome.PASS if ok else Outcome.MISMATCH) for name, err, ok in points]
+    return _points_svg(marks, f"per-layer error of {case.id}", None,
+                       "max |error| per layer, in execution order")
+
+
+# ---------------------------------------------------------------- page sections
+
+
+CSS = """
+body{font:14px/1.45 -apple-system,"Segoe UI",Helvetica,Arial,sans-serif;color:#1f2328;
+max-width:1180px;margin:0 auto;padding:16px 24px 48px}
+h1{font-size:22px;margin:8px 0}h2{font-size:18px;border-bottom:1px solid #d1d9e0;
+padding-bottom:4px;margin-top:32px}h3{font-size:15px;margin:18px 0 6px}
+.verdict{padding:12px 16px;border-radius:8px;border:1px solid #d1d9e0}
+.verdict.pass{background:#dafbe1}.verdict.fail{background:#ffebe9}
+.verdict.interrupted{background:#fff8c5}
+table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #d1d9e0;padding:4px 8px;
+text-align:left;vertical-align:top}th{background:#f6f8fa}
+td.cell{color:#fff;font-weight:600;text-align:center;min-width:80px}
+td.cell a{color:#fff;text-decoration:none}
+.legend span{display:inline-block;color:#fff;padding:1px 8px;margin:2px;border-radius:4px}
+code,pre{font:12px ui-monospace,SFMono-Regular,Menlo,monospace}
+pre{background:#f6f8fa;padding:10px;overflow:auto;max-height:360px;white-space:pre-wrap}
+.case{border:1px solid #d1d9e0;border-radius:8px;padding:8px 14px;margin:10px 0}
+.charts{display:flex;flex-wrap:wrap;gap:12px}
+svg.chart{background:#fff;border:1px solid #eaeef2;border-radius:6px}
+svg .t{font-size:10px;fill:#57606a}svg .v{font-size:10px;fill:#1f2328}
+svg .axis{stroke:#8c959f}svg .grid{stroke:#eaeef2}svg .tol{stroke:#1a7f37;
+stroke-dasharray:5 3}svg .line{fill:none;stroke:#57606a;stroke-width:1.5}
+.muted{color:#57606a}
+"""
+
+
+def _verdict(run: RunResult, views: list[ModuleView]) -> str:
+    v = run.verdict
+    title = _plain(headline(run, views))
+    counts = " · ".join(f"{k} {n}" for k, n in v.by_outcome.items()) or "no cases"
+    return (f'<header class="verdict {esc(v.result)}"><h1>{esc(title)}</h1>'
+            f"<p><b>Verdict: {esc(v.result)}</b> — {esc(v.why)}</p>"
+            f"<p>{esc(counts)} · {esc(seconds(run.duration_s))}"
+            + (f" · started {esc(run.started_at)}" if run.started_at else "") + "</p></header>")
+
+
+def _plain(title: str) -> str:
+    """The markdown headline without its `##` and icon (the page colours the verdict)."""
+    return title.lstrip("# ").split(" ", 1)[1] if " " in title.lstrip("# ") else title
+
+
+def _anchor(index: int) -> str:
+    return f"module-{index}"
+
+
+def _grid(run: RunResult, views: list[ModuleView], anchors: dict[str, str]) -> str:
+    columns = sorted({(c.key.dtype, c.key.provider) for c in run.cases})
+    cells: dict[tuple[str, str, str], list[CaseResult]] = defaultdict(list)
+    for c in run.cases:
+        cells[(c.key.module, c.key.dtype, c.key.provider)].append(c)
+    head = "".join(f"<th>{esc(d)}<br>{esc(p)}</th>" for d, p in columns)
+    rows = []
+    for v in views:
+        tds = []
+        for d, p in columns:
+            group = cells.get((v.name, d, p), [])
+            if not group:
+                tds.append('<td class="muted">—</td>')
+                continue
+            worst = max(group, key=lambda c: (c.outcome.failed, c.outcome.severity,
+                                              c.outcome is Outcome.PASS))
+            count = Counter(c.outcome.value for c in group)
+            failing = sum(1 for c in group if c.failed)
+            text = (f"{worst.outcome.value} {failing}/{len(group)}" if failing
+                    else f"{worst.outcome.value} {len(group)}")
+            tip = ", ".join(f"{k}: {n}" for k, n in count.items())
+            link = anchors.get(v.name)
+            inner = f'<a href="#{link}">{esc(text)}</a>' if link else esc(text)
+            tds.append(f'<td class="cell" style="background:{colour(worst.outcome)}" '
+                       f'data-outcome="{esc(worst.outcome.value)}" title="{esc(tip)}">'
+                       f"{inner}</td>")
+        rows.append(f"<tr><th><code>{esc(v.name)}</code></th>{''.join(tds)}</tr>")
+    legend = "".join(f'<span style="background:{colour(o)}">{esc(o.value)}</span>'
+                     for o in sorted({c.outcome for c in run.cases}, key=lambda o: o.severity))
+    return (f'<section id="grid"><h2>Outcomes by module, dtype and provider</h2>'
+            f'<table class="grid"><tr><th>module</th>{head}</tr>{"".join(rows)}</table>'
+            f'<p class="legend">{legend}</p></section>')
+
+
+def _module_table(views: list[ModuleView], where: Located) -> str:
+    rows = []
+    for v in views:
+        found = v.worst_error
+        worst = (f"{num(found[1].max_abs)} abs, {num(found[1].max_rel)} rel"
+                 if found else "—")
+        needed = "; ".join(
+            f"{n.dtype}: atol ≥ {num(n.atol)} (rtol {n.rtol_at:g}) or rtol ≥ {num(n.rtol)}"
+            for n in v.needed()) or "—"
+        line = where.line(v.name)
+        place = f"{where.file}:{line}" if where.file and line else ""
+        rows.append(f'<tr><td><code>{esc(v.name)}</code><br><span class="muted">'
+                    f"{esc(place)}</span></td>"
+                    f'<td style="color:{colour(v.outcome)}"><b>{esc(v.outcome.value)}</b></td>'
+                    f"<td>{len(v.failing)}/{v.ran}</td><td>{esc(worst)}</td>"
+                    f"<td>{esc(needed)}</td><td>{esc(v.diagnosis)}</td></tr>")
+    return ('<section id="modules"><h2>Modules</h2><table><tr><th>module</th><th>outcome</th>'
+            "<th>failing</th><th>worst error</th><th>needed tolerance</th><th>diagnosis</th>"
+            f"</tr>{''.join(rows)}</table></section>")
+
+
+def _case_section(case: CaseResult) -> str:
+    parts = [f'<article class="case" id="case-{esc(case.id)}">'
+             f'<h3><code>{esc(case.id)}</code> — <span style="color:{colour(case.outcome)}">'
+             f"{esc(case.outcome.value)}</span></h3><p>{esc(case.explanation)}</p>"]
+    bad = [c for c in case.comparisons if not c.passed][:OUTPUTS_PER_CASE]
+    for c in bad:
+        charts = [histogram_svg(c)] + ([tolerance_svg(c)] if c.max_abs is not None else [])
+        charts = [s for s in charts if s]
+        parts.append(f"<p>{esc(c.headline())}</p>")
+        if charts:
+            parts.append(f'<div class="charts">{"".join(charts)}</div>')
+    curve = layer_curve(case)
+    if curve:
+        parts.append(f'<div class="layers"><h4>Error by layer</h4>'
+                     f"{curve_svg(case, curve)}</div>")
+    if case.detail.strip():
+        parts.append("<details><summary>last lines of the worker's output</summary>"
+                     f"<pre>{esc(tail_lines(case.detail, 40))}</pre></details>")
+    parts.append("</article>")
+    return "".join(parts)
+
+
+def _failures(views: list[ModuleView], anchors: dict[str, str]) -> str:
+    failing = [v for v in views if v.worst is not None]
+    if not failing:
+        return ""
+    out = ['<section id="failures"><h2>Failing cases</h2>']
+    drawn = 0
+    listed: list[CaseResult] = []
+    for v in failing:
+        out.append(f'<h3 id="{anchors[v.name]}">Module <code>{esc(v.name)}</code>: '
+                   f"{len(v.failing)} of {v.ran} cases fail</h3>")
+        groups: dict[tuple[str, str, str], list[CaseResult]] = defaultdict(list)
+        for c in v.cases:
+            if c.outcome is not Outcome.SKIPPED:
+                groups[(c.key.dtype, c.key.inputs, c.key.provider)].append(c)
+        charts = [batch_svg(cases) for cases in groups.values()
+                  if any(c.failed for c in cases) and len(cases) > 1
+                  and any((w := c.worst()) is not None and w.max_abs is not None
+                          for c in cases)]
+        if charts:
+            out.append(f'<div class="charts batch">{"".join(charts)}</div>')
+        for case in v.failing:
+            if drawn < CASE_SECTIONS:
+                out.append(_case_section(case))
+                drawn += 1
+            else:
+                listed.append(case)
+    if listed:
+        rows = "".join(f"<tr><td><code>{esc(c.id)}</code></td><td>{esc(c.outcome.value)}</td>"
+                       f"<td>{esc(c.explanation[:300])}</td></tr>" for c in listed)
+        out.append(f"<h3>{len(listed)} more failing cases</h3><p class=muted>Drawn in full: "
+                   f"the first {CASE_SECTIONS}; every figure is in results.json.</p>"
+                   f"<table><tr><th>case</th><th>outcome</th><th>reason</th></tr>{rows}"
+                   "</table>")
+    out.append("</section>")
+    return "".join(out)
+
+
+def _findings(run: RunResult) -> str:
+    if not run.findings:
+        return ""
+    items = "".join(f"<li><b>{esc(f.severity)}</b> <code>{esc(f.module)}</code> "
+                    f"<b>{esc(f.kind)}</b>: {esc(f.message)}</li>" for f in run.findings)
+    return f'<section id="findings"><h2>Findings</h2><ul>{items}</ul></section>'
+
+
+def _run_details(run: RunResult) -> str:
+    versions = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>"
+                       for k, v in sorted(run.versions.items()) if isinstance(v, (str, int)))
+    skips = "".join(f"<li>{n} case{'s' if n != 1 else ''}: {esc(reason)}</li>"
+                    for reason, n in run.skip_reasons().items())
+    return ('<section id="run"><h2>Run</h2>'
+            + (f"<h3>Skipped</h3><ul>{skips}</ul>" if skips else "")
+            + f"<table>{versions}</table></section>")
+
+
+def render(run: RunResult, where: Located | None = None) -> str:
+    where = where or Located()
+    views = module_views(run)
+    anchors = {v.name: _anchor(i) for i, v in enumerate(views) if v.worst is not None}
+    title = _plain(headline(run, views))
+    body = "".join([_verdict(run, views), _grid(run, views, anchors),
+                    _module_table(views, where), _failures(views, anchors), _findings(run),
+                    _run_details(run)])
+    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>{esc(title)}</title><style>{CSS}</style></head>"
+            f"<body>{body}</body></html>\n")

@@ -1,0 +1,177 @@
+"""The journal: every finished case on disk the moment it finishes.
+
+`OUT/journal.jsonl` is one JSON object a line, appended and fsync'd as the run
+goes: a header (the run's metadata, the planned case count and ids, the gate's
+policy), then `{"case": ...}` and `{"finding": ...}` lines, and an `{"end": ...}`
+line once the reports are written. Whatever kills the gate (SIGKILL included),
+the finished cases are readable; `parity-gate report --from-journal` turns them
+into the reports, marked interrupted with planned vs finished counts. A case
+that appears twice (its localisation came later) counts once, the last line.
+Every line is masked like the reports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from parity_gate.errors import UserError
+from parity_gate.gate.jsonfile import loads, read_text
+from parity_gate.model.findings import Finding
+from parity_gate.model.results import CaseResult, RunResult
+from parity_gate.report.secrets import Masker
+from parity_gate.report.write import target_problem
+
+VERSION = 1
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+WHAT = "a parity-gate journal (OUT/journal.jsonl, one JSON object a line)"
+
+
+@dataclass
+class Replay:
+    """What a journal holds: the run so far, the gate's policy, the planned case ids."""
+
+    run: RunResult
+    policy: dict[str, Any] = field(default_factory=dict)
+    universe: list[str] = field(default_factory=list)
+    ended: bool = False  # the run wrote its reports (an `end` line)
+
+
+class Journal:
+    """Appends records to the journal; each line is written whole and fsync'd."""
+
+    def __init__(self, path: Path, run: RunResult, policy: dict[str, Any],
+                 universe: list[str]) -> None:
+        self.path = path
+        self.masker = Masker()
+        self.t0 = time.monotonic()
+        problem = target_problem(path)
+        if problem:
+            raise UserError(f"--out: {problem}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # O_NOFOLLOW: never through a link; O_NONBLOCK: a FIFO swapped in fails, not hangs.
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                          | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o666)
+        head = run.to_dict()
+        for key in ("cases", "findings", "verdict", "gate"):
+            head.pop(key, None)
+        self._line({"journal": VERSION, "run": head, "policy": policy, "universe": universe})
+
+    def case(self, case: CaseResult) -> None:
+        self._line({"case": case.to_dict(), "t": round(time.monotonic() - self.t0, 3)})
+
+    def finding(self, finding: Finding) -> None:
+        self._line({"finding": finding.to_dict()})
+
+    def end(self, run: RunResult) -> None:
+        self._line({"end": {"interrupted": run.interrupted, "duration_s": run.duration_s}})
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def _line(self, doc: dict[str, Any]) -> None:
+        data = (json.dumps(self.masker.tree(doc), allow_nan=False, separators=(",", ":"))
+                + "\n").encode("utf-8")
+        view = memoryview(self.masker.data(data))
+        # A signal mid-line would tear it and the lines after it; hold them meanwhile.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+        try:
+            while view:
+                view = view[os.write(self.fd, view):]
+            os.fsync(self.fd)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def keep_unfinished(path: Path) -> Path | None:
+    """An earlier run's journal that never got its reports is moved aside, not overwritten;
+    returns where it went."""
+    if not path.is_file() or path.is_symlink():
+        return None
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(0, path.stat().st_size - 4096))
+            tail = fh.read().decode("utf-8", "replace").strip().splitlines()
+    except OSError:
+        return None
+    if tail and tail[-1].startswith('{"end"'):
+        return None
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime(path.stat().st_mtime))
+    kept = path.with_name(f"journal-{stamp}.interrupted.jsonl")
+    os.replace(path, kept)
+    return kept
+
+
+def read(path: Path) -> Replay:
+    """The run a journal describes, or a located UserError. A torn last line (the gate
+    was killed mid-write) is dropped; the run is interrupted unless the journal ended
+    complete or holds every planned case."""
+    lines = read_text(path, WHAT).split("\n")
+    if not lines or not lines[0].strip():
+        raise UserError(f"{path}:1: empty journal (expected {WHAT})")
+    last = max(i for i, line in enumerate(lines) if line.strip())
+    docs: list[tuple[int, dict[str, Any]]] = []
+    for i, text in enumerate(lines):
+        if not text.strip():
+            continue
+        try:
+            doc = loads(text, str(path), WHAT, first_line=i + 1)
+        except UserError:
+            if i == last and i > 0:
+                break  # torn by the kill: every complete line before it counts
+            raise
+        if not isinstance(doc, dict):
+            raise UserError(f"{path}:{i + 1}: expected a JSON object (expected {WHAT})")
+        docs.append((i + 1, doc))
+    line, head = docs[0]
+    if head.get("journal") != VERSION or not isinstance(head.get("run"), dict):
+        raise UserError(f"{path}:1: not a parity-gate journal header (expected "
+                        f'{{"journal": {VERSION}, "run": ...}} first)')
+    run = RunResult.from_dict({**head["run"], "cases": [], "findings": []}, f"{path}:1")
+    cases: dict[str, CaseResult] = {}
+    ended: dict[str, Any] | None = None
+    t = 0.0
+    for line, doc in docs[1:]:
+        where = f"{path}:{line}"
+        if "case" in doc:
+            case = _record(CaseResult, doc["case"], where)
+            cases[case.id] = case
+            t = float(doc.get("t") or t)
+        elif "finding" in doc:
+            finding = _record(Finding, doc["finding"], where)
+            if finding not in run.findings:
+                run.findings.append(finding)
+        elif "end" in doc and isinstance(doc["end"], dict):
+            ended = doc["end"]
+        else:
+            raise UserError(f"{where}: unknown journal line with keys {sorted(doc)} "
+                            "(expected case, finding or end)")
+    run.cases = list(cases.values())
+    planned = run.planned if run.planned is not None else len(run.cases)
+    if ended is not None:
+        run.interrupted = bool(ended.get("interrupted"))
+        run.duration_s = float(ended.get("duration_s") or t)
+    else:
+        run.interrupted = len(run.cases) < planned
+        run.duration_s = t
+    policy = head.get("policy") if isinstance(head.get("policy"), dict) else {}
+    universe = [str(u) for u in head.get("universe") or []]
+    return Replay(run, policy or {}, universe, ended is not None)
+
+
+def _record(cls: Any, data: Any, where: str) -> Any:
+    from pydantic import ValidationError
+
+    try:
+        return cls.from_dict(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(p) for p in first["loc"])
+        raise UserError(f"{where}: {key}: {first['msg']} (expected {WHAT})") from None

@@ -1,0 +1,146 @@
+"""A run seen per module: the unit a reviewer fixes, annotates and reads a table row of.
+
+Pure functions of the result model; markdown, HTML and annotations all read these
+views so that "worst outcome", "worst error" and "needed tolerance" mean one thing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from parity_gate.model.comparison import Comparison
+from parity_gate.model.gate import GateDecision, Ruling
+from parity_gate.model.outcomes import Outcome
+from parity_gate.model.results import CaseResult, RunResult
+
+
+def worst_first(cases: list[CaseResult]) -> list[CaseResult]:
+    """Worst outcome first, then numeric case order (b2 before b10)."""
+    return sorted(cases, key=lambda c: (-c.outcome.severity, c.key.sort_key))
+
+
+@dataclass(frozen=True)
+class Needed:
+    """The tolerance a dtype's failing comparisons would have needed (the largest)."""
+
+    dtype: str
+    atol: float | None  # at the comparison's own rtol
+    rtol_at: float
+    rtol: float | None  # at the comparison's own atol
+    atol_at: float
+
+
+@dataclass
+class ModuleView:
+    name: str
+    cases: list[CaseResult]
+    rulings: dict[str, Ruling] = field(default_factory=dict)
+
+    @cached_property
+    def failing(self) -> list[CaseResult]:
+        return worst_first([c for c in self.cases if c.failed])
+
+    @property
+    def worst(self) -> CaseResult | None:
+        return self.failing[0] if self.failing else None
+
+    @property
+    def ran(self) -> int:
+        return sum(1 for c in self.cases if c.outcome is not Outcome.SKIPPED)
+
+    @property
+    def outcome(self) -> Outcome:
+        if self.worst is not None:
+            return self.worst.outcome
+        return Outcome.PASS if self.ran else Outcome.SKIPPED
+
+    @property
+    def counts(self) -> Counter[Outcome]:
+        return Counter(c.outcome for c in self.cases)
+
+    def failing_comparisons(self) -> list[tuple[CaseResult, Comparison]]:
+        return [(c, cmp) for c in self.failing for cmp in c.comparisons if not cmp.passed]
+
+    @property
+    def worst_error(self) -> tuple[CaseResult, Comparison] | None:
+        """The failing comparison with the largest absolute error (NaN counts as inf)."""
+        found = [(c, cmp) for c, cmp in self.failing_comparisons() if cmp.max_abs is not None]
+        return max(found, key=lambda p: _inf(p[1].max_abs)) if found else None
+
+    @property
+    def largest_passing_error(self) -> float | None:
+        errors = [cmp.max_abs for c in self.cases if c.outcome is Outcome.PASS
+                  for cmp in c.comparisons if cmp.max_abs is not None]
+        return max(errors, key=_inf) if errors else None
+
+    def needed(self) -> list[Needed]:
+        """Per dtype, the largest atol (at the output's rtol) and rtol (at its atol) needed."""
+        out: dict[str, Needed] = {}
+        for case, cmp in self.failing_comparisons():
+            if cmp.needed_atol is None and cmp.needed_rtol is None:
+                continue
+            dtype = case.key.dtype
+            old = out.get(dtype)
+            if old is None or _inf(cmp.needed_atol) > _inf(old.atol):
+                atol, rtol_at = cmp.needed_atol, cmp.rtol
+            else:
+                atol, rtol_at = old.atol, old.rtol_at
+            if old is None or _inf(cmp.needed_rtol) > _inf(old.rtol):
+                rtol, atol_at = cmp.needed_rtol, cmp.atol
+            else:
+                rtol, atol_at = old.rtol, old.atol_at
+            out[dtype] = Needed(dtype, atol, rtol_at, rtol, atol_at)
+        return list(out.values())
+
+    @property
+    def diagnosis(self) -> str:
+        """Why the worst case failed: its worst output's reason, else the case's own."""
+        case = self.worst
+        if case is None:
+            return ""
+        bad = [c for c in case.comparisons if not c.passed]
+        if bad and case.outcome in (Outcome.MISMATCH, Outcome.SHAPE_MISMATCH,
+                                    Outcome.DTYPE_MISMATCH):
+            worst = case.worst() or bad[0]
+            return " — ".join([f"{worst.name}: {worst.reason}", *case.notes])
+        return case.explanation or case.outcome.info.description
+
+    def evidence(self) -> list[tuple[str, list[CaseResult]]]:
+        """Distinct worker output (`detail`) of the failing cases, worst first, with the
+        cases that share it: a crash or export error carries the same tail on every case."""
+        groups: dict[str, list[CaseResult]] = {}
+        for case in self.failing:
+            if case.detail.strip():
+                groups.setdefault(case.detail, []).append(case)
+        return list(groups.items())
+
+    def blocking(self, decision: GateDecision) -> list[CaseResult]:
+        ids = set(decision.blocking) if not decision.passed else set()
+        return [c for c in self.failing if c.id in ids]
+
+
+def module_views(run: RunResult) -> list[ModuleView]:
+    """Failing modules worst first, then the others; by name within an outcome."""
+    rulings = {r.id: r for r in run.gate.rulings} if run.gate is not None else {}
+    by_module: dict[str, list[CaseResult]] = {}
+    for case in sorted(run.cases, key=lambda c: c.key.sort_key):
+        by_module.setdefault(case.key.module, []).append(case)
+    views = [ModuleView(m, cases, {c.id: rulings[c.id] for c in cases if c.id in rulings})
+             for m, cases in by_module.items()]
+    return sorted(views, key=lambda v: (v.worst is None, -v.outcome.severity, v.name))
+
+
+def tail_lines(text: str, lines: int = 30, chars: int = 4000) -> str:
+    """The last `lines` lines (at most `chars` characters) of a worker's output."""
+    kept = text.rstrip().splitlines()[-lines:]
+    out = "\n".join(kept)
+    return out[-chars:]
+
+
+def _inf(x: float | None) -> float:
+    if x is None:
+        return -math.inf
+    return math.inf if math.isnan(x) else x

@@ -1,0 +1,58 @@
+"""Modules for the robustness tests: each misbehaves for real (processes, output, hangs)."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+
+class Small(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.lin(x))
+
+
+class Hang(Small):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(3600)
+        return x
+
+
+def small() -> nn.Module:
+    return Small().eval()
+
+
+def slow() -> nn.Module:
+    """Builds for a few seconds: the window in which the tests send their signals."""
+    time.sleep(float(os.environ.get("ROBUST_SLOW_S", "6")))
+    return Small().eval()
+
+
+def spawner() -> nn.Module:
+    """Starts a child process of its own (recording its pid), then hangs."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+    Path(os.environ["ROBUST_CHILD_PID_FILE"]).write_text(str(child.pid))
+    return Hang().eval()
+
+
+def chatty() -> nn.Module:
+    """Prints a value without a newline (block-buffered unless flushed) and passes."""
+    print(f"chatty says {os.environ.get('ROBUST_LEAK_VALUE', '')}", end="")
+    return Small().eval()
+
+
+def crasher() -> nn.Module:
+    """Prints a token it should not, then segfaults."""
+    print(f"crasher holds {os.environ.get('ROBUST_TEST_TOKEN', '')}", flush=True)
+    ctypes.string_at(0)
+    return Small().eval()
