@@ -64,9 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-localise", action="store_true",
                      help="skip the follow-up checks on failing cases (optimizer level, "
                      "provider, capture, float64, first divergent layer, op, repro)")
-    run.add_argument("--localise-cases", type=int, default=3, metavar="N",
+    run.add_argument("--localise-cases", type=int, default=None, metavar="N",
                      help="failing cases that get the expensive checks: layer search, the op "
-                     "to blame, repro folders (default 3, worst first)")
+                     "to blame, repro folders (default: the manifest's localise.max_cases, 3)")
     run.add_argument("--artifacts", type=Path, metavar="DIR",
                      help="repro folders of failing cases (default: OUT/artifacts)")
 
@@ -183,7 +183,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         timings=timings,
         reports=ReportPaths.in_folder(args.out, args.json, args.junit, args.summary, args.html),
         quiet=args.quiet,
-        localise=None if args.no_localise else _localise_policy(args),
+        localise=None if args.no_localise else _localise_policy(args, manifest),
     )
     run, decision, stopped = run_manifest(manifest, path, options)
     for line in notices(decision):
@@ -234,17 +234,22 @@ def _cmd_report(args: argparse.Namespace) -> int:
     return EXIT_FAIL if run.verdict.blocks else EXIT_PASS
 
 
-def _localise_policy(args: argparse.Namespace) -> Any:
+def _localise_policy(args: argparse.Namespace, manifest: Any) -> Any:
+    """The manifest's `localise:` settings, with --localise-cases over its max_cases."""
     from parity_gate.engine.environment import package_versions
     from parity_gate.localise.run import LocalisePolicy
 
-    if args.localise_cases < 0:
+    if args.localise_cases is not None and args.localise_cases < 0:
         raise UserError(f"--localise-cases: got {args.localise_cases} (expected a count >= 0)")
+    settings = manifest.localise
     found = package_versions()
     line = ", ".join(f"{name} {found[name]}" for name in ("onnxscript", "torch", "onnxruntime")
                      if name in found)
-    return LocalisePolicy(cap=args.localise_cases, artifacts=args.artifacts or
-                          args.out / "artifacts", version=__version__, version_line=line)
+    cap = settings.max_cases if args.localise_cases is None else args.localise_cases
+    return LocalisePolicy(cap=cap, step_timeout_s=settings.step_timeout_s,
+                          artifacts=args.artifacts or args.out / "artifacts",
+                          version=__version__, version_line=line,
+                          artefacts_pass=settings.artefacts == "pass")
 
 
 def default_manifest(given: str | None) -> Path:

@@ -173,3 +173,22 @@ def test_search_without_a_divergent_child_names_no_layer() -> None:
 def test_scope_lists_are_read_as_the_exporter_writes_them() -> None:
     assert layers._parse_list("['', 'blocks.6', 'add_51']") == ["", "blocks.6", "add_51"]
     assert layers._parse_list("not a list") == [] and layers._parse_list("[1, ") == []
+
+
+@pytest.mark.process
+def test_the_manifest_caps_the_checks_and_may_pass_an_artefact(tmp_path: Path) -> None:
+    text = (DATA / "parity.yml").read_text() + (
+        "localise: {max_cases: 0, artefacts: pass}\n")
+    (tmp_path / "parity.yml").write_text(text)
+    (tmp_path / "models.py").write_text((DATA / "models.py").read_text())
+    assert main(["run", str(tmp_path / "parity.yml"), "--out", str(tmp_path / "out"),
+                 "--quiet", "--select", "fused_scale", "--select", "ten_blocks"]) == 1
+    run = RunResult.load(tmp_path / "out" / "results.json")
+    by = {c.key.module: c for c in run.cases}
+    fused, ten = by["fused_scale"], by["ten_blocks"]
+    # the artefact passes, saying why; the real defect still fails
+    assert fused.outcome.value == "pass" and fused.reason.startswith(
+        "tolerance artefact, passed by the manifest (localise.artefacts: pass)")
+    assert ten.outcome.value == "mismatch" and ten.localisation is not None
+    layer = ten.localisation.step(Check.LAYER)
+    assert layer is not None and layer.status is Status.SKIPPED  # max_cases: 0

@@ -123,7 +123,8 @@ def test_misspelt_required_key_is_reported_once_at_the_typo(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     lines = check(tmp_path, BASE.replace("modules:\n", "moduls:\n", 1), capsys)
     assert lines == ["18:1: moduls: unknown key; did you mean `modules`? (expected one of: "
-                     "defaults, fixtures, include, modules, providers, python_path, seed, version)"]
+                     "defaults, fixtures, include, localise, modules, providers, python_path, "
+                     "seed, version)"]
 
 
 def test_valid_base_manifest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

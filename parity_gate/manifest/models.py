@@ -271,6 +271,20 @@ def _cpu_only() -> dict[ProviderName, ProviderSettings]:
     return {"cpu": ProviderSettings(required=True)}
 
 
+class LocaliseSettings(_Strict):
+    """The follow-up checks on failing cases (`parity-gate run --no-localise` skips them)."""
+
+    max_cases: Annotated[int, Field(ge=0)] = Field(
+        3, description="failing cases (worst first) that get the expensive checks: first "
+        "divergent layer, the op to blame, repro folders; the others get the cheap ones")
+    step_timeout_s: Annotated[float, Field(gt=0)] = Field(
+        120.0, description="time limit of one check of one case")
+    artefacts: Literal["fail", "pass"] = Field(
+        "fail", description="a mismatch the float64 check calls a tolerance artefact (ONNX "
+        "Runtime as close to float64 as eager is): `fail` keeps it failing, `pass` passes it "
+        "with that reason")
+
+
 class Manifest(_Strict):
     """Top level of `parity.yml`."""
 
@@ -303,6 +317,10 @@ class Manifest(_Strict):
         default_factory=list,
         description="the modules under test (required, here or in an included file)",
     )
+    localise: LocaliseSettings = Field(
+        default_factory=LocaliseSettings,
+        description="follow-up checks on failing cases: how many get the expensive ones, "
+        "their time limit, and whether a tolerance artefact still fails")
 
 
 # ---------------------------------------------------------------------------
