@@ -71,6 +71,13 @@ CASES = [
      "6:21: defaults.tolerances.float32.atol: got -1 (expected a number >= 0"),
     ("batch size zero", "batch_sizes: [1, 4]", "batch_sizes: [0, 4]",
      "3:17: defaults.batch_sizes[0]: got 0 (expected a number >= 1)"),
+    ("infinite rtol", "rtol: 1e-3}", "rtol: .inf}",
+     "6:33: defaults.tolerances.float32.rtol: got inf (expected a finite number)"),
+    ("batch size a boolean", "batch_sizes: [1, 4]", "batch_sizes: [true, 4]",
+     "3:17: defaults.batch_sizes[0]: got True (expected an integer)"),
+    ("dynamic dim beyond the rank", "dynamic: {0: batch}", "dynamic: {0: batch, 7: seq}",
+     "23:32: modules[0].inputs[0].dynamic[7]: dim 7 of input 'x' is beyond its rank 4 in "
+     "fixture set 'images' (expected an index from 0 to 3)"),
     ("batch size not a number", "batch_sizes: [1, 4]", "batch_sizes: [1, four]",
      "3:20: defaults.batch_sizes[1]: got 'four' (expected an integer)"),
     ("unknown fixture kind", "kind: random", "kind: randm",

@@ -248,6 +248,7 @@ def _check_references(data: dict[str, Any], base: Path, problems: Problems,
                              f"(expected one of: {', '.join(fixtures) or 'none defined'})")
             else:
                 _check_coverage(fname, fixtures[fname], input_names, floc, problems)
+                _check_dynamic_rank(fname, fixtures[fname], module, mloc, problems)
         for k, prov in enumerate(_as_list(module.get("providers"))):
             if isinstance(prov, str) and prov in ("cpu", "cuda", "tensorrt") \
                     and prov not in declared:
@@ -329,6 +330,27 @@ def _check_coverage(fname: str, fixture: Any, input_names: list[str], loc: Loc,
     if extra and input_names:
         problems.add(loc, f"fixture set {fname!r} defines input(s) {', '.join(extra)} "
                      f"the module does not take (expected {', '.join(input_names)})")
+
+
+def _check_dynamic_rank(fname: str, fixture: Any, module: dict[str, Any], mloc: Loc,
+                        problems: Problems) -> None:
+    """A dim declared dynamic must exist in the input's shape: a manifest error, not an
+    exporter one found after the export."""
+    if not isinstance(fixture, dict) or not isinstance(fixture.get("inputs"), dict):
+        return
+    for j, spec in enumerate(_as_list(module.get("inputs"))):
+        if not isinstance(spec, dict) or not isinstance(spec.get("dynamic"), dict):
+            continue
+        tensor = fixture["inputs"].get(spec.get("name"))
+        shape = tensor.get("shape") if isinstance(tensor, dict) else None
+        if not isinstance(shape, list):
+            continue
+        for dim in spec["dynamic"]:
+            if isinstance(dim, int) and not -len(shape) <= dim < len(shape):
+                problems.add((*mloc, "inputs", j, "dynamic", dim),
+                             f"dim {dim} of input {spec.get('name')!r} is beyond its rank "
+                             f"{len(shape)} in fixture set {fname!r} (expected an index "
+                             f"from 0 to {len(shape) - 1})")
 
 
 def _check_factory(factory: str, python_path: list[str], base: Path, loc: Loc,

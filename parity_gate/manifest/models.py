@@ -47,8 +47,10 @@ class _Strict(BaseModel):
 class Tolerance(_Strict):
     """Elementwise bound `|got - ref| <= atol + rtol * |ref|`."""
 
-    atol: float = Field(ge=0, description="absolute floor, matters near zero")
-    rtol: float = Field(ge=0, description="relative part, scales with |reference|")
+    atol: float = Field(ge=0, allow_inf_nan=False,
+                        description="absolute floor, matters near zero")
+    rtol: float = Field(ge=0, allow_inf_nan=False,
+                        description="relative part, scales with |reference|")
 
 
 ToleranceTable = dict[FloatDType, Tolerance]
@@ -78,7 +80,7 @@ class ExportSettings(_Strict):
 class Settings(_Strict):
     """Settings a module inherits from `defaults` and may override."""
 
-    batch_sizes: list[Annotated[int, Field(ge=1)]] | None = Field(
+    batch_sizes: list[Annotated[int, Field(ge=1, strict=True)]] | None = Field(
         None, min_length=1, description="batch sizes every fixture set is run at"
     )
     dtypes: list[FloatDType] | None = Field(
