@@ -17,7 +17,6 @@ import sys
 import uuid
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,45 +31,14 @@ from parity_gate.github.commands import (
 )
 from parity_gate.github.inputs import INPUTS, InputError, input_env, read_inputs, without_secrets
 from parity_gate.github.install import install_self
+from parity_gate.github.paths import Paths, resolve_paths
 from parity_gate.report.secrets import Masker, secret_values
 
 if TYPE_CHECKING:
     from parity_gate.model.results import RunResult
 
-__all__ = ["ANNOTATION_LIMIT", "INPUTS", "OUTPUTS", "Annotation", "escape_data",
-           "escape_property", "input_env", "module_lines"]
-
-
-@dataclass(frozen=True)
-class Paths:
-    workspace: Path
-    out_dir: Path
-    cache_dir: Path | None
-
-    @property
-    def json(self) -> Path:
-        return self.out_dir / "results.json"
-
-    @property
-    def junit(self) -> Path:
-        return self.out_dir / "junit.xml"
-
-    @property
-    def summary(self) -> Path:
-        return self.out_dir / "summary.md"
-
-
-def resolve_paths(inputs: Mapping[str, str], env: Mapping[str, str]) -> Paths:
-    """Reports go to $RUNNER_TEMP/parity-gate unless `out_dir` says otherwise."""
-    workspace = Path(env.get("GITHUB_WORKSPACE") or os.getcwd()).absolute()
-    if inputs["out_dir"]:
-        out = workspace / inputs["out_dir"]
-    elif env.get("RUNNER_TEMP"):
-        out = Path(env["RUNNER_TEMP"]) / "parity-gate"
-    else:
-        out = workspace / "parity-reports"
-    cache = workspace / inputs["cache_dir"] if inputs["cache_dir"] else None
-    return Paths(workspace, out, cache)
+__all__ = ["ANNOTATION_LIMIT", "INPUTS", "OUTPUTS", "Annotation", "Paths", "escape_data",
+           "escape_property", "input_env", "module_lines", "resolve_paths"]
 
 
 def build_command(inputs: Mapping[str, str], paths: Paths) -> list[str]:

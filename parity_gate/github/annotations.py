@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from parity_gate.github.commands import ANNOTATION_LIMIT, MESSAGE_LIMIT, Annotation
 
 if TYPE_CHECKING:  # the entrypoint imports this module before the gate's dependencies exist
-    from parity_gate.github.action import Paths
+    from parity_gate.github.paths import Paths
     from parity_gate.model.results import CaseResult, RunResult
     from parity_gate.report.modules import ModuleView
 

@@ -24,7 +24,7 @@ from parity_gate.model.text import md_text
 from parity_gate.report.write import atomic_write, run_json
 
 if TYPE_CHECKING:
-    from parity_gate.github.action import Paths
+    from parity_gate.github.paths import Paths
 
 CACHE_SUBDIR = "github-api"
 

@@ -10,17 +10,21 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pydantic import computed_field
 from pydantic.dataclasses import dataclass
 
 from parity_gate.errors import EXIT_FAIL, EXIT_PASS
+from parity_gate.model.comparison import Comparison
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.record import CONFIG, Real, Record
 
-if TYPE_CHECKING:
-    from parity_gate.model.results import CaseResult
+
+class _HasWorst(Protocol):
+    """A case, as the figures read it (results import this module, not the reverse)."""
+
+    def worst(self) -> Comparison | None: ...
 
 FIGURES = ("max_abs", "max_rel", "mismatch_fraction")
 REGRESSION, KNOWN, FIXED = "regression", "known", "fixed"
@@ -37,7 +41,7 @@ class Figures(Record):
     mismatch_fraction: Real | None = None
 
     @classmethod
-    def of(cls, case: CaseResult) -> Figures:
+    def of(cls, case: _HasWorst) -> Figures:
         worst = case.worst()
         if worst is None or worst.max_abs is None:  # no numbers: shape/dtype or no output
             return cls()
