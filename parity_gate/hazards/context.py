@@ -10,13 +10,21 @@ from __future__ import annotations
 import re
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:  # the manifest imports hazards.config; no import cycle at run time
-    from parity_gate.manifest.models import InputSpec
+
+class InputSpec(Protocol):
+    """A declared input as the checks read it (the manifest's InputSpec; the manifest
+    imports hazards.config, so this side names only what it reads)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dynamic(self) -> Mapping[int, str]: ...
 
 # Warnings about the exporter's own API or the environment, not about the model.
 _NOISE = (
