@@ -1,4 +1,4 @@
-"""Command line: `parity-gate run|check|schema|baseline|merge|ops|comment|upstream`.
+"""Command line: `parity-gate run|check|schema|baseline|merge|report|cache|ops|upstream|...`.
 
 Exit codes: 0 pass, 1 fail, 2 usage, 3 bug."""
 
@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 import traceback
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from parity_gate import __version__
+from parity_gate.engine.environment import usable_cores
 from parity_gate.errors import EXIT_FAIL, EXIT_INTERNAL, EXIT_PASS, EXIT_USAGE, UserError
 from parity_gate.model.policy import FAIL_ON
 
@@ -26,6 +28,9 @@ if TYPE_CHECKING:  # imported lazily: `check` and `schema` stay fast
 DEFAULT_MANIFEST = "parity.yml"  # as the Action's `manifest` input: in the working folder
 EXAMPLE_MANIFEST = "fixtures/parity.yml"  # the bundled example, in a parity-gate checkout
 ISSUES_URL = "https://github.com/parity-gate/parity-gate/issues"
+CACHE_ENV = "PARITY_GATE_CACHE_DIR"
+DEFAULT_CACHE_DIR = ".parity-cache"  # engine.cache.DEFAULT_DIR (not imported here: numpy)
+DEFAULT_PRUNE_AGE = "30d"  # `cache prune` with neither --older-than nor --max-size
 
 
 class _Parser(argparse.ArgumentParser):
@@ -53,8 +58,20 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run only cases whose id matches (repeatable), e.g. 'mlp/float16/*'")
     run.add_argument("--providers", help="comma-separated providers to run, overriding the "
                      "manifest: cpu,cuda,tensorrt")
-    run.add_argument("--jobs", type=int, default=1,
-                     help="worker processes run in parallel (default 1)")
+    run.add_argument("--jobs", type=int, default=None,
+                     help="worker processes run in parallel (default: the cores this process "
+                     f"may use, {usable_cores()} here)")
+    cache = run.add_mutually_exclusive_group()
+    cache.add_argument("--cache-dir", type=Path, metavar="DIR",
+                       help="the export cache: each module's exported ONNX model per dtype and "
+                       "its eager reference outputs, kept for the next run and keyed by a hash "
+                       "of the module's weights, attributes and code, the factory and its "
+                       "kwargs, input specs, dtype, export options, hazard settings and the "
+                       "torch, onnxscript, onnx and parity-gate versions (default: "
+                       f"${CACHE_ENV} if set, else "
+                       f"{DEFAULT_CACHE_DIR} here)")
+    cache.add_argument("--no-cache", action="store_true",
+                       help="export and compute every reference afresh; read and write no cache")
     _add_gate_args(run)
     run.add_argument("--shard", metavar="K/N",
                      help="run only part K of N (cost-balanced, whole modules), e.g. 2/4")
@@ -121,10 +138,27 @@ def build_parser() -> argparse.ArgumentParser:
     from parity_gate.github.cli import add_parsers as add_github_parsers  # comment, upstream
     from parity_gate.ops.command import add_parser as add_ops_parser  # `ops`: op-level sweep
 
+    _add_cache_parser(sub)
     add_github_parsers(sub, COMMANDS)
 
     add_ops_parser(sub, COMMANDS)
     return parser
+
+
+def _add_cache_parser(sub: Any) -> None:
+    cache = sub.add_parser("cache", help="inspect or prune the export cache (--cache-dir)")
+    csub = cache.add_subparsers(dest="cache_command", required=True, parser_class=_Parser)
+    where = f"the cache's folder (default: ${CACHE_ENV} if set, else {DEFAULT_CACHE_DIR} here)"
+    prune = csub.add_parser("prune", help="remove entries by age and size (least recently "
+                            f"used first); with neither flag, --older-than {DEFAULT_PRUNE_AGE}")
+    prune.add_argument("--cache-dir", type=Path, metavar="DIR", help=where)
+    prune.add_argument("--older-than", metavar="AGE",
+                       help="remove entries unused for longer than AGE: 7d, 12h, 30m, 3600s, 2w")
+    prune.add_argument("--max-size", metavar="SIZE",
+                       help="then remove the least recently used until the cache holds at "
+                       "most SIZE: 2GB, 500MB (powers of 1000), 10G, 500MiB (powers of 1024)")
+    info = csub.add_parser("info", help="entries and size, by kind")
+    info.add_argument("--cache-dir", type=Path, metavar="DIR", help=where)
 
 
 def _add_gate_args(p: argparse.ArgumentParser, merging: bool = False) -> None:
@@ -168,14 +202,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from parity_gate.report.write import ReportPaths
     from parity_gate.runner import RunOptions, run_manifest
 
-    if args.jobs < 1:
-        raise UserError(f"--jobs: got {args.jobs} (expected an integer >= 1)")
+    jobs = usable_cores() if args.jobs is None else args.jobs
+    if jobs < 1:
+        raise UserError(f"--jobs: got {jobs} (expected an integer >= 1)")
+    cache_dir = None if args.no_cache else checked_cache_dir(args.cache_dir)
     path = default_manifest(args.manifest)
     manifest = load_manifest(path)
     policy, shard, timings = _run_gate_inputs(args, path)
     options = RunOptions(
         select=args.select,
-        jobs=args.jobs,
+        jobs=jobs,
         providers=[p.strip() for p in args.providers.split(",") if p.strip()]
         if args.providers else None,
         policy=policy,
@@ -184,6 +220,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         reports=ReportPaths.in_folder(args.out, args.json, args.junit, args.summary, args.html),
         quiet=args.quiet,
         localise=None if args.no_localise else _localise_policy(args, manifest),
+        cache_dir=cache_dir,
     )
     run, decision, stopped = run_manifest(manifest, path, options)
     for line in notices(decision):
@@ -192,6 +229,29 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if stopped is not None:
         return 128 + stopped
     return EXIT_FAIL if run.verdict.blocks else decision.exit_code
+
+
+def cache_dir_given(given: Path | None) -> tuple[Path, str]:
+    """--cache-dir, else $PARITY_GATE_CACHE_DIR, else .parity-cache in the working folder;
+    with the name of whichever chose it, for errors."""
+    if given is not None:
+        return given, "--cache-dir"
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]), CACHE_ENV
+    return Path(DEFAULT_CACHE_DIR), "--cache-dir (default)"
+
+
+def checked_cache_dir(given: Path | None) -> Path:
+    """The export cache's folder, made and proven writable before any work (absolute: the
+    workers need not share the working folder)."""
+    from parity_gate.report.write import _folder_problem
+
+    folder, label = cache_dir_given(given)
+    _cache_root(given)  # a file there, named as the cache's (the helper says "reports")
+    problem = _folder_problem(folder, set())
+    if problem:
+        raise UserError(f"{label}: {problem}")
+    return folder.absolute()
 
 
 def final_line(run: Any, reports: list[Path], what: str = "") -> str:
@@ -365,9 +425,88 @@ def _cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_SIZE_UNITS = {"": 1, "b": 1, **{f"{p}b": 1000 ** (i + 1) for i, p in enumerate("kmgt")},
+               **{p: 1024 ** (i + 1) for i, p in enumerate("kmgt")},
+               **{f"{p}ib": 1024 ** (i + 1) for i, p in enumerate("kmgt")}}
+
+
+def parse_age(text: str, flag: str = "--older-than") -> float:
+    """`7d`, `12h`, `30m`, `3600s`, `2w` → seconds. A bare number is refused: minutes or
+    seconds is a guess a prune must not make."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([smhdw])", text.strip())
+    if m is None:
+        raise UserError(f"{flag}: got {text!r} (expected an age: a number and one of s, m, h, "
+                        "d, w, e.g. 7d, 12h, 30m, 3600s)")
+    return float(m.group(1)) * _AGE_UNITS[m.group(2)]
+
+
+def parse_size(text: str, flag: str = "--max-size") -> int:
+    """`2GB`, `500MB` (powers of 1000), `10G`, `500MiB` (powers of 1024: GNU coreutils'
+    convention), a bare number of bytes → bytes."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([a-z]*)", text.strip().lower())
+    if m is None or m.group(2) not in _SIZE_UNITS:
+        raise UserError(f"{flag}: got {text!r} (expected a size: a number and B, kB, MB, GB, "
+                        "TB (powers of 1000) or K, M, G, T, KiB, MiB, GiB, TiB (powers of "
+                        "1024), e.g. 2GB, 500MiB, 10G)")
+    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2)])
+
+
+def _mb(size: int) -> str:
+    mb = size / 1e6
+    return f"{mb:.1f} MB" if mb >= 0.1 or size == 0 else f"{mb:.2g} MB"
+
+
+def cache_usage(root: Path) -> dict[str, tuple[int, int]]:
+    """kind → (entries, bytes) of the whole entries under `root` (staging folders aside)."""
+    out: dict[str, tuple[int, int]] = {}
+    for meta in sorted(root.glob("*/*/*/entry.json")):
+        kind = meta.parent.parent.parent.name
+        size = sum(f.stat().st_size for f in meta.parent.iterdir() if f.is_file())
+        count, total = out.get(kind, (0, 0))
+        out[kind] = (count + 1, total + size)
+    return out
+
+
+def _cache_root(given: Path | None) -> Path | None:
+    """The cache's folder; None when it does not exist yet. A file there is a usage error."""
+    root, label = cache_dir_given(given)
+    if os.path.lexists(root) and not root.is_dir():
+        raise UserError(f"{label}: {root} is not a folder (expected the export cache's folder)")
+    return root if root.is_dir() else None
+
+
+def _cmd_cache(args: argparse.Namespace) -> int:
+    """`cache prune` and `cache info`: what is there, and what to drop."""
+    from parity_gate.engine.cache import ExportCache
+
+    if args.cache_command == "prune":
+        age = args.older_than or (None if args.max_size else DEFAULT_PRUNE_AGE)
+        older_than_s = parse_age(age) if age is not None else None
+        max_bytes = parse_size(args.max_size) if args.max_size is not None else None
+    root = _cache_root(args.cache_dir)
+    if root is None:
+        what = "nothing to prune" if args.cache_command == "prune" else "empty"
+        print(f"parity-gate cache: {what}: {cache_dir_given(args.cache_dir)[0]} does not exist",
+              file=sys.stderr)
+        return EXIT_PASS
+    if args.cache_command == "prune":
+        removed, freed = ExportCache(root).prune(older_than_s=older_than_s, max_bytes=max_bytes)
+    usage = cache_usage(root)
+    entries, size = sum(n for n, _ in usage.values()), sum(b for _, b in usage.values())
+    if args.cache_command == "prune":
+        print(f"parity-gate cache: removed {removed} entries, freed {_mb(freed)}; kept "
+              f"{entries} entries, {_mb(size)}", file=sys.stderr)
+    else:
+        kinds = "; ".join(f"{kind}: {n}, {_mb(b)}" for kind, (n, b) in usage.items())
+        print(f"parity-gate cache: {root}: {entries} entries, {_mb(size)}"
+              + (f" ({kinds})" if kinds else ""), file=sys.stderr)
+    return EXIT_PASS
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": _cmd_run, "check": _cmd_check, "schema": _cmd_schema, "baseline": _cmd_baseline,
-    "merge": _cmd_merge, "report": _cmd_report}
+    "merge": _cmd_merge, "report": _cmd_report, "cache": _cmd_cache}
 
 
 def main(argv: list[str] | None = None) -> int:

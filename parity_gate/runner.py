@@ -6,11 +6,8 @@ it produces is a RunResult that the reports and the gate read.
 
 from __future__ import annotations
 
-import signal
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -20,6 +17,8 @@ from parity_gate import __version__
 from parity_gate.engine.environment import versions
 from parity_gate.engine.pool import Activity, WorkerPool
 from parity_gate.engine.runtime import available_providers
+from parity_gate.engine.signals import Interrupted
+from parity_gate.engine.signals import interruptible as _interruptible
 from parity_gate.errors import UserError
 from parity_gate.gate.decision import GatePolicy, apply
 from parity_gate.localise.run import LocalisePolicy, localise
@@ -46,43 +45,7 @@ class RunOptions:
     shard: Shard | None = None  # --shard K/N
     timings: dict[str, float] | None = None  # module → seconds, from --timings
     localise: LocalisePolicy | None = field(default_factory=LocalisePolicy)  # None: --no-localise
-
-
-class Interrupted(Exception):
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-class _Signals:
-    """SIGINT/SIGTERM stop the run once; every further one, and any during shutdown, is
-    noted and ignored until the reports are on disk (a second Ctrl-C must not lose them)."""
-
-    def __init__(self) -> None:
-        self.first: int | None = None
-        self.running = True
-        self.later: list[int] = []
-
-    def __call__(self, signum: int, _frame: Any) -> None:
-        if self.running and self.first is None:
-            self.first = signum
-            raise Interrupted(signum)
-        self.later.append(signum)
-
-    def shutting_down(self) -> None:
-        self.running = False
-
-
-@contextmanager
-def _interruptible() -> Iterator[_Signals]:
-    """Installed for the whole run, reports included; restored after."""
-    state = _Signals()
-    previous = {s: signal.signal(s, state) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield state
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
+    cache_dir: Path | None = None  # the export cache (--cache-dir); None: --no-cache
 
 
 def apply_provider_override(manifest: Manifest, names: list[str] | None) -> Manifest:
@@ -120,6 +83,8 @@ def run_manifest(manifest: Manifest, manifest_path: Path,
     universe = plan_ids(plan(manifest, manifest_path, available))
     if options.shard is not None:
         work = shard_plan(work, options.shard, options.timings)
+    for job in work.jobs:
+        job.cache_dir = options.cache_dir
     run = RunResult(
         tool_version=__version__,
         started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -170,6 +135,8 @@ def run_manifest(manifest: Manifest, manifest_path: Path,
         run.duration_s = time.monotonic() - t0
         decision = apply(run, options.policy, universe)
         run.gate = decision
+        if options.cache_dir is not None:
+            progress.message(_cache_line(run, options.cache_dir))
         progress.final(run)
         write_all(run, options.reports)
         if journal is not None:
@@ -216,6 +183,17 @@ def _note(run: RunResult, progress: Progress, finding: Finding,
         if journal is not None:
             journal.finding(finding)
         progress.message(f"finding [{finding.module}] {finding.kind}: {finding.message}")
+
+
+def _cache_line(run: RunResult, folder: Path) -> str:
+    """How many (module, dtype) exports the cache gave back, of those that exported."""
+    exported: dict[tuple[str, str], bool] = {}
+    for case in run.cases:
+        if case.provenance is not None and case.provenance.opset is not None:
+            key = (case.key.module, case.key.dtype)
+            exported[key] = exported.get(key, True) and case.provenance.export_cached
+    return (f"export cache {folder}: {sum(exported.values())} of {len(exported)} exports "
+            "reused")
 
 
 def _sha256(path: Path) -> str:

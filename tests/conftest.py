@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import json
 import multiprocessing.process
+import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,10 @@ def _audit(event: str, _args: Any) -> None:
 
 
 sys.addaudithook(_audit)
+
+# One export cache for the whole session, never the working folder's `.parity-cache`: runs
+# of the same module in several tests share their exports, as a team's CI runs would.
+os.environ.setdefault("PARITY_GATE_CACHE_DIR", tempfile.mkdtemp(prefix="parity-test-cache-"))
 
 
 # Module-scoped fixtures that run the real gate (set up before the per-test guard).

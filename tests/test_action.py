@@ -12,6 +12,7 @@ import itertools
 import json
 import os
 import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -307,6 +308,41 @@ def test_command_line_passes_optional_flags_only_when_given(tmp_path: Path) -> N
     assert cmd[cmd.index("--fail-on") + 1] == "never"
 
 
+def test_export_cache_goes_to_cache_dir_exports_or_the_workspace(tmp_path: Path) -> None:
+    env = {"GITHUB_WORKSPACE": str(tmp_path), "RUNNER_TEMP": str(tmp_path / "t")}
+
+    def cache_flags(**given: str) -> list[str]:
+        inputs = action.read_inputs({action.input_env(k): v for k, v in given.items()})
+        cmd = action.build_command(inputs, action.resolve_paths(inputs, env))
+        return [a for a in cmd if a in ("--cache-dir", "--no-cache")] + (
+            [cmd[cmd.index("--cache-dir") + 1]] if "--cache-dir" in cmd else [])
+
+    assert cache_flags() == ["--cache-dir", str(tmp_path / ".parity-cache")]
+    assert cache_flags(cache_dir="ci-cache") == ["--cache-dir",
+                                                 str(tmp_path / "ci-cache" / "exports")]
+    assert cache_flags(cache_dir="/opt/cache") == ["--cache-dir", "/opt/cache/exports"]
+    assert cache_flags(export_cache="false", cache_dir="ci-cache") == ["--no-cache"]
+
+
+def test_export_cache_path_that_is_a_file_is_one_error_before_the_run(tmp_path: Path) -> None:
+    (tmp_path / ".parity-cache").write_text("not a folder")
+    inputs = action.read_inputs({})
+    paths = action.resolve_paths(inputs, {"GITHUB_WORKSPACE": str(tmp_path)})
+    assert action.folder_problems(inputs, paths) == [
+        f"export_cache: {tmp_path / '.parity-cache'} is a file (expected a folder, or a path "
+        "that does not exist yet)"]
+    (tmp_path / "ci").write_text("not a folder either")
+    inputs = action.read_inputs({"INPUT_CACHE_DIR": "ci"})
+    paths = action.resolve_paths(inputs, {"GITHUB_WORKSPACE": str(tmp_path)})
+    assert action.folder_problems(inputs, paths) == [  # said once, not again for ci/exports
+        f"cache_dir: ci ({tmp_path / 'ci'}) is a file (expected a folder, or a path that does "
+        "not exist yet)"]
+    assert action.folder_problems(action.read_inputs({"INPUT_EXPORT_CACHE": "false"}),
+                                  action.resolve_paths(action.read_inputs(
+                                      {"INPUT_EXPORT_CACHE": "false"}),
+                                      {"GITHUB_WORKSPACE": str(tmp_path)})) == []
+
+
 # --------------------------------------------------------------------------
 # annotations and outputs
 
@@ -504,6 +540,35 @@ def test_failing_install_command_is_an_error(tmp_path: Path, monkeypatch: pytest
     assert parse_outputs(Path(env["GITHUB_OUTPUT"]).read_text()) == {"result": "error"}
 
 
+def gate_command(stdout: str) -> list[str]:
+    """The `parity-gate run` command line the entrypoint printed before starting it."""
+    (line,) = [line for line in stdout.splitlines()
+               if line.startswith("parity-gate: ") and " -m parity_gate run " in line]
+    return shlex.split(line.removeprefix("parity-gate: "))
+
+
+@pytest.mark.process
+@pytest.mark.parametrize("cache_dir", ["", "ABSOLUTE"])
+def test_gate_runs_with_the_export_cache_folder(tmp_path: Path, cache_dir: str) -> None:
+    """The real entrypoint and gate: `--cache-dir` names `cache_dir`/exports, else
+    .parity-cache in the workspace (what `actions/cache` keeps); the folder exists, made by
+    the runner's user, before the gate starts (here the gate stops at the manifest)."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "parity.yml").write_text("version: 1\nmodules: 5\n", encoding="utf-8")
+    cache_dir = str(tmp_path / "outside") if cache_dir == "ABSOLUTE" else cache_dir
+    env = runner_env(tmp_path, workspace, cache_dir=cache_dir)
+    env["PARITY_GATE_CACHE_DIR"] = str(tmp_path / "not-this")  # the input wins over the env
+    proc = run_entrypoint(env, workspace)
+    assert proc.returncode == 2, proc.stderr
+    cmd = gate_command(proc.stdout)
+    expected = (workspace / ".parity-cache" if not cache_dir
+                else (workspace / cache_dir) / "exports")
+    assert cmd[cmd.index("--cache-dir") + 1] == str(expected)
+    assert "--no-cache" not in cmd
+    assert expected.is_dir() and not (tmp_path / "not-this").exists()
+
+
 @pytest.mark.process
 def test_run_usage_error_is_reported(tmp_path: Path) -> None:
     (tmp_path / "parity.yml").write_text("version: 1\nmodules: 5\n", encoding="utf-8")
@@ -542,6 +607,8 @@ def test_example_passes_and_sets_outputs(example_run: SimpleNamespace) -> None:
     assert outputs["result"] == "pass"
     assert outputs["regressions"] == "0"
     assert outputs["failures"] == "0"
+    cmd = gate_command(proc.stdout)
+    assert cmd[cmd.index("--cache-dir") + 1] == str(example_run.workspace / ".parity-cache")
     out_dir = Path(example_run.env["RUNNER_TEMP"]) / "parity-gate"
     assert outputs["out_dir"] == str(out_dir)
     assert outputs["json_path"] == str(out_dir / "results.json")

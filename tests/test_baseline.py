@@ -350,7 +350,7 @@ def test_dump_parse_round_trip() -> None:
 
 OUTCOMES = ("'mismatch', 'shape_mismatch', 'dtype_mismatch', 'baked_shape', 'runtime_error', "
             "'no_kernel', 'invalid_model', 'unsupported_op', 'export_error', 'eager_error', "
-            "'timeout' or 'crash'")
+            "'out_of_memory', 'timeout' or 'crash'")
 ENTRY_KEYS = "id, link, max_abs, max_rel, mismatch_fraction, outcome, reason"
 
 # (file text, its one problem in full): located at the value (or key) to edit, worded and

@@ -143,3 +143,36 @@ def test_references_round_trip_exactly(dtype: str) -> None:
     for a, b in zip(arrays, back, strict=True):
         assert b[0].dtype == a[0].dtype
         assert a[0].tobytes() == b[0].tobytes()
+
+
+def test_plain_attributes_and_configs_are_part_of_the_fingerprint(tmp_path: Path) -> None:
+    """What a forward reads besides its weights: a float, a builtin activation, a
+    config object, a tensor kept as a plain attribute, a partial."""
+    import functools
+
+    class Config:
+        def __init__(self, heads: int) -> None:
+            self.heads = heads
+
+        def to_dict(self) -> dict[str, int]:
+            return {"heads": self.heads}
+
+    def fresh() -> torch.nn.Module:
+        net = load(tmp_path)
+        net.eps = 1e-5  # type: ignore[assignment]
+        net.act = torch.relu  # type: ignore[assignment]
+        net.config = Config(4)  # type: ignore[assignment]
+        net.table = torch.arange(3.0)  # type: ignore[assignment]
+        net.norm = functools.partial(torch.nn.functional.layer_norm, eps=1e-5)  # type: ignore[assignment]
+        return net
+
+    base = c.module_fingerprint(fresh())
+    assert c.module_fingerprint(fresh()) == base  # rebuilt the same: no false miss
+    changes = [("eps", 1e-6), ("act", torch.tanh), ("config", Config(8)),
+               ("table", torch.arange(4.0)),
+               ("norm", functools.partial(torch.nn.functional.layer_norm, eps=1e-6))]
+    for name, value in changes:
+        net = fresh()
+        setattr(net, name, value)
+        assert c.module_fingerprint(net) != base, name
+    assert c.module_fingerprint(fresh(), extra={"kwargs": {"width": 9}}) != base

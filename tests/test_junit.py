@@ -125,3 +125,24 @@ def test_manifest_unreadable_still_names_the_file(tmp_path: Path) -> None:
     assert where.file == str(tmp_path / "gone.yml") and where.lines == {}
     (tmp_path / "gone.yml").write_text(MANIFEST)
     assert locate(run, root=tmp_path).file == "gone.yml"  # relative to the working folder
+
+
+@pytest.mark.parametrize("kind", ["interrupted", "all-skipped", "passing"])
+def test_a_blocking_run_without_failing_cases_shows_an_error(kind: str) -> None:
+    """An interrupted run, or one whose every case was skipped, must not look green in a
+    JUnit view: one error case says why; a passing run gets none."""
+    outcome = Outcome.SKIPPED if kind == "all-skipped" else Outcome.PASS
+    run = RunResult(cases=[CaseResult(CaseKey("mlp", "float32", "vec", 1, "cpu"), outcome,
+                                      reason="CUDAExecutionProvider not available")],
+                    interrupted=kind == "interrupted", planned=4 if kind == "interrupted" else 1)
+    run.gate = decide(run)
+    xml = junitparser.JUnitXml.fromstring(junit.to_xml(run))
+    verdicts = [c for s in xml for c in s if c.classname == "parity-gate"]
+    if kind == "passing":
+        assert not verdicts and not run.verdict.blocks
+        return
+    (case,) = verdicts
+    assert case.name == ("interrupted" if kind == "interrupted" else "verdict")
+    (error,) = case.result
+    assert isinstance(error, junitparser.Error) and error.message == run.verdict.why
+    assert ("1 of 4 planned" if kind == "interrupted" else "skipped") in error.message

@@ -78,7 +78,7 @@ class Gate:
         self.out = out
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "parity_gate", "run", str(MANIFEST), "--out", str(out),
-             "--no-localise", *args],
+             "--no-localise", "--jobs", "1", *args],  # the tests read a serial order
             stderr=subprocess.PIPE, text=True, cwd=ROOT,
             env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
         self.seen = ""

@@ -237,6 +237,8 @@ BAD: dict[str, tuple[bytes | None, str]] = {
                    r": cases\.0\.key\.batch_size: Input should be a valid integer"),
     "directory": (None, r": is a folder \(expected the JSON report"),
     "truncated": (b'{"schema_version": 2, "cases": [', r":1:33: invalid JSON: Expecting value"),
+    "empty": (b"", r":1:1: invalid JSON: Expecting value"),
+    "deep-nesting": (b"[" * 100_000, r":1:1: nesting too deep to read"),
 }
 
 
@@ -260,6 +262,62 @@ def test_malformed_json_inputs_are_one_located_line(
     assert line.startswith(str(bad)), line
     assert re.search(expected, line), line
     assert not (tmp_path / "o").exists()  # nothing ran, nothing was written
+
+
+# ------------------------------------------------------------------ malformed YAML inputs
+
+BASELINE = b"version: 1\nknown_failures:\n  - id: first/*\n    reason: known\n"
+LAUGHS = b"a: &a [x, x, x, x, x, x, x, x, x, x]\n" + b"".join(
+    b"%c: &%c [%s]\n" % (c, c, b", ".join([b"*%c" % (c - 1)] * 10)) for c in b"bcdefg")
+
+# kind → (how the good file is spoiled, what the one line says)
+YAML_BAD: dict[str, tuple[Any, str]] = {
+    "invalid-utf8": (lambda t: t.replace(b"version: 1", b"version: 1 # caf\xe9"),
+                     r":1:17: invalid UTF-8 \(byte 0xe9;"),
+    "control-char": (lambda t: t.replace(b"version: 1", b"version: 1\x1b"),
+                     r":1:11: invalid YAML: unacceptable character '\\x1b'"),
+    "duplicate-key": (lambda t: t.replace(b"version: 1\n", b"version: 1\nversion: 1\n"),
+                      r":2:1: version: duplicate key \(expected each key once\)"),
+    "recursive-alias": (lambda t: t + b"x: &loop [1, *loop]\n",
+                        r":\d+:4: recursive alias \(an anchored node contains an alias of"),
+    "exponential-alias": (lambda t: t + LAUGHS,
+                          r":\d+:4: aliases expand this node to more than 100000 nodes"),
+    "binary": (lambda t: b"\x89PNG\r\n\x1a\n\x00\x00\x00", r":3:1: binary content \(a NUL byte;"),
+    "deep-nesting": (lambda t: b"[" * 100_000, r":1:\d+: invalid YAML: exceeded maximum nesting"),
+    "wrong-type": (None, r": (defaults\.timeout_s: got list \(expected a number\)|"
+                         r"known_failures\[0\]\.reason: got list \(expected a string\))"),
+    "directory": (None, r": is a folder \(expected a"),
+    "empty": (lambda t: b"", r":1:1: \(top level\): expected a mapping with `fixtures`"),
+}
+
+
+@pytest.mark.parametrize("file", ["manifest", "baseline"])
+@pytest.mark.parametrize("kind", list(YAML_BAD))
+def test_malformed_yaml_inputs_are_one_located_line(
+        kind: str, file: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every malformed kind, for the manifest (`check`) and the baseline (`merge
+    --baseline`): exit 2, one line naming the file (and line:col where there is one)."""
+    if file == "baseline" and kind == "empty":
+        pytest.skip("an empty baseline is a valid one: no known failures (it can only block)")
+    spoil, expected = YAML_BAD[kind]
+    good = MANIFEST.read_bytes() if file == "manifest" else BASELINE
+    bad = tmp_path / ("parity.yml" if file == "manifest" else "parity-baseline.yml")
+    if kind == "directory":
+        bad.mkdir()
+    elif kind == "wrong-type":
+        bad.write_bytes(good.replace(b"timeout_s: 120", b"timeout_s: [1]")
+                        .replace(b"reason: known", b"reason: [1]"))
+    else:
+        bad.write_bytes(spoil(good))
+    if file == "manifest":
+        (tmp_path / "models.py").write_text((MANIFEST.parent / "models.py").read_text())
+        argv = ["check", str(bad)]
+    else:
+        argv = ["merge", str(results(tmp_path)), "--baseline", str(bad),
+                "--out", str(tmp_path / "o")]
+    line = one_error(capsys, argv)
+    assert line.startswith(f"{bad}:"), line
+    assert re.search(expected, line), line
 
 
 # ------------------------------------------------------------------ secrets

@@ -270,7 +270,7 @@ def test_sigterm_writes_reports_of_finished_cases(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "parity_gate", "run", str(FAULTY), "--out", str(tmp_path),
-         "--select", "healthy", "--select", "hang"],
+         "--select", "healthy", "--select", "hang", "--jobs", "1"],  # hang runs after healthy
         stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
     assert proc.stderr is not None
     deadline = time.monotonic() + 120

@@ -17,6 +17,7 @@ short or changed makes the entry a miss, and it is removed and rebuilt.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
@@ -50,31 +51,131 @@ def versions() -> dict[str, str]:
     return out
 
 
-def module_fingerprint(module: Any) -> str:
-    """SHA-256 of a module's weights and buffers (names, dtypes, shapes, bytes) and of the
-    source of every class in it: retraining or editing a forward changes it."""
+def module_fingerprint(module: Any, extra: Any = None,
+                       user_roots: Iterable[Path] = ()) -> str:
+    """SHA-256 of what makes a module compute what it computes: its weights and buffers
+    (names, dtypes, shapes, bytes), every submodule's plain attributes (`eps`, an
+    activation function, a config), the source file of every class in it (installed
+    packages by their version instead), every already-imported file under `user_roots`
+    (the manifest's python_path: helpers a forward calls), and `extra` (the factory and
+    its kwargs). Retraining, editing a forward or changing a kwarg changes it."""
     import torch
 
     h = hashlib.sha256()
     for name, tensor in module.state_dict().items():
         t = tensor.detach().cpu().contiguous()
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    for cls in sorted({type(m) for m in module.modules()}, key=lambda c: c.__qualname__):
-        h.update(f"{cls.__module__}.{cls.__qualname__}|".encode())
-        h.update(_class_source(cls).encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    memo: dict[int, str] = {}
+    for name, sub in module.named_modules():
+        h.update(f"{name}|{type(sub).__module__}.{type(sub).__qualname__}|".encode())
+        h.update(_describe({k: v for k, v in vars(sub).items()
+                            if not k.startswith("_") and k != "training"}, memo).encode())
+    classes = {cls for m in module.modules() for cls in type(m).__mro__
+               if cls.__module__.split(".")[0] not in ("torch", "builtins")}
+    for cls in sorted(classes, key=lambda c: (c.__module__, c.__qualname__)):
+        h.update(f"{cls.__module__}.{cls.__qualname__}|{_code_of(cls)}|".encode())
+    for path in user_files(user_roots):
+        h.update(f"{path}|{_file_digest(path)}|".encode())
+    h.update(json.dumps(extra, sort_keys=True, default=repr).encode())
     return h.hexdigest()
 
 
-def _class_source(cls: type) -> str:
-    """The class's source, or (compiled or dynamic classes) its file's bytes' hash."""
+def user_files(roots: Iterable[Path]) -> list[Path]:
+    """Imported source files under `roots`, not counting installed packages (a venv
+    inside the project is site-packages, pinned by versions instead)."""
+    import sys
+
+    resolved = [Path(r).resolve() for r in roots]
+    found = set()
+    for mod in list(sys.modules.values()):
+        file = getattr(mod, "__file__", None)
+        if not file or "-packages" in file:
+            continue
+        path = Path(file).resolve()
+        if any(path.is_relative_to(r) for r in resolved) and path.is_file():
+            found.add(path)
+    return sorted(found)
+
+
+def _describe(value: Any, memo: dict[int, str], depth: int = 0) -> str:
+    """A stable text of a plain attribute; objects beyond plain data by their type (and a
+    config by its `to_dict()`), functions by their code."""
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return repr(value)
+    if depth > 4:
+        return type(value).__qualname__
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = [_describe(v, memo, depth + 1) for v in value]
+        if isinstance(value, (set, frozenset)):
+            items.sort()
+        return f"{type(value).__name__}[{','.join(items)}]"
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k!r}:{_describe(v, memo, depth + 1)}"
+                              for k, v in sorted(value.items(), key=lambda kv: repr(kv[0]))) + "}"
+    if id(value) in memo:
+        return memo[id(value)]
+    if hasattr(value, "detach") and hasattr(value, "numel"):  # a tensor kept as an attribute
+        import torch
+
+        t = value.detach().cpu().contiguous()
+        data = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        text = f"tensor|{t.dtype}|{tuple(t.shape)}|{hashlib.sha256(data).hexdigest()}"
+        memo[id(value)] = text
+        return text
+    if callable(getattr(value, "to_dict", None)):  # a Hugging Face config, say
+        try:
+            text = json.dumps(value.to_dict(), sort_keys=True, default=repr)
+        except Exception:
+            text = type(value).__qualname__
+    elif inspect.isfunction(value) or inspect.ismethod(value) or inspect.isclass(value):
+        code = _code_of(value)  # type: ignore[arg-type]  # functions and classes hash
+        text = f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', '')}|{code}"
+    elif isinstance(value, functools.partial):
+        text = f"partial|{_describe([value.func, value.args, value.keywords], memo, depth + 1)}"
+    else:  # builtins (F.gelu, torch.relu) by their name; other objects by their type
+        name = getattr(value, "__qualname__", None) or getattr(value, "__name__", None)
+        text = f"<{type(value).__module__}.{type(value).__qualname__}{'|' + name if name else ''}>"
+    memo[id(value)] = text
+    return text
+
+
+@functools.lru_cache(maxsize=4096)
+def _code_of(obj: Any) -> str:
+    """The digest of the file that defines `obj`; for installed packages, their version."""
+    module = inspect.getmodule(obj)
+    path = getattr(module, "__file__", None)
+    top = (getattr(module, "__name__", "") or "").split(".")[0]
+    if path and "-packages" in path:
+        return f"{top}=={_version(top)}"
+    if path and Path(path).is_file():
+        return _file_digest(Path(path))
     try:
-        return inspect.getsource(cls)
+        return hashlib.sha256(inspect.getsource(obj).encode()).hexdigest()
     except (OSError, TypeError):
-        path = getattr(inspect.getmodule(cls), "__file__", None)
-        if path and Path(path).is_file():
-            return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-        return f"<no source: {cls.__module__}.{cls.__qualname__}>"
+        return f"<no source: {top}>"
+
+
+@functools.lru_cache(maxsize=1)
+def _distributions() -> Mapping[str, list[str]]:
+    from importlib import metadata
+
+    return metadata.packages_distributions()
+
+
+@functools.lru_cache(maxsize=256)
+def _version(top: str) -> str:
+    from importlib import metadata
+
+    try:
+        names = _distributions().get(top, [top])
+        return metadata.version(names[0])
+    except (metadata.PackageNotFoundError, IndexError):
+        return "unknown"
+
+
+def _file_digest(path: Path) -> str:
+    return _sha256(path)
 
 
 def key_of(*parts: Any) -> str:
@@ -125,6 +226,17 @@ class ExportCache:
         self.root = Path(root)
         self.stats = CacheStats()
 
+    def usable(self) -> str:
+        """Why this folder cannot hold a cache ("" when it can): checked once per worker,
+        so an unwritable cache costs speed, never a result."""
+        try:
+            (self.root / "tmp").mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=self.root / "tmp"):
+                pass
+        except OSError as exc:
+            return f"{self.root}: {exc.strerror or exc}"
+        return ""
+
     def _folder(self, kind: str, key: str) -> Path:
         return self.root / kind / key[:2] / key
 
@@ -150,19 +262,22 @@ class ExportCache:
         os.utime(meta_path)  # last use, for pruning
         return Entry(folder, meta)
 
-    def put(self, kind: str, key: str, files: Mapping[str, bytes],
+    def put(self, kind: str, key: str, files: Mapping[str, bytes | Path],
             info: Mapping[str, Any] | None = None) -> Entry:
-        """Store `files` atomically; if another run stored the key first, theirs is kept."""
+        """Store `files` (bytes, or a file to copy: an external-data model) atomically; if
+        another run stored the key first, theirs is kept."""
         final = self._folder(kind, key)
         tmp_root = self.root / "tmp"
         tmp_root.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f"{key[:12]}-", dir=tmp_root))
         try:
             for name, data in files.items():
-                (staging / name).write_bytes(data)
+                if isinstance(data, Path):
+                    shutil.copyfile(data, staging / name)
+                else:
+                    (staging / name).write_bytes(data)
             meta = {"format": FORMAT, "key": key, "kind": kind, "created": time.time(),
-                    "files": {name: hashlib.sha256(data).hexdigest()
-                              for name, data in files.items()},
+                    "files": {name: _sha256(staging / name) for name in files},
                     "info": dict(info or {})}
             (staging / "entry.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
             final.parent.mkdir(parents=True, exist_ok=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import shutil
 import subprocess
@@ -54,3 +55,12 @@ def versions(providers_available: list[str]) -> dict[str, Any]:
     if gpu:
         info["gpu"] = gpu
     return info
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask, as in a container or under
+    `taskset`), else every core: the default --jobs."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # macOS and Windows have no affinity call
+        return os.cpu_count() or 1

@@ -8,7 +8,9 @@ constant is the "baked shape" defect, recorded here before anything runs.
 from __future__ import annotations
 
 import io
+import os
 import re
+import tempfile
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -19,9 +21,16 @@ from parity_gate.model.outcomes import Outcome
 from parity_gate.model.precision import ExportCause, ExportStage
 from parity_gate.model.text import strip_control
 
+# Above this many bytes of weights an export is written with ONNX external data: a
+# protobuf cannot hold 2 GiB. The variable exists so tests can cross it with a small model.
+EXTERNAL_DATA_BYTES = int(os.environ.get("PARITY_GATE_EXTERNAL_DATA_BYTES", 2**31 - 2**27))
+
 
 @dataclass
 class ExportedModel:
+    """One export. A large model's weights are external: `path` is its .onnx file (weights
+    beside it in `<path>.data`) and `model` the graph alone."""
+
     model: bytes
     warnings: list[str] = field(default_factory=list)
     # (input name, dim index, symbol, constant it was baked to)
@@ -31,6 +40,12 @@ class ExportedModel:
     # for the hazard checks, in the worker only: every warning, and torch.export's program
     raw_warnings: list[Any] = field(default_factory=list)
     program: Any = None
+    path: str | None = None
+
+    @property
+    def source(self) -> bytes | str:
+        """What ONNX Runtime and the checker load: the file when weights are external."""
+        return self.path if self.path is not None else self.model
 
 
 class ExportFailure(Exception):
@@ -44,6 +59,7 @@ class ExportFailure(Exception):
         self.reason = reason
         self.detail = detail
         self.cause = cause
+        self.hazards: list[Any] = []  # what the hazard rules read in the error (worker side)
 
 
 @dataclass(frozen=True)
@@ -156,10 +172,10 @@ def export_module(
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            program = None
+            program, path = None, None
             if settings.exporter == "dynamo":
-                model, program = _export_dynamo(torch, module, example, inputs, names,
-                                                output_names, settings)
+                model, program, path = _export_dynamo(torch, module, example, inputs, names,
+                                                      output_names, settings)
             else:
                 model = _export_torchscript(torch, module, example, inputs, names, output_names,
                                             settings)
@@ -181,12 +197,12 @@ def export_module(
     from parity_gate.hazards.context import exporter_warnings
 
     return ExportedModel(model, messages, find_baked_dims(proto, inputs), opset,
-                         proto.ir_version, exporter_warnings(caught), program)
+                         proto.ir_version, exporter_warnings(caught), program, path)
 
 
 def _export_dynamo(torch: Any, module: Any, example: Sequence[Any] | Mapping[str, Any],
                    inputs: Sequence[InputSpec], names: list[str], output_names: Sequence[str],
-                   settings: ExportSettings) -> tuple[bytes, Any]:
+                   settings: ExportSettings) -> tuple[bytes, Any, str | None]:
     symbols: dict[str, Any] = {}
     shapes = {
         spec.name: {dim: symbols.setdefault(sym, torch.export.Dim(sym))
@@ -208,7 +224,18 @@ def _export_dynamo(torch: Any, module: Any, example: Sequence[Any] | Mapping[str
     else:
         kwargs["dynamic_shapes"] = tuple(shapes[n] for n in names)
         program = torch.onnx.export(module, tuple(example), input_names=names, **kwargs)
-    return program.model_proto.SerializeToString(), getattr(program, "exported_program", None)
+    captured = getattr(program, "exported_program", None)
+    if _weight_bytes(program) <= EXTERNAL_DATA_BYTES:
+        return program.model_proto.SerializeToString(), captured, None
+    path = os.path.join(tempfile.mkdtemp(prefix="export-"), "model.onnx")  # worker scratch
+    program.save(path, external_data=True)
+    with open(path, "rb") as fh:
+        return fh.read(), captured, path
+
+
+def _weight_bytes(program: Any) -> int:
+    return sum(v.const_value.nbytes for v in program.model.graph.initializers.values()
+               if v.const_value is not None)
 
 
 def _export_torchscript(torch: Any, module: Any, example: Sequence[Any] | Mapping[str, Any],

@@ -187,27 +187,60 @@ _FILE_CACHE: dict[Path, dict[str, np.ndarray]] = {}
 
 
 def load_arrays(path: Path) -> dict[str, np.ndarray]:
-    """Read a fixture file without unpickling anything."""
+    """Read a fixture file without unpickling anything; a file that is not what its suffix
+    says (corrupt, truncated, text, pickled objects) is a FixtureError naming it."""
     if path in _FILE_CACHE:
         return _FILE_CACHE[path]
-    if path.suffix == ".npy":
-        arrays = {"": np.load(path, allow_pickle=False)}
-    elif path.suffix == ".npz":
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    else:
-        import torch
-
-        obj = torch.load(path, weights_only=True, map_location="cpu")
-        if isinstance(obj, torch.Tensor):
-            obj = {"": obj}
-        if not isinstance(obj, dict):
-            raise FixtureError(f"{path.name}: expected a tensor or a dict of tensors")
-        from parity_gate.engine.tensors import to_numpy
-
-        arrays = {str(k): to_numpy(v) for k, v in obj.items()}
+    try:
+        arrays = _read_arrays(path)
+    except FixtureError:
+        raise
+    except Exception as exc:  # numpy/zipfile/torch word it many ways; say what it means
+        raise FixtureError(f"{path}: {_unreadable(path, exc)}") from None
+    for key, value in arrays.items():
+        if not isinstance(value, np.ndarray):
+            raise FixtureError(f"{path}: member {key or path.name!r} is not a NumPy array "
+                               f"(expected a {path.suffix} file of arrays)")
     _FILE_CACHE[path] = arrays
     return arrays
+
+
+def _read_arrays(path: Path) -> dict[str, Any]:
+    if path.suffix == ".npy":
+        return {"": np.load(path, allow_pickle=False)}
+    if path.suffix == ".npz":
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    import torch
+
+    obj = torch.load(path, weights_only=True, map_location="cpu")
+    if isinstance(obj, torch.Tensor):
+        obj = {"": obj}
+    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise FixtureError(f"{path}: expected a tensor or a dict of tensors")
+    from parity_gate.engine.tensors import to_numpy
+
+    return {str(k): to_numpy(v) for k, v in obj.items()}
+
+
+def _unreadable(path: Path, exc: BaseException) -> str:
+    """Why the file cannot be read, in words that never suggest loading it unsafely."""
+    text = str(exc)
+    expected = {".npy": "a NumPy .npy file (np.save)", ".npz": "a NumPy .npz archive "
+                "(np.savez)"}.get(path.suffix, "a torch.save file of tensors")
+    if "pickled" in text or "allow_pickle" in text or "Object arrays" in text:
+        what = "holds pickled Python objects, which are never loaded" \
+            if "Object arrays" in text else "has no NumPy header (a text file?)"
+    elif isinstance(exc, EOFError) or path.stat().st_size == 0:
+        what = "is empty or truncated"
+    elif "zip" in text.lower():
+        what = "is not a valid zip archive (corrupt or truncated?)"
+    elif "Weights only load failed" in text or "weights_only" in text:
+        what = "holds Python objects besides tensors, which are never unpickled"
+    else:
+        first = text.splitlines()[0][:120] if text else ""
+        what = f"is corrupt or of another kind ({type(exc).__name__}: {first})"
+    return f"{what} (expected {expected})"
 
 
 def _from_file(fixture: FileFixture, input_names: Sequence[str], batch_size: int, dtype: str,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import importlib
 import random
+import re
 import sys
 import time
 import traceback
@@ -22,6 +23,7 @@ from parity_gate import compare as cmp
 from parity_gate.compare.reference import judge_against_float64
 from parity_gate.engine import stages
 from parity_gate.engine.binding import Binding, bind, output_names
+from parity_gate.engine.cached import WorkerCache
 from parity_gate.engine.exporting import ExportedModel, ExportFailure, export_module
 from parity_gate.engine.fixtures import (
     FixtureError,
@@ -29,7 +31,7 @@ from parity_gate.engine.fixtures import (
     generate,
 )
 from parity_gate.engine.protocol import CaseStream, Emit
-from parity_gate.engine.runtime import first_line
+from parity_gate.engine.runtime import first_line, memory_failure
 from parity_gate.engine.stages import StageFailure
 from parity_gate.engine.tensors import leaves, to_numpy, to_torch
 from parity_gate.hazards.context import HazardContext, training_modules
@@ -81,6 +83,7 @@ class _Ctx(CaseStream):
     job: ModuleJob
     training: tuple[str, ...] = ()    # submodules in training mode, read before .eval()
     hazards: list[Hazard] | None = None
+    cache: WorkerCache | None = None  # the export cache, when the run has one
 
     def hazard(self, found: list[Hazard]) -> None:
         self.hazards = [*(self.hazards or []), *found]
@@ -99,14 +102,15 @@ class _Ctx(CaseStream):
     def note(self, kind: str, message: str, severity: str = "warning") -> None:
         self.finding(Finding(self.job.name, kind, message, severity))
 
-    def provenance(self, device: str, exported: ExportedModel | None = None) -> Provenance:
+    def provenance(self, device: str, exported: ExportedModel | None = None,
+                   cached: bool = False) -> Provenance:
         """What ran for this job's cases: recorded on every result, failed ones included."""
         export = self.job.export
         return Provenance(
             exporter=export.exporter or "", export_options=export.model_dump(exclude_none=True),
             opset=exported.opset if exported else None,
             ir_version=exported.ir_version if exported else None,
-            seed=self.job.seed, reference_device=device)
+            seed=self.job.seed, reference_device=device, export_cached=cached)
 
 
 def run_job(job: ModuleJob, emit: Emit) -> None:
@@ -144,6 +148,9 @@ def _run(ctx: _Ctx) -> None:
         return
     ctx.training = training_modules(module)  # the training-mode rule reads it
     module.eval()
+    ctx.cache, problem = WorkerCache.open(job, module)
+    if problem:
+        ctx.note("cache", problem)
     ctx.hazard(module_checks(HazardContext(job.name, job.export.exporter or "dynamo",
                                            job.module.inputs, training=ctx.training),
                              settings.hazards))
@@ -189,38 +196,157 @@ def _run_dtype(ctx: _Ctx, torch: Any, module: Any, binding: Binding, dtype: str,
         return
     names = next((r.names for r in refs.values() if r.outputs), [])
     export_batch = _export_batch(job.export.batch_size, settings.batch_sizes or [])
-    example = _example(ctx, dtype, export_batch)
     ctx.step(Stage.EXPORTING, dtype)
     t0 = time.perf_counter()
-    try:
-        exported = _export(job, mod, example, names, job.export)
-    except ExportFailure as failure:
-        ctx.fail_all(live, failure.outcome, failure.reason, failure.detail,
-                     provenance=ctx.provenance(device), cause=failure.cause)
-        ctx.hazard(check_failure(_hazard_context(ctx, mod, example, export_batch, None,
-                                                 f"{failure.reason}\n{failure.detail}"),
-                                 settings.hazards))
+    got = _export_from_good_set(ctx, mod, refs, names, export_batch)
+    if got is None:
         return
-    except FixtureError as exc:
-        ctx.fail_all(live, Outcome.EAGER_ERROR, f"fixture: {exc}",
-                     provenance=ctx.provenance(device))
-        return
+    exported, example, cached = got
     export_s = time.perf_counter() - t0
-    ctx.hazard(run_checks(_hazard_context(ctx, mod, example, export_batch, exported),
-                          settings.hazards))
     ctx.step(Stage.CHECKING, dtype)
     t0 = time.perf_counter()
     try:
-        stages.check(exported.model)
+        stages.check(exported.source)
     except StageFailure as failure:
         ctx.fail_all(live, failure.outcome, failure.reason, failure.detail,
-                     provenance=ctx.provenance(device, exported))
+                     provenance=ctx.provenance(device, exported, cached))
         return
     check_s = time.perf_counter() - t0
     for provider in dict.fromkeys(k.provider for k in live):
         pkeys = [k for k in live if k.provider == provider]
         shared = {"export_s": export_s, "check_s": check_s}
-        _run_provider(ctx, exported, provider, pkeys, refs, export_batch, shared, mod, example)
+        _run_provider(ctx, exported, provider, pkeys, refs, export_batch, shared, mod, example,
+                      cached)
+
+
+def _export_from_good_set(ctx: _Ctx, mod: _Module,
+                          refs: dict[tuple[str, int | None], _Reference], names: list[str],
+                          export_batch: int
+                          ) -> tuple[ExportedModel, dict[str, np.ndarray], bool] | None:
+    """Export with an example from a fixture set eager accepted. A set whose example
+    fails the export, or makes it fix a declared-dynamic dim (a one-long sequence that
+    torch.export specialises), is followed by the next good set: a bad set costs only its
+    own cases, not every set's. None: every case got its failure."""
+    job, dtype = ctx.job, mod.dtype
+    live = [k for k in ctx.pending if k.dtype == dtype]
+    examples: list[tuple[str, dict[str, np.ndarray]]] = []
+    last: ExportFailure | FixtureError | None = None
+    for name in dict.fromkeys(name for name, _ in refs):
+        if any(r.error is None for (f, _), r in refs.items() if f == name):
+            try:
+                examples.append((name, generate(
+                    name, job.fixtures[name], [i.name for i in job.module.inputs],
+                    export_batch, dtype, 0, seed=job.seed, base_dir=job.base_dir)))
+            except FixtureError as exc:
+                last = exc
+    examples.sort(key=lambda e: (isinstance(job.fixtures[e[0]], EdgeFixture),
+                                 _tiny_dynamic_dim(job, e[1])))
+    tried: list[str] = []
+    kept: tuple[ExportedModel, dict[str, np.ndarray], bool, list[Hazard]] | None = None
+    for name, example in examples[:2]:  # an export is costly: the best two sets at most
+        try:
+            exported, found, cached = _cached_export(ctx, mod, example, names, job.export,
+                                                     export_batch)
+        except ExportFailure as failure:
+            last = failure
+            tried.append(f"{name!r} failed ({failure.reason})")
+            if not _SIZE_BOUND.search(f"{failure.reason}\n{failure.cause.key}"
+                                      if failure.cause else failure.reason):
+                break  # not about the example's sizes: another set would fail the same way
+            continue
+        if exported.baked_dims and kept is None and len(examples) > 1:
+            kept = exported, example, cached, found  # used if the next set does no better
+            tried.append(f"{name!r} fixed dynamic dims to its sizes ("
+                         + ", ".join(f"{i}[{d}]={v}" for i, d, _, v in exported.baked_dims)
+                         + ")")
+            continue
+        if kept is not None and exported.baked_dims:
+            break
+        ctx.hazard(found)
+        if tried:
+            ctx.note("fixtures", f"{dtype}: the export example of fixture set {tried[0]}; "
+                     f"exported with set {name!r} instead, so only that set's cases carry "
+                     "its problem")
+        return exported, example, cached
+    if kept is not None:
+        exported, example, cached, found = kept
+        ctx.hazard(found)
+        return exported, example, cached
+    device = mod.device
+    if isinstance(last, ExportFailure):
+        ctx.fail_all(live, last.outcome, last.reason, last.detail,
+                     provenance=ctx.provenance(device), cause=last.cause)
+        ctx.hazard(last.hazards)
+    else:
+        ctx.fail_all(live, Outcome.EAGER_ERROR, f"fixture: {last}" if last else
+                     "no fixture set produced an export example",
+                     provenance=ctx.provenance(device))
+    return None
+
+
+# Export failures that depend on the example's sizes (a guard on a size, a specialised
+# dim): worth one more try with another fixture set's example. Others are not.
+_SIZE_BOUND = re.compile(r"Constraints violated|speciali[sz]|data.dependent|GuardOnData",
+                         re.I)
+
+
+def _tiny_dynamic_dim(job: ModuleJob, example: dict[str, np.ndarray]) -> bool:
+    """A declared-dynamic dim of size 0 or 1 in the example: torch.export specialises
+    those, so such a set is the last choice for the export example."""
+    return any(example[spec.name].ndim > dim and example[spec.name].shape[dim] <= 1
+               for spec in job.module.inputs if spec.name in example
+               for dim in spec.dynamic)
+
+
+def _export_key(ctx: _Ctx, mod: _Module, example: dict[str, np.ndarray], names: list[str],
+                settings: Any, export_batch: int, purpose: str) -> str:
+    assert ctx.cache is not None
+    return ctx.cache.export_key(ctx.job, mod.dtype, mod.device, example, names, settings,
+                                purpose, ctx.training, export_batch)
+
+
+def _cached_export(ctx: _Ctx, mod: _Module, example: dict[str, np.ndarray], names: list[str],
+                   settings: Any, export_batch: int, purpose: str = "gate"
+                   ) -> tuple[ExportedModel, list[Hazard], bool]:
+    """The export (and, for the gate's own export, the hazards found on it) from the cache,
+    or made now and stored; an export failure is cached and raised the same way, with the
+    hazards its error text shows on `failure.hazards`."""
+    job = ctx.job
+    key = _export_key(ctx, mod, example, names, settings, export_batch, purpose) \
+        if ctx.cache is not None else ""
+    hit = ctx.cache.load_export(key) if ctx.cache is not None else None
+    if hit is not None:
+        result, stored = hit
+        if isinstance(result, ExportFailure):
+            result.hazards = stored
+            raise result
+        return result, stored, True
+    hazards: list[Hazard] = []
+    try:
+        exported = _export(job, mod, example, names, settings)
+    except ExportFailure as failure:
+        if purpose == "gate":
+            hazards = check_failure(_hazard_context(ctx, mod, example, export_batch, None,
+                                                    f"{failure.reason}\n{failure.detail}"),
+                                    job.settings.hazards)
+        failure.hazards = hazards
+        if ctx.cache is not None:
+            _store(ctx.cache, key, failure, hazards)
+        raise
+    if purpose == "gate":
+        hazards = run_checks(_hazard_context(ctx, mod, example, export_batch, exported),
+                             job.settings.hazards)
+    if ctx.cache is not None:
+        _store(ctx.cache, key, exported, hazards)
+    return exported, hazards, False
+
+
+def _store(cache: WorkerCache, key: str, result: ExportedModel | ExportFailure,
+           hazards: list[Hazard]) -> None:
+    try:
+        cache.store_export(key, result, hazards)
+    except OSError as exc:  # a full disk costs the next run's speed, never this run's result
+        print(f"parity-gate: export cache: could not store an entry: {exc}", file=sys.stderr)
 
 
 def _hazard_context(ctx: _Ctx, mod: _Module, example: dict[str, np.ndarray],
@@ -248,15 +374,16 @@ def _export(job: ModuleJob, mod: _Module, example: dict[str, np.ndarray], names:
 
 def _run_provider(ctx: _Ctx, exported: ExportedModel, provider: str, keys: list[CaseKey],
                   refs: dict[tuple[str, int | None], _Reference], export_batch: int,
-                  shared: dict[str, float], mod: _Module, example: dict[str, np.ndarray]
-                  ) -> None:
+                  shared: dict[str, float], mod: _Module, example: dict[str, np.ndarray],
+                  cached: bool) -> None:
     job = ctx.job
     dtype, device = mod.dtype, mod.device
-    provenance = ctx.provenance(device, exported)
+    provenance = ctx.provenance(device, exported, cached)
     ctx.step(Stage.LOADING, f"{dtype}", f"on {provider}")
     t0 = time.perf_counter()
     try:
-        session = stages.open_session(exported.model, provider, job.providers[provider].options)
+        session = stages.open_session(exported.source, provider,
+                                      job.providers[provider].options)
     except StageFailure as failure:
         ctx.fail_all(keys, failure.outcome, failure.reason, failure.detail,
                      provenance=provenance)
@@ -277,7 +404,7 @@ def _run_provider(ctx: _Ctx, exported: ExportedModel, provider: str, keys: list[
                 _float64_run(ctx, mod, ref)
             if job.export.exporter == "dynamo" and job.export.optimize:
                 ctx.step(Stage.RECHECKING, key.id, "exported with optimize: false")
-                result.reexport = _reexport(job, mod, provider, result, ref, example,
+                result.reexport = _reexport(ctx, mod, provider, result, ref, example,
                                             export_batch)
             if dtype in LOW_PRECISION:
                 ctx.step(Stage.RECHECKING, key.id, "against float64")
@@ -295,7 +422,7 @@ def _fusion_check(job: ModuleJob, exported: ExportedModel, provider: str, result
     """
     try:
         if not cache:
-            cache.append(stages.open_session(exported.model, provider,
+            cache.append(stages.open_session(exported.source, provider,
                                              job.providers[provider].options,
                                              optimization="disabled"))
         again, _ = _run_case(job, cache[0], result.key, ref, feed_names, export_batch, {},
@@ -311,7 +438,7 @@ def _fusion_check(job: ModuleJob, exported: ExportedModel, provider: str, result
                          max_abs=worst.max_abs if worst is not None else None)
 
 
-def _reexport(job: ModuleJob, mod: _Module, provider: str, result: CaseResult, ref: _Reference,
+def _reexport(ctx: _Ctx, mod: _Module, provider: str, result: CaseResult, ref: _Reference,
               example: dict[str, np.ndarray], export_batch: int) -> Reexport:
     """The mismatch on a graph exported with the exporter's own optimizer off.
 
@@ -319,12 +446,14 @@ def _reexport(job: ModuleJob, mod: _Module, provider: str, result: CaseResult, r
     rewrote or folded (BatchNorm into a convolution, in float16), so "persists
     with ORT optimizations off" alone would point away from that cause.
     """
+    job = ctx.job
     try:
         session = mod.unoptimized.get(provider)
         if session is None:
-            plain = _export(job, mod, example, ref.names,
-                            job.export.model_copy(update={"optimize": False}))
-            session = stages.open_session(plain.model, provider,
+            plain, _, _ = _cached_export(ctx, mod, example, ref.names,
+                                         job.export.model_copy(update={"optimize": False}),
+                                         export_batch, purpose="reexport")
+            session = stages.open_session(plain.source, provider,
                                           job.providers[provider].options)
             mod.unoptimized[provider] = session
         feed_names = {i.name for i in session.get_inputs()}
@@ -505,10 +634,19 @@ def _reference(ctx: _Ctx, torch: Any, mod: _Module, fixture_name: str,
     ref = _Reference()
     names = [i.name for i in job.module.inputs]
     t0 = time.perf_counter()
+    samples: list[dict[str, np.ndarray]] = []
     try:
-        for sample in range(fixture.samples):
-            inputs = generate(fixture_name, fixture, names, batch, mod.dtype, sample,
-                              seed=job.seed, base_dir=job.base_dir)
+        samples = [generate(fixture_name, fixture, names, batch, mod.dtype, sample,
+                            seed=job.seed, base_dir=job.base_dir)
+                   for sample in range(fixture.samples)]
+        key = (ctx.cache.reference_key(job, mod.dtype, mod.device, samples)
+               if ctx.cache is not None else "")
+        hit = ctx.cache.load_reference(key) if ctx.cache is not None else None
+        if hit is not None:  # the very inputs, the same module: eager's outputs, bit for bit
+            ref.names, ref.outputs = hit
+            ref.inputs = samples
+            return ref
+        for inputs in samples:
             with torch.inference_mode():
                 out = mod.binding.call(mod.typed, {n: to_torch(inputs[n], mod.device)
                                                    for n in names})
@@ -522,12 +660,22 @@ def _reference(ctx: _Ctx, torch: Any, mod: _Module, fixture_name: str,
                     return ref
             ref.inputs.append(inputs)
             ref.outputs.append([to_numpy(t) for t in leaves(out)])
+        if ctx.cache is not None:
+            try:
+                ctx.cache.store_reference(key, ref.names, ref.outputs)
+            except OSError as exc:  # costs the next run's speed only
+                print(f"parity-gate: export cache: could not store a reference: {exc}",
+                      file=sys.stderr)
     except FixtureError as exc:
         ref.error = CaseResult(CaseKey("", "", "", 0, ""), Outcome.EAGER_ERROR,
                                f"fixture {fixture_name!r}: {exc}")
     except Exception as exc:
         tb = traceback.format_exc()[-4000:]
-        if batch == 0:
+        oom = memory_failure(exc, sum(a.nbytes for sample in samples[:1]
+                                      for a in sample.values()) or None)
+        if oom is not None:  # over the worker's memory limit: this case, not the module
+            ref.error = CaseResult(CaseKey("", "", "", 0, ""), Outcome.OUT_OF_MEMORY, oom, tb)
+        elif batch == 0:
             ref.error = CaseResult(CaseKey("", "", "", 0, ""), Outcome.SKIPPED,
                                    f"eager rejects an empty batch: {first_line(repr(exc))}", tb)
         else:
@@ -535,16 +683,6 @@ def _reference(ctx: _Ctx, torch: Any, mod: _Module, fixture_name: str,
                                    f"eager forward failed: {first_line(repr(exc))}", tb)
     ref.eager_s = time.perf_counter() - t0
     return ref
-
-
-def _example(ctx: _Ctx, dtype: str, batch: int) -> dict[str, np.ndarray]:
-    """Export example from a plain (non-edge) fixture set when there is one."""
-    job = ctx.job
-    names = [i.name for i in job.module.inputs]
-    ordered = sorted(job.fixtures, key=lambda n: isinstance(job.fixtures[n], EdgeFixture))
-    name = ordered[0]
-    return generate(name, job.fixtures[name], names, batch, dtype, 0, seed=job.seed,
-                    base_dir=job.base_dir)
 
 
 def _export_batch(configured: int | None, batch_sizes: list[int]) -> int:

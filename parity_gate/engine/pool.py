@@ -12,6 +12,10 @@ heavy imports that, when the gate dies, removes the pool's temporary folder and
 kills the whole group, so even a grandchild a module started goes. Workers'
 temporary files (TMPDIR) live in the pool's folder; a folder left by a gate
 that died anyway is removed by the next pool.
+
+Each worker runs under a memory limit (RLIMIT_DATA: its share of the machine, or the
+module's `worker_memory`), so a case too big for the machine fails its own allocation
+(`out_of_memory`) instead of drawing the kernel's OOM killer onto the whole worker.
 """
 
 from __future__ import annotations
@@ -36,7 +40,9 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
+from parity_gate.engine.environment import usable_cores
 from parity_gate.engine.protocol import Done, Fatal, Job, Ready, entry_point
+from parity_gate.engine.runtime import set_thread_budget
 from parity_gate.model.findings import Finding, Lost, Stage, Step
 from parity_gate.model.keys import CaseKey
 from parity_gate.model.outcomes import Outcome
@@ -146,13 +152,61 @@ def _flush_output() -> None:
         ctypes.CDLL(None).fflush(None)
 
 
+GiB = 1 << 30
+MIN_WORKER_MEMORY = 2 * GiB
+
+
+def machine_memory() -> int | None:
+    """Bytes of memory this process may use: physical RAM, or the container's cgroup limit
+    when that is lower (a CI runner in a container sees the host's RAM otherwise)."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+    for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(path).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            total = min(total, int(text))
+    return total
+
+
+def default_worker_memory(workers: int) -> int:
+    """Each worker's share of 80% of the memory (the gate and the OS keep the rest), at
+    least 2 GiB: torch and onnxruntime alone need a few hundred MiB."""
+    total = machine_memory()
+    if total is None:
+        return MIN_WORKER_MEMORY
+    return max(MIN_WORKER_MEMORY, int(total * 0.8) // max(1, workers))
+
+
+def limit_memory(limit: int | None) -> None:
+    """Cap this process's data segment (RLIMIT_DATA: heap and private writable mappings,
+    not shared libraries or the address space CUDA reserves), so an oversized allocation
+    fails as MemoryError/bad_alloc in the case that made it instead of the kernel's OOM
+    killer taking the worker and every case it had left. The hard limit stays, so a later
+    job may raise it again; None lifts the soft limit to the hard one."""
+    try:
+        import resource
+
+        _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        soft = hard if limit is None else limit if hard == resource.RLIM_INFINITY \
+            else min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
+    except (ImportError, OSError, ValueError, AttributeError):
+        pass  # not POSIX, or not allowed: the pool's crash handling still applies
+
+
 def _worker_main(conn: Connection, log_path: str, threads: int, warm: Sequence[str],
-                 gate_pid: int = 0) -> None:
+                 gate_pid: int = 0, memory_limit: int | None = None) -> None:
     """Worker loop: import the heavy stack once, then serve jobs until told to stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     if gate_pid:
         _die_with(gate_pid)
         _start_sentinel(gate_pid, str(Path(log_path).parent))
+    limit_memory(memory_limit)
     scratch = f"{log_path}.tmp"  # the worker's and its modules' temporary files
     os.makedirs(scratch, exist_ok=True)
     os.environ["TMPDIR"] = scratch
@@ -176,6 +230,7 @@ def _worker_main(conn: Connection, log_path: str, threads: int, warm: Sequence[s
         import torch
 
         torch.set_num_threads(threads)
+        set_thread_budget(threads)  # ONNX Runtime sessions get the same share
         import onnx  # noqa: F401
         import onnxruntime  # noqa: F401
 
@@ -193,12 +248,24 @@ def _worker_main(conn: Connection, log_path: str, threads: int, warm: Sequence[s
         if message is None:
             return
         job: Job = message
+        limit_memory(getattr(job, "memory_limit", None) or memory_limit)  # the module's own
         try:
             entry_point(job)(job, conn.send)
         except BaseException:  # an entry point must not raise; its cases become crashes
             traceback.print_exc()
         _flush_output()
+        _release_memory()
         conn.send(Done(job.name))
+
+
+def _release_memory() -> None:
+    """Between jobs: free the last module's graphs, sessions and references, and hand the
+    pages back to the OS, so a worker's peak is one module's, not the sum of all it ran."""
+    import gc
+
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)  # glibc keeps freed heap pages otherwise
 
 
 @dataclass
@@ -232,11 +299,14 @@ class WorkerPool:
     """Runs module jobs on `size` warm workers and yields results as they arrive."""
 
     def __init__(self, size: int = 1, threads: int | None = None,
-                 warm: Sequence[str] = ()) -> None:
+                 warm: Sequence[str] = (), memory_limit: int | None = None) -> None:
+        """`memory_limit`: bytes each worker may allocate (default: its share of the
+        machine's memory, see default_worker_memory); a job with a `memory_limit` of its
+        own (a module's `worker_memory`) runs under that instead."""
         self.size = max(1, size)
         self.warm = tuple(warm)
-        cpus = os.cpu_count() or 1
-        self.threads = threads or max(1, cpus // self.size)
+        self.memory_limit = memory_limit or default_worker_memory(self.size)
+        self.threads = threads or max(1, usable_cores() // self.size)  # no oversubscription
         remove_stale_folders()
         self._logdir = tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-")
         self._workers: list[_Worker] = []
@@ -247,7 +317,7 @@ class WorkerPool:
         log_path = str(Path(self._logdir) / f"worker-{self._spawned}.log")
         parent, child = _CTX.Pipe()
         process = _CTX.Process(target=_worker_main, args=(child, log_path, self.threads, self.warm,
-                                                          os.getpid()),
+                                                          os.getpid(), self.memory_limit),
                                daemon=True, name=f"parity-gate-worker-{self._spawned}")
         process.start()
         child.close()
@@ -452,12 +522,15 @@ class WorkerPool:
         return self._logdir
 
     def close(self) -> None:
+        """Tell every worker to stop at once, give them one shared 2 s, then kill the rest
+        (an interrupted run's reports wait 2 s, not 2 s per worker)."""
         for worker in self._workers:
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 worker.conn.send(None)
-                worker.process.join(timeout=2)
-            except OSError:
-                pass
+        deadline = time.monotonic() + 2.0
+        for worker in self._workers:
+            with contextlib.suppress(OSError, ValueError, AssertionError):
+                worker.process.join(timeout=max(0.0, deadline - time.monotonic()))
             self._kill(worker)
         self._workers = []
         shutil.rmtree(self._logdir, ignore_errors=True)

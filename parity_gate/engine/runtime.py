@@ -21,13 +21,27 @@ def available_providers() -> list[str]:
     return list(ort.get_available_providers())
 
 
-def create_session(model: bytes, provider: str, options: dict[str, Any],
+_THREADS = 0  # intra-op threads per session; 0: ONNX Runtime's default (every core)
+
+
+def set_thread_budget(threads: int) -> None:
+    """A worker's share of the cores: N workers with N×cores threads each would
+    oversubscribe the machine and make every one of them slower."""
+    global _THREADS
+    _THREADS = max(0, threads)
+
+
+def create_session(model: bytes | str, provider: str, options: dict[str, Any],
                    *, optimization: str = "all") -> Any:
-    """One session per (model, provider), reused for every batch size and sample."""
+    """One session per (model, provider), reused for every batch size and sample; `model`
+    is the serialized model or, when its weights are external, its file."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
+    if _THREADS:
+        so.intra_op_num_threads = _THREADS
+        so.inter_op_num_threads = 1
     so.graph_optimization_level = {
         "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
         "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -52,21 +66,78 @@ _NO_KERNEL = re.compile(r"NOT_IMPLEMENTED|Could not find an implementation for",
 _BAD_DIMS = re.compile(r"Got invalid dimensions for input|invalid dimensions", re.I)
 
 
+# Allocation failures as numpy (MemoryError), torch (DefaultCPUAllocator, CUDA), the C++
+# runtime (std::bad_alloc) and ONNX Runtime's arena word them.
+_NO_MEMORY = re.compile(
+    r"MemoryError|can't allocate memory|Cannot allocate memory|bad_alloc|Unable to allocate"
+    r"|Failed to allocate memory|out of memory|OutOfMemoryError|allocation failed", re.I)
+
+
 def classify_load_error(message: str) -> Outcome:
-    """A session that will not load: missing kernel (runtime gap) or an invalid graph."""
+    """A session that will not load: out of memory, a missing kernel (runtime gap) or an
+    invalid graph."""
+    if _NO_MEMORY.search(message):
+        return Outcome.OUT_OF_MEMORY
     return Outcome.NO_KERNEL if _NO_KERNEL.search(message) else Outcome.INVALID_MODEL
 
 
 def classify_run_error(message: str, batch_size: int | None = None,
                        export_batch: int | None = None) -> Outcome:
-    """A run that fails at a batch size other than the exported one is a baked shape
-    (only when both are known: the op sweep has no batch dimension)."""
+    """An allocation failure is out of memory; a run that fails at a batch size other than
+    the exported one is a baked shape (only when both are known: the op sweep has no batch
+    dimension)."""
+    if _NO_MEMORY.search(message):
+        return Outcome.OUT_OF_MEMORY
     if (batch_size is not None and export_batch is not None and batch_size != export_batch
             and _BAD_DIMS.search(message)):
         return Outcome.BAKED_SHAPE
     if _NO_KERNEL.search(message):
         return Outcome.NO_KERNEL
     return Outcome.RUNTIME_ERROR
+
+
+def memory_failure(error: BaseException | str, input_bytes: int | None = None) -> str | None:
+    """The reason of an OUT_OF_MEMORY case when `error` is an allocation failure, naming the
+    worker's memory limit and the case's input size; None for any other error."""
+    message = f"{type(error).__name__}: {error}" if isinstance(error, BaseException) else error
+    if not isinstance(error, MemoryError) and not _NO_MEMORY.search(message):
+        return None
+    gpu = re.search(r"CUDA|cuda|GPU|device memory", message) is not None
+    asked = _REQUEST.search(message) or _REQUEST_TEXT.search(message)
+    request = "an allocation" if asked is None else "a request for " + (
+        _size(int(asked.group(1))) if asked.re is _REQUEST else asked.group(1).replace(" ", ""))
+    limit = _limit()
+    where = "ran out of GPU memory" if gpu else "did not fit in memory (no worker memory " \
+        "limit set)" if limit is None else f"did not fit under the worker's memory limit " \
+        f"of {limit}"
+    size = f", with {_size(input_bytes)} of inputs" if input_bytes is not None else ""
+    fix = "a smaller case or a larger GPU" if gpu else "raise `worker_memory` or use a " \
+        "smaller case"
+    said = "" if asked else f": {first_line(message, 160)}"
+    return f"out of memory: {request} {where}{size} ({fix}){said}"
+
+
+_REQUEST = re.compile(r"(?:buffer of size|tried to allocate) (\d+)(?![\d.])")
+_REQUEST_TEXT = re.compile(r"(?:[Uu]nable to allocate|[Tt]ried to allocate) ([\d.]+ ?[KMGTP]i?B)")
+
+
+def _limit() -> str | None:
+    """This process's RLIMIT_DATA as the pool set it (`worker_memory`), in words; None
+    when there is none."""
+    try:
+        import resource
+
+        soft = resource.getrlimit(resource.RLIMIT_DATA)[0]
+    except (ImportError, OSError, AttributeError):
+        return None
+    return None if soft == resource.RLIM_INFINITY else _size(soft)
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f}{unit}"
+    return f"{n}B"
 
 
 def first_line(message: str, limit: int = 300) -> str:

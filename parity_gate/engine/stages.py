@@ -20,6 +20,7 @@ from parity_gate.engine.runtime import (
     classify_run_error,
     create_session,
     first_line,
+    memory_failure,
 )
 from parity_gate.model.comparison import Comparison, Verdict
 from parity_gate.model.outcomes import Outcome
@@ -59,8 +60,9 @@ class StageFailure(Exception):
                             self.conclusive)
 
 
-def check(model: bytes | onnx.ModelProto) -> None:
-    """onnx.checker's full check (with shape inference); a failure is INVALID_MODEL."""
+def check(model: bytes | str | onnx.ModelProto) -> None:
+    """onnx.checker's full check (with shape inference); a failure is INVALID_MODEL.
+    A path (a model with external data) is checked from its file, as the checker must."""
     import onnx
 
     try:
@@ -72,11 +74,11 @@ def check(model: bytes | onnx.ModelProto) -> None:
                            msg[-DETAIL_LIMIT:]) from None
 
 
-def open_session(model: bytes | onnx.ModelProto, provider: str, options: dict[str, Any],
+def open_session(model: bytes | str | onnx.ModelProto, provider: str, options: dict[str, Any],
                  optimization: str = "all") -> Any:
     """An ORT session on `provider`, or why not: a provider that fell back to CPU is a
     conclusive RUNTIME_ERROR; any other load error is classified (NO_KERNEL, INVALID_MODEL)."""
-    data = model if isinstance(model, bytes) else model.SerializeToString()
+    data = model if isinstance(model, (bytes, str)) else model.SerializeToString()
     try:
         return create_session(data, provider, options, optimization=optimization)
     except ProviderFallback as exc:
@@ -106,6 +108,8 @@ def run(session: Any, feeds: dict[str, np.ndarray], names: Sequence[str] | None 
         if outcome is Outcome.BAKED_SHAPE:
             reason = (f"batch {batch_size} fails on the model exported at batch "
                       f"{export_batch} while eager works: {reason}")
+        elif outcome is Outcome.OUT_OF_MEMORY:
+            reason = memory_failure(msg, sum(int(v.nbytes) for v in feeds.values())) or reason
         else:
             reason = f"{label}{reason}"
         raise StageFailure(outcome, reason, msg[-DETAIL_LIMIT:]) from None

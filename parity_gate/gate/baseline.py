@@ -21,7 +21,14 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from parity_gate.errors import UserError
-from parity_gate.manifest.located import Phrasing, Problems, load_document, position, validate
+from parity_gate.manifest.located import (
+    Phrasing,
+    Problems,
+    load_document,
+    position,
+    read_text,
+    validate,
+)
 from parity_gate.model.gate import FIGURES, Figures
 from parity_gate.model.keys import is_glob, matches
 from parity_gate.model.outcomes import Outcome
@@ -165,14 +172,14 @@ def find(manifest_path: Path, explicit: Path | None) -> Baseline | None:
     if explicit is not None:
         return load(explicit)
     path = default_path(manifest_path)
-    return load(path) if path.is_file() else None
+    return load(path) if path.exists() else None
 
 
 def load(path: Path) -> Baseline:
-    if not path.is_file():
+    if not path.exists():
         raise UserError(f"{path}: baseline file not found (expected a YAML file of known "
                         "failures; create it with `parity-gate baseline update`)")
-    return parse(path.read_text(encoding="utf-8"), str(path))
+    return parse(read_text(path, "a baseline YAML file of known failures"), str(path))
 
 
 def parse(text: str, display: str) -> Baseline:

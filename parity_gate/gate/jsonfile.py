@@ -15,31 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from parity_gate.errors import UserError
+from parity_gate.manifest.located import read_text
+
+__all__ = ["loads", "read_json", "read_text"]
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
-
-
-def read_text(path: Path, what: str) -> str:
-    """The file's text, or a UserError: missing, a folder, binary, not UTF-8."""
-    if path.is_dir():
-        raise UserError(f"{path}: is a folder (expected {what})")
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file (expected {what})") from None
-    except OSError as err:
-        raise UserError(f"{path}: cannot read: {err.strerror or err} (expected {what})") from None
-    if b"\x00" in data:
-        line, col = _position(data, data.index(b"\x00"))
-        raise UserError(f"{path}:{line}:{col}: binary content (a NUL byte; expected {what} "
-                        "as UTF-8 text)")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line, col = _position(data, err.start)
-        raise UserError(f"{path}:{line}:{col}: invalid UTF-8 (byte 0x{data[err.start]:02x}; "
-                        f"expected {what} as UTF-8 text)") from None
-    return text.removeprefix("\ufeff")
 
 
 def loads(text: str, where: str, what: str, first_line: int = 1) -> Any:
@@ -53,6 +33,9 @@ def loads(text: str, where: str, what: str, first_line: int = 1) -> Any:
     try:
         return json.loads(text, object_pairs_hook=_no_duplicates,
                           parse_constant=_no_constants)
+    except RecursionError:
+        raise UserError(f"{where}:{first_line}:1: nesting too deep to read (expected {what})"
+                        ) from None
     except json.JSONDecodeError as err:
         raise UserError(f"{where}:{err.lineno + first_line - 1}:{err.colno}: invalid JSON: "
                         f"{err.msg} (expected {what})") from None
@@ -90,11 +73,6 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def _no_constants(name: str) -> Any:
     raise _Constant(name)
-
-
-def _position(data: bytes, offset: int) -> tuple[int, int]:
-    line = data.count(b"\n", 0, offset) + 1
-    return line, offset - (data.rfind(b"\n", 0, offset) + 1) + 1
 
 
 def _text_position(text: str, offset: int) -> tuple[int, int]:

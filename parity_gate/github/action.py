@@ -51,6 +51,7 @@ def build_command(inputs: Mapping[str, str], paths: Paths) -> list[str]:
             cmd += [flag, inputs[name]]
     if inputs["allow_all_skipped"] == "true":
         cmd.append("--allow-all-skipped")
+    cmd += ["--cache-dir", str(paths.export_cache)] if paths.export_cache else ["--no-cache"]
     for pattern in re.split(r"[\s,]+", inputs["select"]):
         if pattern:
             cmd += ["--select", pattern]
@@ -58,10 +59,13 @@ def build_command(inputs: Mapping[str, str], paths: Paths) -> list[str]:
 
 
 def folder_problems(inputs: Mapping[str, str], paths: Paths) -> list[str]:
-    """`out_dir`/`cache_dir` that exist and are not folders (or cannot be made): one
-    line each, before anything is installed or run."""
+    """`out_dir`/`cache_dir` (and the export cache in it, or `.parity-cache` in the
+    workspace) that exist and are not folders (or cannot be made): one line each, before
+    anything is installed or run."""
     out: list[str] = []
-    for name, folder in (("out_dir", paths.out_dir), ("cache_dir", paths.cache_dir)):
+    files: set[Path] = set()  # each file in the way said once (`cache_dir` and its exports)
+    exports = ("cache_dir" if paths.cache_dir else "export_cache", paths.export_cache)
+    for name, folder in (("out_dir", paths.out_dir), ("cache_dir", paths.cache_dir), exports):
         if folder is None:
             continue
         up = folder
@@ -69,8 +73,12 @@ def folder_problems(inputs: Mapping[str, str], paths: Paths) -> list[str]:
             up = up.parent
         if os.path.lexists(up) and not up.is_dir():
             what = "is a file" if up == folder else f"is inside {up}, which is a file"
-            out.append(f"{name}: {inputs[name] or folder} ({folder}) {what} (expected a "
-                       "folder, or a path that does not exist yet)")
+            given = (f"{inputs[name] or folder} ({folder})" if name != "export_cache"
+                     else str(folder))
+            if up not in files:
+                out.append(f"{name}: {given} {what} (expected a folder, or a path that does "
+                           "not exist yet)")
+            files.add(up)
             continue
         try:
             folder.mkdir(parents=True, exist_ok=True)

@@ -57,6 +57,7 @@ INPUTS: dict[str, InputSpec] = {
     "fail_on": InputSpec("regressions", "regressions, any-failure or never", _one_of(*FAIL_ON)),
     "allow_all_skipped": InputSpec("false", "true or false", _one_of("true", "false")),
     "cache_dir": InputSpec(),
+    "export_cache": InputSpec("true", "true or false", _one_of("true", "false")),
     "out_dir": InputSpec(),
     # Read by action.yml's shell step; validated here too so one table documents them all.
     "container": InputSpec("docker", "docker or none", _one_of("docker", "none")),

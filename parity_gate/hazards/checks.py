@@ -402,6 +402,16 @@ def opset_too_new(ctx: HazardContext) -> list[Found]:
                   f"table: {SOURCE})")]
 
 
+def opset_not_honoured(ctx: HazardContext) -> list[Found]:
+    """torch.onnx.export(dynamo=True, opset_version=7) returns an opset-18 model without an
+    error: a gate that records only what it got would pass a model the user never asked for."""
+    got = og.opset(ctx.proto)
+    if ctx.opset is None or got is None or got == ctx.opset:
+        return []
+    return [Found(f"export.opset asked for opset {ctx.opset}, but the exporter produced "
+                  f"opset {got} (the {ctx.exporter} exporter did not convert it)")]
+
+
 # --------------------------------------------------------------------------- precision-cast
 
 

@@ -86,6 +86,13 @@ RULES: tuple[Rule, ...] = (
          "export with an older opset (export.opset) or raise the target runtime; the "
          "runtime refuses models stamped newer than it implements",
          check="opset_too_new", pair=("OpsetTarget", "OpsetTargetFixed")),
+    Rule("opset-not-honoured", "the exported model's opset is not the one export.opset asked for",
+         Severity.ERROR, Action.FAIL,
+         "ask for an opset the exporter produces (the dynamo exporter translates at opset 18 "
+         "and converts down only as far as onnxscript's version converter reaches), or use "
+         "exporter: torchscript for an older opset; a runtime pinned to the asked opset "
+         "would refuse this model",
+         check="opset_not_honoured", pair=("OpsetIgnored", "OpsetIgnoredFixed")),
     Rule("precision-cast", "an op is computed in lower precision than the program asked for",
          Severity.ERROR, Action.WARN,
          "apply the upcast before the op (x.float().sum() or sum(dtype=...) on a translation "

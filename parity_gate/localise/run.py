@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from parity_gate.engine.pool import WorkerPool
-from parity_gate.localise.worker import LocaliseJob
+from parity_gate.localise.jobs import LocaliseJob
 from parity_gate.model.localisation import Check, Localisation, Status, StepRun
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, RunResult

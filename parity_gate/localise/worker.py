@@ -14,9 +14,9 @@ import copy
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
@@ -31,44 +31,15 @@ from parity_gate.engine.runtime import first_line
 from parity_gate.engine.tensors import leaves, to_numpy, to_torch
 from parity_gate.localise import known as known_ops
 from parity_gate.localise import layers, repro
+from parity_gate.localise.jobs import LocaliseJob
 from parity_gate.manifest.models import EdgeFixture
 from parity_gate.model.findings import Stage
 from parity_gate.model.keys import CaseKey
 from parity_gate.model.localisation import EXPENSIVE, Check, Localisation, Status, StepRun
 from parity_gate.model.results import CaseResult
-from parity_gate.plan.cases import ModuleJob
 
 LEVELS = ("disabled", "basic", "extended", "all")
 FACTOR = 10.0  # how much further from float64 ONNX must be than eager to be the wrong side
-
-
-@dataclass
-class LocaliseJob:
-    """Follow-up checks for the failing cases of one module and dtype (data, like ModuleJob)."""
-
-    module: ModuleJob
-    dtype: str
-    failing: list[CaseResult]
-    expensive: list[str] = field(default_factory=list)  # case ids that get layer/op/repro
-    artifacts: str | None = None                        # folder for repro folders
-    step_timeout_s: float = 120.0
-    version: str = ""       # parity-gate's, for the repro script
-    version_line: str = ""  # "onnxscript 0.7.2, torch 2.13.0", for the known-op sentence
-    entry: ClassVar[str] = "parity_gate.localise.worker:run"
-
-    @property
-    def name(self) -> str:
-        return f"{self.module.name} (localise {self.dtype})"
-
-    @property
-    def cases(self) -> list[CaseKey]:
-        return [r.key for r in self.failing]
-
-    @property
-    def timeout_s(self) -> float:
-        """Building and exporting, then every check of every case at its own limit."""
-        checks = len(Check) * len(self.failing)
-        return self.module.timeout_s + self.step_timeout_s * checks
 
 
 @dataclass

@@ -51,7 +51,8 @@ def _type_name(tp: Any) -> str:
         return f"map {_type_name(args[0])} → {_type_name(args[1])}"
     if isinstance(tp, type):
         return {"str": "string", "int": "integer", "float": "number", "bool": "bool",
-                "Any": "any"}.get(tp.__name__, tp.__name__)
+                "Any": "any", "ByteSize": "size (`2GiB`, `512MB` or bytes)",
+                }.get(tp.__name__, tp.__name__)
     return str(tp).replace("typing.", "")
 
 

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from parity_gate.errors import UserError
+from parity_gate.manifest.limits import Oversize, human, oversized, suggest
 from parity_gate.manifest.located import (
     Document,
     Loc,
@@ -25,10 +26,12 @@ from parity_gate.manifest.located import (
     load_document,
     parse_yaml,
     position,
+    read_text,
     validate,
 )
 from parity_gate.manifest.located import did_you_mean as _did_you_mean
 from parity_gate.manifest.models import Manifest, ModuleSpec
+from parity_gate.manifest.options import export_option_problem, provider_option_problem
 
 __all__ = ["load_manifest", "parse_yaml"]
 
@@ -52,7 +55,7 @@ def load_manifest(path: str | Path) -> Manifest:
     listing every problem of every file."""
     p = Path(path)
     display = str(path)
-    if not p.is_file():
+    if not p.exists():
         raise UserError(f"{display}: manifest not found (expected a parity.yml file)")
     sources: list[_Source] = []
     _read(p, display, sources, chain=())
@@ -71,8 +74,65 @@ def load_manifest(path: str | Path) -> Manifest:
         _validate_merged(main, merged)
     _raise_all(sources)
     assert manifest is not None  # no problems means the schema accepted it
+    _check_sizes(manifest, sources, merged["origins"])
+    _raise_all(sources)
     _attach_locations(manifest, merged["origins"])
     return manifest
+
+
+def _check_sizes(manifest: Manifest, sources: list[_Source],
+                 origins: list[tuple[Document, Loc]]) -> None:
+    """Cases over `max_case_bytes`, at the batch size or dim that makes them big (once per
+    place: the biggest case it makes), with the way to raise the bound."""
+    worst: dict[tuple[int, Loc], tuple[_Source, Loc, Oversize]] = {}
+    for big in oversized(manifest):
+        src, loc = _blame_site(manifest, big, sources, origins)
+        key = (id(src), loc)
+        if key not in worst or big.need > worst[key][2].need:
+            worst[key] = (src, loc, big)
+    for src, loc, big in worst.values():
+        src.problems.add(loc, _oversize_message(big))
+
+
+def _blame_site(manifest: Manifest, big: Oversize, sources: list[_Source],
+                origins: list[tuple[Document, Loc]]) -> tuple[_Source, Loc]:
+    """The file and key path where the blamed batch size or dim is written."""
+    by_doc = {id(src.doc): src for src in sources}
+    doc, mloc = origins[big.index]
+    module_src = by_doc[id(doc)]
+    if big.blame[0] == "batch":
+        module = manifest.modules[big.index]
+        if module.batch_sizes is not None:
+            return module_src, (*mloc, "batch_sizes", module.batch_sizes.index(big.batch))
+        for src in reversed(sources):  # the last file's defaults win the merge
+            data = src.doc.data
+            sizes = data.get("defaults", {}).get("batch_sizes") if isinstance(data, dict) \
+                and isinstance(data.get("defaults"), dict) else None
+            if isinstance(sizes, list) and big.batch in sizes:
+                return src, ("defaults", "batch_sizes", sizes.index(big.batch))
+        return module_src, mloc  # the built-in batch sizes: said at the module
+    owner = next((src for src in sources if isinstance(src.doc.data, dict)
+                  and isinstance(src.doc.data.get("fixtures"), dict)
+                  and big.fixture in src.doc.data["fixtures"]), module_src)
+    floc: Loc = ("fixtures", big.fixture)
+    if big.blame[0] == "dims":
+        _, symbol, item = big.blame
+        return owner, (*floc, "dims", symbol) + ((item,) if item is not None else ())
+    _, name, k = big.blame
+    return owner, (*floc, "inputs", name, "shape", k)
+
+
+def _oversize_message(big: Oversize) -> str:
+    raise_it = (f"or raise `max_case_bytes` in `defaults` or in module {big.module!r}, "
+                f"e.g. `max_case_bytes: {suggest(big.need)}`")
+    case = f"module {big.module!r} on fixture set {big.fixture!r} ({big.dtype})"
+    if big.blame[0] == "batch":
+        return (f"batch size {big.batch}: a case of {case} would hold {human(big.need)} of "
+                f"inputs ({big.need} bytes), over `max_case_bytes` {human(big.limit)} "
+                f"(expected a smaller batch size, {raise_it})")
+    return (f"even at batch size 1 a case of {case} would hold {human(big.need)} of inputs "
+            f"({big.need} bytes), over `max_case_bytes` {human(big.limit)} (expected a "
+            f"smaller size here, {raise_it})")
 
 
 def _required(main: _Source, key: str) -> None:
@@ -99,7 +159,8 @@ class _Source:
 
 def _read(path: Path, display: str, sources: list[_Source], chain: tuple[Path, ...]) -> None:
     """Load `path` and, first, everything it includes (depth first, in order)."""
-    doc = load_document(path.read_text(encoding="utf-8"), display)
+    doc = load_document(read_text(path, "a parity.yml manifest"), display,
+                        expected="a parity.yml manifest")
     problems = Problems(doc)
     src = _Source(doc, problems, path.resolve().parent, included=bool(chain))
     if not isinstance(doc.data, dict):
@@ -261,10 +322,36 @@ def _check_references(data: dict[str, Any], base: Path, problems: Problems,
     for name, fixture in own.items():
         if isinstance(fixture, dict):
             _check_fixture(str(name), fixture, base, problems)
+    _check_options(data, problems)
     for i, entry in enumerate(_as_list(data.get("python_path"))):
         if isinstance(entry, str) and not (base / entry).is_dir():
             problems.add(("python_path", i), f"folder {entry!r} not found (expected a folder "
                          "relative to the manifest)")
+
+
+def _check_options(data: dict[str, Any], problems: Problems) -> None:
+    """Names in `export.options` (defaults and modules) and `providers.<p>.options` that
+    torch.onnx.export or the provider does not take, each at its key."""
+    exports: list[tuple[Loc, Any]] = [(("defaults", "export", "options"),
+                                       _get(data, "defaults", "export", "options"))]
+    exports += [(("modules", i, "export", "options"), _get(m, "export", "options"))
+                for i, m in enumerate(_as_list(data.get("modules")))]
+    for loc, options in exports:
+        for name in options if isinstance(options, dict) else ():
+            if (problem := export_option_problem(str(name))) is not None:
+                problems.add((*loc, name), problem, at_key=True)
+    providers = data.get("providers")
+    for provider in providers if isinstance(providers, dict) else ():
+        options = _get(providers, provider, "options")
+        for name in options if isinstance(options, dict) else ():
+            if (problem := provider_option_problem(str(provider), str(name))) is not None:
+                problems.add(("providers", provider, "options", name), problem, at_key=True)
+
+
+def _get(data: Any, *keys: Any) -> Any:
+    for key in keys:
+        data = data.get(key) if isinstance(data, dict) else None
+    return data
 
 
 def _as_list(value: Any) -> list[Any]:

@@ -18,6 +18,7 @@ import types
 import typing
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -68,26 +69,114 @@ def parse_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_Loader)
 
 
+# Aliases share one node, so `&a [*a]` is a cycle and ten aliases of ten aliases of ...
+# (a "billion laughs") is a small file whose walk never ends: both are refused before
+# anything walks the tree, in time linear in the file.
+MAX_NODES = 100_000  # nodes of the tree with every alias expanded
+
+
+class _AliasProblem(Exception):
+    def __init__(self, node: yaml.Node, problem: str) -> None:
+        self.node, self.problem = node, problem
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [n for pair in node.value for n in pair]
+    return list(node.value) if isinstance(node, yaml.SequenceNode) else []
+
+
+def _check_aliases(root: yaml.Node) -> None:
+    """Raise _AliasProblem at an anchored node used inside itself, or at the deepest node
+    whose aliases expand past MAX_NODES (each shared node is sized once)."""
+    size: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, list[yaml.Node], int]] = [(root, _children(root), 1)]
+    open_ = {id(root)}
+    while stack:
+        node, todo, total = stack[-1]
+        if todo:
+            child = todo.pop()
+            if id(child) in open_:
+                raise _AliasProblem(child, "recursive alias (an anchored node contains an "
+                                    "alias of itself)")
+            if id(child) in size:
+                stack[-1] = (node, todo, total + size[id(child)])
+            else:
+                open_.add(id(child))
+                stack.append((child, _children(child), 1))
+            continue
+        stack.pop()
+        open_.discard(id(node))
+        size[id(node)] = total
+        if total > MAX_NODES:
+            raise _AliasProblem(node, f"aliases expand this node to more than {MAX_NODES} "
+                                "nodes (an alias bomb?)")
+        if stack:
+            parent, ptodo, ptotal = stack[-1]
+            stack[-1] = (parent, ptodo, ptotal + total)
+
+
 def _compose(text: str) -> tuple[yaml.Node | None, Any]:
     loader = _Loader(text)
     try:
         root = loader.get_single_node()
+        if root is not None:
+            _check_aliases(root)
         return root, (loader.construct_document(root) if root is not None else None)
     finally:
         loader.dispose()
 
 
+def read_text(path: Path, what: str) -> str:
+    """The file's text, or one UserError naming the file: missing, a folder, unreadable,
+    binary (a NUL byte), not UTF-8 (with the line and column of the first bad byte)."""
+    if path.is_dir():
+        raise UserError(f"{path}: is a folder (expected {what})")
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file (expected {what})") from None
+    except OSError as err:
+        raise UserError(f"{path}: cannot read: {err.strerror or err} (expected {what})") from None
+    if b"\x00" in data:
+        line, col = _byte_position(data, data.index(b"\x00"))
+        raise UserError(f"{path}:{line}:{col}: binary content (a NUL byte; expected {what} "
+                        "as UTF-8 text)")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line, col = _byte_position(data, err.start)
+        raise UserError(f"{path}:{line}:{col}: invalid UTF-8 (byte 0x{data[err.start]:02x}; "
+                        f"expected {what} as UTF-8 text)") from None
+    return text.removeprefix("\ufeff")
+
+
+def _byte_position(data: bytes, offset: int) -> tuple[int, int]:
+    line = data.count(b"\n", 0, offset) + 1
+    return line, offset - (data.rfind(b"\n", 0, offset) + 1) + 1
+
+
 def load_document(text: str, display: str, *, expected: str = "valid YAML") -> Document:
     """Parse `text` once, keeping its node tree; invalid YAML is one located UserError,
-    `display:line:col: invalid YAML: what (expected <expected>)`."""
+    `display:line:col: invalid YAML: what (expected <expected>)`, and so are alias cycles,
+    alias bombs and nesting too deep to parse."""
     try:
         root, data = _compose(text)
+    except _AliasProblem as bad:
+        line, col = position(bad.node)
+        raise UserError(f"{display}:{line}:{col}: {bad.problem} (expected {expected} "
+                        "without alias cycles or bombs)") from None
+    except RecursionError:
+        raise UserError(f"{display}:1:1: nesting too deep to read (expected {expected})"
+                        ) from None
     except yaml.YAMLError as fast_error:
         error = fast_error
         try:  # libyaml words its errors differently: show PyYAML's, as without libyaml
             yaml.load(text, Loader=Yaml12Loader)
         except yaml.YAMLError as e:
             error = e
+        except RecursionError:  # the pure-Python parser recurses where libyaml does not
+            pass
         raise UserError(f"{_where(error, text, display)}: invalid YAML: {_problem(error)} "
                         f"(expected {expected})") from None
     return Document(display, root, data)
@@ -445,6 +534,9 @@ def _one(walk: _Walk, err: ErrorDetails, phrasing: Phrasing) -> tuple[Loc, str, 
         pattern = str(ctx.get("pattern", ""))
         meaning = phrasing.patterns.get(pattern, f"a string matching `{pattern}`")
         return loc, f"got {_show(got)} (expected {meaning})", False
+    if kind in ("byte_size", "byte_size_unit"):
+        return loc, (f"got {_show(got)} (expected a size: bytes as an integer > 0, or a "
+                     "number with a unit such as `2GiB` or `512MB`)"), False
     if kind == "value_error":
         return loc, f"{ctx.get('error', err['msg'])} (expected a valid combination)", False
     if _is_type_error(kind):

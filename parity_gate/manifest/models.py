@@ -10,7 +10,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ByteSize,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 from parity_gate.hazards.config import HazardSettings
 from parity_gate.hazards.config import merge as merge_hazards
@@ -29,6 +39,25 @@ Special = Literal[
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9_.\-]+$", min_length=1, max_length=100)]
 
 FLOAT_DTYPES: tuple[str, ...] = ("float32", "float16", "bfloat16", "float64")
+
+
+def _not_a_flag(value: Any) -> Any:
+    if isinstance(value, bool):  # pydantic would read `true` as 1 byte
+        raise PydanticCustomError("byte_size", "not a size")
+    return value
+
+
+def _positive(value: ByteSize) -> ByteSize:
+    if value <= 0:
+        raise PydanticCustomError("byte_size", "not a size")
+    return value
+
+
+# Bytes as an integer or a string with a unit (`2GiB`, `512MB`): pydantic's ByteSize parser.
+Size = Annotated[ByteSize, BeforeValidator(_not_a_flag), AfterValidator(_positive)]
+
+GiB = 1 << 30
+DEFAULT_MAX_CASE_BYTES = 2 * GiB
 
 # Starting points from the field (see README "Tolerances"): CPU fp32 is tight,
 # half precisions lean on rtol. A team overrides them per module and output.
@@ -110,6 +139,17 @@ class Settings(_Strict):
     target_runtime: TargetRuntime | None = Field(
         None, description="the ONNX Runtime the models are deployed on, e.g. "
         "`onnxruntime>=1.16` (checked by the opset-too-new rule)"
+    )
+    max_case_bytes: Size | None = Field(
+        None, description="most input bytes one case may hold (every input tensor of all its "
+        "samples, from the declared shapes, dtypes, batch size and largest `dims`); a bigger "
+        "case is a manifest error, found before anything runs. Bytes or a size such as "
+        "`8GiB`, `512MB` (default 2GiB)"
+    )
+    worker_memory: Size | None = Field(
+        None, description="memory limit of the worker running this module (RLIMIT_DATA); a "
+        "case that needs more is `out_of_memory` and the module's other cases still run "
+        "(default: 80% of the machine's or container's memory / workers, at least 2GiB)"
     )
 
 
@@ -335,6 +375,7 @@ BUILTIN_SETTINGS = Settings(
     export=ExportSettings(),
     timeout_s=600.0,
     reference_device="cpu",
+    max_case_bytes=ByteSize(DEFAULT_MAX_CASE_BYTES),
 )
 
 
@@ -376,6 +417,8 @@ def resolve_settings(manifest: Manifest, module: ModuleSpec) -> Settings:
         providers=pick("providers") or list(manifest.providers),
         hazards=merge_hazards(*(layer.hazards for layer in layers)),
         target_runtime=pick("target_runtime"),
+        max_case_bytes=pick("max_case_bytes"),
+        worker_memory=pick("worker_memory"),
     )
 
 

@@ -42,6 +42,7 @@ class Outcome(str, enum.Enum):
     UNSUPPORTED_OP = "unsupported_op"
     EXPORT_ERROR = "export_error"
     EAGER_ERROR = "eager_error"
+    OUT_OF_MEMORY = "out_of_memory"
     TIMEOUT = "timeout"
     CRASH = "crash"
 
@@ -93,6 +94,11 @@ _INFO: dict[Outcome, OutcomeInfo] = {
     Outcome.EAGER_ERROR: OutcomeInfo(
         "error", 60, True, "building the module or running it eagerly failed",
         ("fails in eager", "fail in eager"),
+    ),
+    Outcome.OUT_OF_MEMORY: OutcomeInfo(
+        "error", 65, True, "the case needed more memory than the worker's limit "
+        "(`worker_memory`); the module's other cases still ran",
+        ("runs out of memory", "run out of memory"),
     ),
     Outcome.TIMEOUT: OutcomeInfo("error", 70, True, "the worker exceeded the module's timeout",
                                      ("times out", "time out")),

@@ -42,6 +42,7 @@ class Provenance(Record):
     export_options: dict[str, Any] = field(default_factory=dict)
     seed: int | None = None
     reference_device: str = "cpu"
+    export_cached: bool = False  # the exported model came from the export cache
 
 
 @dataclass(config=CONFIG)

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from parity_gate.engine.signals import Interrupted, Signals, interruptible
 from parity_gate.errors import UserError
 
 OUT = Path("parity-reports/ops")
@@ -61,6 +62,7 @@ def add_parser(sub: Any, commands: dict[str, Callable[[argparse.Namespace], int]
 
 
 def run_command(args: argparse.Namespace) -> int:
+    import parity_gate.ops.sweep  # noqa: F401  (imported before the signal handler is set)
     from parity_gate.ops import gating
     from parity_gate.ops.accepted import accepted
     from parity_gate.ops.jobs import DEFAULT_SOURCES
@@ -88,15 +90,18 @@ def run_command(args: argparse.Namespace) -> int:
     if args.baseline is not None and not args.baseline.is_file() and not args.update_baseline:
         raise UserError(f"--baseline: {args.baseline}: file not found")
     baseline = gating.load_baseline(path if path and path.is_file() else None, variants)
-    run = execute(op_plan, selection, args.jobs, quiet=args.quiet)
-    decision = gating.gate(run, baseline, args.fail_on, args.strict,
-                           case_ids(variants, args.providers, eager_dtypes))
-    run.gate = decision  # results.json carries the decision (and its one verdict)
-    _report(run, decision, op_plan, args)
-    if args.update_baseline and run.interrupted:
+    run = new_run(op_plan)
+    with interruptible() as signals:  # reports included: later signals wait for them
+        execute(run, op_plan, selection, args.jobs, signals, quiet=args.quiet)
+        decision = gating.gate(run, baseline, args.fail_on, args.strict,
+                               case_ids(variants, args.providers, eager_dtypes))
+        run.gate = decision  # results.json carries the decision (and its one verdict)
+        _report(run, decision, op_plan, args)
+    stopped = signals.stopped
+    if args.update_baseline and stopped is not None:
         print("parity-gate ops: interrupted: the baseline was not updated (a partial run "
               "would drop every finding it did not reach)", file=sys.stderr)
-        return 130
+        return 128 + stopped
     if args.update_baseline:
         target = args.baseline or gating.BUNDLED
         text, changes = gating.updated_baseline(target, run, variants)
@@ -105,7 +110,7 @@ def run_command(args: argparse.Namespace) -> int:
             print(f"parity-gate ops: baseline {change}", file=sys.stderr)
         print(f"parity-gate ops: wrote {target}", file=sys.stderr)
         return 0
-    return 130 if run.interrupted else decision.exit_code
+    return 128 + stopped if stopped is not None else decision.exit_code
 
 
 def _check_providers(names: list[str]) -> None:
@@ -121,13 +126,12 @@ def _check_providers(names: list[str]) -> None:
         raise UserError(problems)
 
 
-def execute(op_plan: Any, selection: Any, jobs: int, quiet: bool = False) -> Any:
-    """Run the plan; Ctrl-C keeps what finished."""
+def new_run(op_plan: Any) -> Any:
+    """The sweep's RunResult before any case: every planned case counted, skips included."""
     from parity_gate import __version__
     from parity_gate.engine.environment import versions
     from parity_gate.engine.runtime import available_providers
     from parity_gate.model.results import RunResult
-    from parity_gate.ops.sweep import SweepStats, sweep
 
     run = RunResult(tool_version=__version__,
                     started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -135,47 +139,67 @@ def execute(op_plan: Any, selection: Any, jobs: int, quiet: bool = False) -> Any
                               "variants": len({u.variant for j in op_plan.jobs
                                                for u in j.units})},
                     versions=versions(available_providers()))
+    run.planned = op_plan.total
     run.cases.extend(op_plan.skipped)
+    return run
+
+
+def execute(run: Any, op_plan: Any, selection: Any, jobs: int, signals: Signals,
+            quiet: bool = False) -> None:
+    """Run the plan into `run`; the first SIGINT/SIGTERM stops it and keeps what finished
+    (the workers are closed before this returns)."""
+    from parity_gate.ops.sweep import SweepStats, sweep  # already imported: no window
+
     stats = SweepStats()
-    progress = _Progress(op_plan.total, quiet)
+    progress = _Progress(op_plan.total - len(op_plan.skipped), quiet)
     t0 = time.monotonic()
+    cases = sweep(op_plan, selection, jobs, stats=stats)  # starts nothing until iterated
     try:
-        for case in sweep(op_plan, selection, jobs, stats=stats):
+        for case in cases:
             run.cases.append(case)
             progress.tick(case)
-    except KeyboardInterrupt:
+    except Interrupted as stop:
+        signals.shutting_down()
         run.interrupted = True
+        progress.say(f"parity-gate ops: {stop} received; writing the reports of the "
+                     f"{len(run.cases)} of {run.planned} planned cases that finished "
+                     "(further signals are ignored until they are written)")
+    finally:
+        signals.shutting_down()
+        cases.close()  # closes the pool: no worker outlives the sweep
     run.duration_s = time.monotonic() - t0
     run.manifest.update(jobs=stats.jobs, resplits=stats.resplits,
                         workers_spawned=stats.workers_spawned)
     progress.done(run)
-    return run
 
 
 class _Progress:
-    """A line every ~5 % and one per crash: thousands of per-case lines help nobody."""
+    """A line every ~5 % and one per crash: thousands of per-case lines help nobody.
+    Masked like the reports (a crash reason may quote a token)."""
 
     def __init__(self, total: int, quiet: bool) -> None:
+        from parity_gate.report.secrets import MaskedStream
+
         self.total, self.quiet, self.count, self.next = total, quiet, 0, 0
         self.t0 = time.monotonic()
+        self.stream = MaskedStream(sys.stderr)
+
+    def say(self, text: str) -> None:
+        if not self.quiet:
+            print(text, file=self.stream, flush=True)
 
     def tick(self, case: Any) -> None:
         self.count += 1
-        if self.quiet:
-            return
         if case.outcome.value in ("crash", "timeout"):
-            print(f"parity-gate ops: {case.outcome.value} {case.id}: {case.reason}",
-                  file=sys.stderr)
+            self.say(f"parity-gate ops: {case.outcome.value} {case.id}: {case.reason}")
         if self.count >= self.next:
-            print(f"parity-gate ops: [{self.count}/{self.total}] "
-                  f"{time.monotonic() - self.t0:.0f}s", file=sys.stderr, flush=True)
+            self.say(f"parity-gate ops: [{self.count}/{self.total}] "
+                     f"{time.monotonic() - self.t0:.0f}s")
             self.next = self.count + max(1, self.total // 20)
 
     def done(self, run: Any) -> None:
-        if not self.quiet:
-            counts = ", ".join(f"{k} {v}" for k, v in run.counts().items())
-            print(f"parity-gate ops: {len(run.cases)} cases in {run.duration_s:.0f}s: "
-                  f"{counts}", file=sys.stderr)
+        counts = ", ".join(f"{k} {v}" for k, v in run.counts().items())
+        self.say(f"parity-gate ops: {len(run.cases)} cases in {run.duration_s:.0f}s: {counts}")
 
 
 def _list(op_plan: Any, selection: Any) -> int:
@@ -192,9 +216,9 @@ def _list(op_plan: Any, selection: Any) -> int:
 
 
 def _report(run: Any, decision: Any, op_plan: Any, args: argparse.Namespace) -> None:
-
     from parity_gate.gate.decision import notices
     from parity_gate.ops import findings, repro
+    from parity_gate.report.secrets import MaskedStream
     from parity_gate.report.write import ReportPaths, write_all
 
     out: Path = args.out
@@ -203,12 +227,15 @@ def _report(run: Any, decision: Any, op_plan: Any, args: argparse.Namespace) -> 
     repro.write_all(table, op_plan.variants, repro_dir, run.versions, args.seed)
     summary = findings.render(run, table, decision, str(repro_dir))
     write_all(run, ReportPaths.in_folder(out, summary=out / "findings.md"), summary)
+    console = MaskedStream(sys.stderr)
     if not args.quiet:
         for line in findings.summary_lines(table):
-            print(f"  {line}", file=sys.stderr)
+            print(f"  {line}", file=console)
     lines = notices(decision)
     for line in lines[:-1][:50] + lines[-1:]:  # regressions, fixed, stale; then the verdict
-        print(line, file=sys.stderr)
-    print(f"parity-gate ops: {'PASS' if decision.passed else 'FAIL'} — {len(table)} findings "
-          f"in {len(run.cases)} cases; reports in {out} (findings.md, results.json, junit.xml, "
-          f"repro/)", file=sys.stderr)
+        print(line, file=console)
+    verdict = run.verdict  # an interrupted sweep is never a pass, whatever it found
+    of = f" of {verdict.planned} planned" if run.interrupted else ""
+    print(f"parity-gate ops: {verdict.result.upper()} — {len(table)} findings in "
+          f"{len(run.cases)}{of} cases; reports in {out} (findings.md, results.json, "
+          "junit.xml, repro/)", file=console, flush=True)

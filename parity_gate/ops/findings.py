@@ -241,8 +241,13 @@ def render(run: RunResult, table: list[Row], decision: GateDecision | None,
                                                            "onnxruntime") if k in run.versions)
     new = sum(1 for r in table if r.status == "new")
     verdict = "✅" if decision is None or decision.passed else "❌"
-    lines = [f"## {verdict} parity-gate ops: {len(table)} findings ({new} new) in "
-             f"{len(run.cases)} cases", "",
+    head = f"## {verdict} parity-gate ops: {len(table)} findings ({new} new) in " \
+        f"{len(run.cases)} cases"
+    if run.interrupted:  # never a pass: the cases that did not run may hold findings
+        head = (f"## ⚠️ parity-gate ops: interrupted — {len(run.cases)} of "
+                f"{run.verdict.planned} planned cases finished; {len(table)} findings "
+                f"({new} new) among them")
+    lines = [head, "",
              f"**Outcomes:** {counts} · **Time:** {run.duration_s:.0f}s",
              f"**Versions:** {versions}", ""]
     if not table:

@@ -9,7 +9,7 @@ effects (processes) live here; what comes out is a list of CaseResults.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 
 from parity_gate.engine.pool import WorkerPool
@@ -70,8 +70,10 @@ def resplit(job: OpBatchJob, lost: list[CaseResult], selection: Selection) -> li
 
 def sweep(op_plan: OpPlan, selection: Selection, workers: int = 2,
           on_case: Callable[[CaseResult], None] | None = None,
-          stats: SweepStats | None = None) -> Iterator[CaseResult]:
-    """Yield a result for every planned case, re-splitting batches whose worker died."""
+          stats: SweepStats | None = None) -> Generator[CaseResult, None, None]:
+    """Yield a result for every planned case, re-splitting batches whose worker died.
+
+    Closing the generator (or an exception through it) closes the pool."""
     stats = stats if stats is not None else SweepStats()
     queue = list(op_plan.jobs)
     pool = WorkerPool(workers, threads=1, warm=WARM)

@@ -40,6 +40,7 @@ class ModuleJob:
     base_dir: Path
     python_path: list[Path]
     cases: list[CaseKey] = field(default_factory=list)
+    cache_dir: Path | None = None  # the export cache; None: every export is made afresh
     entry: ClassVar[str] = "parity_gate.engine.module_worker:run_job"
 
     @property
@@ -54,6 +55,12 @@ class ModuleJob:
     @property
     def timeout_s(self) -> float:
         return float(self.settings.timeout_s or 600.0)
+
+    @property
+    def memory_limit(self) -> int | None:
+        """The module's `worker_memory`, which the pool applies while it runs (None: the
+        pool's default)."""
+        return int(self.settings.worker_memory) if self.settings.worker_memory else None
 
 
 @dataclass

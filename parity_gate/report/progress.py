@@ -1,6 +1,7 @@
 """Console progress a person can trust: what is being done right now (one line per module
 step), one line per finished case counted against the cases that will run (skips are
-counted apart, never as progress), a bar on terminals, a final table."""
+counted apart, never as progress), a bar on terminals, a final table. Everything it prints
+is masked (report.secrets): a module's error message may quote a token."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import TextIO
 from parity_gate.model.findings import Stage, Step
 from parity_gate.model.results import CaseResult, RunResult, skip_reasons
 from parity_gate.report.fmt import num, seconds
+from parity_gate.report.secrets import MaskedStream
 
 _LABEL = {"pass": "PASS", "skipped": "SKIP"}
 # Steps that repeat per case (its line follows at once) or take no time: on the bar only.
@@ -24,7 +26,7 @@ class Progress:
         self.total = total  # cases that will run
         self.skipped_count = skipped
         self.done = 0
-        self.stream = stream or sys.stderr
+        self.stream = MaskedStream(stream or sys.stderr)
         self.quiet = quiet
         self.tty = self.stream.isatty()
         self.start = time.monotonic()

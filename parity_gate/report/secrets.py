@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TextIO
 
 KNOWN = ("GITHUB_TOKEN", "INPUT_GITHUB_TOKEN", "INPUT_UPSTREAM_TOKEN",
          "PARITY_GATE_UPSTREAM_TOKEN", "ACTIONS_RUNTIME_TOKEN", "ACTIONS_ID_TOKEN_REQUEST_TOKEN")
@@ -63,3 +64,22 @@ class Masker:
         if isinstance(obj, (list, tuple)):
             return [self.tree(v) for v in obj]
         return obj
+
+
+class MaskedStream:
+    """A console stream that masks what is written to it: a CI job's log is as readable as
+    its artifacts, so progress lines (case reasons, finding messages) are masked like
+    the reports. Each write is masked whole (print writes each argument in one call)."""
+
+    def __init__(self, stream: TextIO | None = None, masker: Masker | None = None) -> None:
+        self.stream = sys.stderr if stream is None else stream
+        self.masker = Masker() if masker is None else masker
+
+    def write(self, text: str) -> int:
+        return self.stream.write(self.masker.text(text))
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return self.stream.isatty()

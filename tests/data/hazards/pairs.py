@@ -308,6 +308,8 @@ PAIRS: dict[str, Case] = {
                         opset=17),
     "OpsetTargetFixed": Case(_eval(SmallNet), [(4, 8)], "torchscript",
                              target_runtime="onnxruntime>=1.14", opset=17),
+    "OpsetIgnored": Case(_eval(SmallNet), [(4, 8)], opset=7),
+    "OpsetIgnoredFixed": Case(_eval(SmallNet), [(4, 8)], opset=18),
     "NarrowGelu": Case(_eval(SmallNet), [(4, 8)], options=_narrow_gelu),
     "NarrowGeluFixed": Case(_eval(SmallNet), [(4, 8)]),
     "UnsupportedOp": Case(_eval(UnsupportedOp), [(4, 8)]),

@@ -1,0 +1,164 @@
+"""The worker's side of the export cache: what goes into a key, and how an export, an
+export failure or an eager reference is stored and read back.
+
+The store (`cache.py`) knows files and digests; this module knows what the module
+worker computes. A hit returns exactly what the miss computed: the exported bytes
+with their warnings, baked dims, opset and the hazards found on that export, or the
+export's failure with its cause; eager outputs bit for bit. The hazard rules need the
+live torch.export program, so their findings are stored with the export (and the
+hazard settings are part of its key).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from parity_gate import __version__
+from parity_gate.engine.cache import (
+    ExportCache,
+    key_of,
+    load_arrays,
+    module_fingerprint,
+    save_arrays,
+    versions,
+)
+from parity_gate.engine.exporting import ExportedModel, ExportFailure
+from parity_gate.model.hazards import Hazard
+from parity_gate.model.outcomes import Outcome
+from parity_gate.model.precision import ExportCause
+from parity_gate.plan.cases import ModuleJob
+
+EXPORT, REFERENCE = "export", "reference"
+
+
+@dataclass
+class WorkerCache:
+    """One job's view of the cache: the store and the module's fingerprint."""
+
+    store: ExportCache
+    fingerprint: str
+
+    @classmethod
+    def open(cls, job: ModuleJob, module: Any) -> tuple[WorkerCache | None, str]:
+        """The cache for this job, or None and why (disabled: no reason; unusable: one)."""
+        if job.cache_dir is None:
+            return None, ""
+        store = ExportCache(job.cache_dir)
+        problem = store.usable()
+        if problem:
+            return None, f"export cache disabled for this run: {problem}"
+        extra = {"factory": job.module.factory, "kwargs": job.module.kwargs}
+        try:
+            return cls(store, module_fingerprint(module, extra, job.python_path)), ""
+        except Exception as exc:  # an odd module costs the cache, never its cases
+            return None, (f"export cache not used for this module: its fingerprint failed "
+                          f"({type(exc).__name__}: {str(exc)[:200]})")
+
+    # -- exports ---------------------------------------------------------------------
+
+    def export_key(self, job: ModuleJob, dtype: str, device: str, example: dict[str, Any],
+                   names: Sequence[str], settings: Any, purpose: str,
+                   training: Sequence[str], export_batch: int) -> str:
+        """Everything an export and the hazard checks on it depend on."""
+        return key_of(EXPORT, purpose, self.fingerprint, dtype, device,
+                      [i.model_dump(mode="json") for i in job.module.inputs],
+                      settings.model_dump(mode="json"), digest(example), list(names),
+                      export_batch, list(job.settings.batch_sizes or []), list(training),
+                      _dump(job.settings.hazards), _dump(job.settings.target_runtime),
+                      {**versions(), "parity-gate": __version__})
+
+    def load_export(self, key: str) -> tuple[ExportedModel | ExportFailure, list[Hazard]] | None:
+        entry = self.store.get(EXPORT, key)
+        if entry is None:
+            return None
+        info = entry.meta.get("info", {})
+        try:
+            hazards = [Hazard.from_dict(h) for h in info.get("hazards", [])]
+            failure = info.get("failure")
+            if failure is not None:
+                cause = failure.get("cause")
+                return ExportFailure(Outcome(failure["outcome"]), failure["reason"],
+                                     failure["detail"],
+                                     ExportCause.from_dict(cause) if cause else None), hazards
+            path = entry.file("model.onnx")
+            external = "model.onnx.data" in entry.meta["files"]
+            return ExportedModel(path.read_bytes(), list(info["warnings"]),
+                                 [tuple(b) for b in info["baked_dims"]],
+                                 info["opset"], info["ir_version"],
+                                 path=str(path) if external else None), hazards
+        except (KeyError, TypeError, ValueError, OSError):
+            return None  # an entry of a shape this version does not read: a miss
+
+    def store_export(self, key: str, result: ExportedModel | ExportFailure,
+                     hazards: list[Hazard]) -> None:
+        info: dict[str, Any] = {"hazards": [h.to_dict() for h in hazards]}
+        files: dict[str, bytes | Path] = {}
+        if isinstance(result, ExportFailure):
+            info["failure"] = {"outcome": result.outcome.value, "reason": result.reason,
+                               "detail": result.detail,
+                               "cause": result.cause.to_dict() if result.cause else None}
+        else:
+            info.update(warnings=result.warnings, baked_dims=result.baked_dims,
+                        opset=result.opset, ir_version=result.ir_version)
+            files["model.onnx"] = result.model
+            if result.path is not None:
+                files["model.onnx.data"] = Path(f"{result.path}.data")
+        self.store.put(EXPORT, key, files, info)
+
+    # -- eager references ------------------------------------------------------------
+
+    def reference_key(self, job: ModuleJob, dtype: str, device: str,
+                      inputs: list[dict[str, np.ndarray]]) -> str:
+        """The module, its very inputs (file fixtures included, by content) and torch."""
+        return key_of(REFERENCE, self.fingerprint, dtype, device,
+                      [digest(sample) for sample in inputs],
+                      [o.model_dump(mode="json") for o in job.module.outputs or []],
+                      versions().get("torch"))
+
+    def load_reference(self, key: str) -> tuple[list[str], list[list[np.ndarray]]] | None:
+        entry = self.store.get(REFERENCE, key)
+        if entry is None:
+            return None
+        info = entry.meta.get("info", {})
+        try:
+            names, dtypes = list(info["names"]), list(info["dtypes"])
+            return names, load_arrays(entry.file("outputs.npz"), int(info["samples"]),
+                                      len(dtypes), dtypes)
+        except (KeyError, TypeError, ValueError, OSError):
+            return None
+
+    def store_reference(self, key: str, names: list[str],
+                        outputs: list[list[np.ndarray]]) -> None:
+        if not outputs:
+            return
+        dtypes = [a.dtype.name for a in outputs[0]]
+        if any([a.dtype.name for a in sample] != dtypes for sample in outputs):
+            return  # samples whose outputs differ in dtype: not worth a format
+        self.store.put(REFERENCE, key, {"outputs.npz": save_arrays(outputs)},
+                       {"names": names, "dtypes": dtypes, "samples": len(outputs)})
+
+
+def digest(arrays: dict[str, Any]) -> str:
+    """SHA-256 of named arrays: names, dtypes, shapes and bytes."""
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(np.asarray(arrays[name]))
+        h.update(f"{name}|{a.dtype.name}|{a.shape}|".encode())
+        h.update(a.view(np.uint8).tobytes() if a.size else b"")
+    return h.hexdigest()
+
+
+def _dump(value: Any) -> Any:
+    return value.model_dump(mode="json") if hasattr(value, "model_dump") else value
+
+
+def scratch_dir() -> Path:
+    """Where a worker writes an external-data export before it is cached or run."""
+    return Path(tempfile.mkdtemp(prefix="export-"))

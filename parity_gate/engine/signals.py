@@ -1,0 +1,58 @@
+"""The gate's SIGINT/SIGTERM rule, shared by `parity-gate run` and `parity-gate ops`.
+
+The first signal stops the work (it raises `Interrupted` where the gate is);
+every further one, and any that arrives while the gate shuts down, is noted
+and ignored until the reports are on disk: a second Ctrl-C, or CI's SIGTERM
+followed by another, must not lose them. The exit status is then 128 + the
+first signal (`Signals.stopped`). Workers are not affected: they lead their
+own process groups and ignore SIGINT (engine.pool), the gate closes them.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+
+class Interrupted(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class Signals:
+    """SIGINT/SIGTERM stop the run once; every further one, and any during shutdown, is
+    noted and ignored until the reports are on disk (a second Ctrl-C must not lose them)."""
+
+    def __init__(self) -> None:
+        self.first: int | None = None
+        self.running = True
+        self.later: list[int] = []
+
+    def __call__(self, signum: int, _frame: Any) -> None:
+        if self.running and self.first is None:
+            self.first = signum
+            raise Interrupted(signum)
+        self.later.append(signum)
+
+    def shutting_down(self) -> None:
+        self.running = False
+
+    @property
+    def stopped(self) -> int | None:
+        """The signal that stopped the run, or arrived while it shut down (None: none)."""
+        return self.first if self.first is not None else (self.later[0] if self.later else None)
+
+
+@contextmanager
+def interruptible() -> Iterator[Signals]:
+    """Installed for the whole run, reports included; restored after."""
+    state = Signals()
+    previous = {s: signal.signal(s, state) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield state
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)

@@ -1,0 +1,207 @@
+"""The export cache inside real gate runs: a warm run reuses every export and reference and
+gives the same results; an edit anywhere the key covers misses; damage is rebuilt; two
+runs share a folder safely; weights past the external-data threshold still work."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from parity_gate.manifest.load import load_manifest
+from parity_gate.model.results import RunResult
+from parity_gate.report.write import ReportPaths
+from parity_gate.runner import RunOptions, run_manifest
+
+pytestmark = pytest.mark.process  # real exports in real workers
+
+NET = '''
+import torch
+from helpers import act
+
+
+class Net(torch.nn.Module):
+    def __init__(self, width=8):
+        super().__init__()
+        self.fc = torch.nn.Linear(6, width)
+        self.scale = 1.0
+
+    def forward(self, x):
+        return act(self.fc(x)) * self.scale
+
+
+def build(width=8):
+    return Net(width)
+'''
+
+HELPERS = '''
+import torch
+
+
+def act(x):
+    return torch.relu(x)
+'''
+
+MANIFEST = '''
+version: 1
+seed: {seed}
+python_path: [.]
+defaults:
+  batch_sizes: [1, 3]
+  dtypes: [float32]
+  export: {{exporter: dynamo{export}}}
+providers:
+  cpu: {{required: true}}
+fixtures:
+  rows:
+    kind: random
+    inputs:
+      x: {{shape: [batch, 6]}}
+  wide:
+    kind: random
+    inputs:
+      x: {{shape: [batch, 6], distribution: uniform}}
+modules:
+  - name: net
+    factory: net:build
+    kwargs: {{width: {width}}}
+    inputs: [{{name: x, dynamic: {{0: batch}}}}]
+    fixtures: [rows, wide]
+'''
+
+
+def project(root: Path, seed: int = 0, width: int = 8, export: str = "") -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    if not (root / "net.py").exists():
+        (root / "net.py").write_text(NET)
+        (root / "helpers.py").write_text(HELPERS)
+    path = root / "parity.yml"
+    path.write_text(textwrap.dedent(MANIFEST.format(seed=seed, width=width, export=export)))
+    return path
+
+
+def gate(manifest: Path, cache: Path | None, out: Path, jobs: int = 1) -> RunResult:
+    run, _, _ = run_manifest(load_manifest(manifest), manifest, RunOptions(
+        jobs=jobs, cache_dir=cache, quiet=True, localise=None,
+        reports=ReportPaths.in_folder(out, None, None, None, None)))
+    return run
+
+
+def cached(run: RunResult) -> list[bool]:
+    return [bool(c.provenance and c.provenance.export_cached) for c in run.cases]
+
+
+def comparable(run: RunResult) -> dict[str, Any]:
+    """Each case's JSON form without timings and the cache flag: what must not change."""
+    out = {}
+    for case in run.cases:
+        doc = case.to_dict()
+        doc.pop("timings", None)
+        doc.get("provenance", {}).pop("export_cached", None)
+        out[case.id] = doc
+    return out
+
+
+def entries(cache: Path, kind: str) -> list[Path]:
+    return sorted(p.parent for p in (cache / kind).glob("*/*/entry.json"))
+
+
+def test_a_warm_run_reuses_everything_and_gives_the_same_results(tmp_path: Path) -> None:
+    manifest, cache = project(tmp_path / "p"), tmp_path / "cache"
+    cold = gate(manifest, cache, tmp_path / "cold")
+    assert cold.verdict.result == "pass" and len(cold.cases) == 4
+    assert not any(cached(cold))
+    assert len(entries(cache, "export")) == 1  # one export per (module, dtype)
+    assert len(entries(cache, "reference")) == 4  # one per (fixture set, batch)
+    warm = gate(manifest, cache, tmp_path / "warm")
+    assert all(cached(warm))
+    assert comparable(warm) == comparable(cold)
+    assert [f.to_dict() for f in warm.findings] == [f.to_dict() for f in cold.findings]
+    assert gate(manifest, None, tmp_path / "off").cases and not any(
+        cached(gate(manifest, None, tmp_path / "off2")))  # no cache: nothing reused
+
+
+def test_each_part_of_the_key_misses(tmp_path: Path) -> None:
+    root, cache = tmp_path / "p", tmp_path / "cache"
+    gate(project(root), cache, tmp_path / "o0")
+    # other weights (the manifest seed), a factory kwarg, an export option: all miss
+    changes: list[dict[str, Any]] = [{"seed": 1}, {"width": 9}, {"export": ", opset: 19"}]
+    for n, change in enumerate(changes):
+        assert not any(cached(gate(project(root, **change), cache, tmp_path / f"o{n + 1}")))
+    # a line in a helper the forward calls (another file, not a class): a miss
+    manifest = project(root)
+    assert all(cached(gate(manifest, cache, tmp_path / "again")))
+    (root / "helpers.py").write_text(HELPERS.replace("torch.relu(x)", "torch.relu(x) + 0"))
+    assert not any(cached(gate(manifest, cache, tmp_path / "edited")))
+
+
+def test_a_damaged_entry_is_rebuilt_not_trusted(tmp_path: Path) -> None:
+    manifest, cache = project(tmp_path / "p"), tmp_path / "cache"
+    cold = gate(manifest, cache, tmp_path / "cold")
+    (export,) = entries(cache, "export")
+    model = export / "model.onnx"
+    model.write_bytes(model.read_bytes()[:-7])  # cut short, as a killed writer would
+    ref = entries(cache, "reference")[0] / "outputs.npz"
+    ref.write_bytes(b"not an npz at all")
+    rebuilt = gate(manifest, cache, tmp_path / "rebuilt")
+    assert not any(cached(rebuilt)) and comparable(rebuilt) == comparable(cold)
+    assert all(cached(gate(manifest, cache, tmp_path / "warm")))  # whole again
+
+
+def _run_in_child(manifest: str, cache: str, out: str) -> None:
+    run = gate(Path(manifest), Path(cache), Path(out))
+    Path(out, "verdict.json").write_text(json.dumps(
+        {"result": run.verdict.result, "cases": len(run.cases)}))
+
+
+def test_two_runs_sharing_a_cache_at_once(tmp_path: Path) -> None:
+    manifest, cache = project(tmp_path / "p"), tmp_path / "cache"
+    ctx = multiprocessing.get_context("spawn")
+    runs = [ctx.Process(target=_run_in_child, args=(str(manifest), str(cache),
+                                                    str(tmp_path / f"o{i}")))
+            for i in range(2)]
+    for p in runs:
+        p.start()
+    for p in runs:
+        p.join(300)
+        assert p.exitcode == 0
+    for i in range(2):
+        assert json.loads((tmp_path / f"o{i}" / "verdict.json").read_text()) == \
+            {"result": "pass", "cases": 4}
+    assert len(entries(cache, "export")) == 1
+    assert not list((cache / "tmp").iterdir())  # no staging folder left behind
+    assert all(cached(gate(manifest, cache, tmp_path / "warm")))
+
+
+def test_weights_past_the_external_data_threshold(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The 2 GiB protobuf limit, crossed with a small model: the worker writes the weights
+    as external data, runs and caches that, and a warm run loads it from the cache."""
+    monkeypatch.setenv("PARITY_GATE_EXTERNAL_DATA_BYTES", "64")  # read by the workers
+    manifest, cache = project(tmp_path / "p", width=512), tmp_path / "cache"
+    cold = gate(manifest, cache, tmp_path / "cold")
+    assert cold.verdict.result == "pass", [c.reason for c in cold.cases]
+    (export,) = entries(cache, "export")
+    # the fc weight (small tensors stay inline), and the graph without it
+    assert (export / "model.onnx.data").stat().st_size >= 6 * 512 * 4
+    assert (export / "model.onnx").stat().st_size < 6 * 512 * 4
+    warm = gate(manifest, cache, tmp_path / "warm")
+    assert all(cached(warm)) and comparable(warm) == comparable(cold)
+
+
+def test_two_jobs_give_the_same_results_as_one(tmp_path: Path) -> None:
+    manifest = project(tmp_path / "p")
+    text = manifest.read_text().replace("modules:\n", "modules:\n"
+                                        "  - name: other\n    factory: net:build\n"
+                                        "    kwargs: {width: 5}\n"
+                                        "    inputs: [{name: x, dynamic: {0: batch}}]\n"
+                                        "    fixtures: [rows]\n")
+    manifest.write_text(text)
+    serial = gate(manifest, None, tmp_path / "serial", jobs=1)
+    parallel = gate(manifest, None, tmp_path / "parallel", jobs=2)
+    assert len(serial.cases) == 6
+    assert comparable(parallel) == comparable(serial)
