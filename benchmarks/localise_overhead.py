@@ -46,7 +46,8 @@ def manifest(folder: Path) -> Path:
 
 
 def once(path: Path, out: Path, localise: bool) -> tuple[float, float, int]:
-    cmd = [sys.executable, "-m", "parity_gate", "run", str(path), "--out", str(out), "--quiet"]
+    cmd = [sys.executable, "-m", "parity_gate", "run", str(path), "--out", str(out), "--quiet",
+           "--no-cache"]  # every round exports
     if not localise:
         cmd.append("--no-localise")
     t0 = time.perf_counter()

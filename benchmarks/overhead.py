@@ -32,7 +32,7 @@ def main() -> int:
     args = parser.parse_args()
     out = tempfile.mkdtemp(prefix="overhead-")
     gate = [sys.executable, "-m", "parity_gate", "run", "fixtures/parity.yml", "--quiet",
-            "--out", out, "--providers", "cpu"]
+            "--no-cache", "--out", out, "--providers", "cpu"]  # every round exports
     plain = [sys.executable, str(ROOT / "benchmarks" / "plain_example.py")]
     timed(plain)  # warm the page cache for both (same libraries)
     gate_times, plain_times = [], []

@@ -12,12 +12,13 @@ on, as the gate does.
 
 Honest about what differs from the gate: the gate exports once per (module,
 dtype) and runs every batch size on that export, and a naive loop exports per
-batch size (with one batch size, as in smoke.yml, both make the same number of
-exports). The gate also does work this script does not (export hazard checks,
-per-output figures, float64 references for float16, re-runs of failures) and
-pays for worker processes. Inputs have the same shapes, dtypes, value ranges,
-padding masks and sample counts as the manifest's fixture sets, drawn from
-numpy's generator by hand rather than with the gate's per-case seeds.
+batch size (bench.yml has two, so the loop exports twice per dtype; with one,
+as in smoke.yml, both make the same number of exports). The gate also does work
+this script does not (export hazard checks, per-output figures, float64
+references for float16, re-runs of failures) and pays for worker processes.
+Inputs have the same shapes, dtypes, value ranges, padding masks and sample
+counts as the manifest's fixture sets, drawn from numpy's generator by hand
+rather than with the gate's per-case seeds.
 
 Reads only the keys the zoo uses (modules' factory kwargs and inputs, the
 defaults, random fixture sets, `include`), so it runs the full zoo too:
@@ -137,7 +138,7 @@ def check(module: dict[str, Any], fixtures: dict[str, Any], dtype: str, batch: i
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--manifest", type=Path, default=ROOT / "examples/zoo/smoke.yml")
+    parser.add_argument("--manifest", type=Path, default=ROOT / "examples/zoo/bench.yml")
     args = parser.parse_args()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     warnings.filterwarnings("ignore")

@@ -14,13 +14,15 @@ line per ratio: `name: ratio X (target ≤ Y) PASS/MISS`.
   a multiple of its parameter bytes (float32), reported; with the same figure
   for the smallest model, so the fixed cost (torch, onnxruntime) and what grows
   with the model are told apart.
+- grow:  the same on a plain MLP at 64 and 256 MiB of weights (the zoo's models are
+  tiny): the peak per extra parameter byte, reported.
 
 Every gate run uses --no-localise (the follow-up checks of failing cases are
 timed by localise_overhead.py) and HF_HUB_OFFLINE=1. The cache flags are the
 export cache's; a gate without them gets "cache flags not available" for the
 cache part and runs the others without --no-cache.
 
-    python benchmarks/zoo_speed.py [--rounds 3] [--manifest examples/zoo/smoke.yml]
+    python benchmarks/zoo_speed.py [--rounds 3] [--manifest examples/zoo/bench.yml]
                                    [--only cache|jobs|plain|rss]
 """
 
@@ -243,15 +245,68 @@ def part_rss(rounds: int, cache: bool, scratch: Path) -> None:
           f"({grown / more:.1f}× the extra parameter bytes; reported, no target)", flush=True)
 
 
+_GROW_MODEL = """
+import torch
+
+
+def build(layers):
+    return torch.nn.Sequential(*[torch.nn.Linear(2048, 2048) for _ in range(layers)]).eval()
+"""
+
+_GROW_MANIFEST = """
+version: 1
+python_path: [.]
+defaults: {{batch_sizes: [2], dtypes: [float32], timeout_s: 1200}}
+providers: {{cpu: {{required: true}}}}
+fixtures:
+  x: {{kind: random, inputs: {{x: {{shape: [batch, 2048]}}}}}}
+modules:
+  - name: mlp
+    factory: grow:build
+    kwargs: {{layers: {layers}}}
+    inputs: [{{name: x, dynamic: {{0: batch}}}}]
+    fixtures: [x]
+"""
+
+
+def part_grow(rounds: int, cache: bool, scratch: Path) -> None:
+    """The zoo's models are tiny (the largest has 1.5 MiB of weights), so growth is
+    measured on a plain MLP at 64 and 256 MiB of float32 weights: what a run holds per
+    byte of weights once the fixed cost (torch, onnxruntime) is set aside."""
+    print("grow: peak memory per parameter byte as a model grows (MLP, --jobs 1)", flush=True)
+    folder = scratch / "grow"
+    folder.mkdir(exist_ok=True)
+    (folder / "grow.py").write_text(_GROW_MODEL)
+    off = ("--no-cache",) if cache else ()
+    mib = 2.0**20
+    points = []
+    for layers in (4, 16):
+        manifest = folder / f"grow{layers}.yml"
+        manifest.write_text(_GROW_MANIFEST.format(layers=layers))
+        params = layers * (2048 * 2048 + 2048) * 4
+        runs = [peak_memory(gate_cmd(manifest, scratch / "out", "--jobs", "1", *off))
+                for _ in range(rounds)]
+        peak = statistics.median(r[0] for r in runs)
+        points.append((params, peak))
+        print(f"  {params / mib:.0f} MiB of parameters: peak PSS {peak / mib:.0f} MiB "
+              f"({peak / params:.1f}× the parameter bytes)", flush=True)
+    (p0, m0), (p1, m1) = points
+    print(f"grow: +{(m1 - m0) / mib:.0f} MiB of peak for +{(p1 - p0) / mib:.0f} MiB of "
+          f"parameters: {(m1 - m0) / (p1 - p0):.1f}× each extra parameter byte (the eager "
+          "module and its cast copy, the export, the ONNX bytes and one session; reported, "
+          "no target)", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--manifest", type=Path, default=ZOO / "smoke.yml")
-    parser.add_argument("--only", choices=("cache", "jobs", "plain", "rss"), action="append",
+    parser.add_argument("--manifest", type=Path, default=ZOO / "bench.yml")
+    parser.add_argument("--only", choices=("cache", "jobs", "plain", "rss", "grow"),
+                        action="append",
                         help="run only this part (repeatable); default: all")
     args = parser.parse_args()
-    parts = args.only or ["cache", "jobs", "plain", "rss"]
+    parts = args.only or ["cache", "jobs", "plain", "rss", "grow"]
     cache = has_cache_flags()
     manifest = args.manifest.resolve()
     scratch = Path(tempfile.mkdtemp(prefix="zoo-speed-"))
@@ -260,8 +315,8 @@ def main() -> int:
           f"load {os.getloadavg()[0]:.1f}", flush=True)
     try:
         for part in parts:
-            if part == "rss":
-                part_rss(args.rounds, cache, scratch)
+            if part in ("rss", "grow"):
+                {"rss": part_rss, "grow": part_grow}[part](args.rounds, cache, scratch)
             else:
                 {"cache": part_cache, "jobs": part_jobs, "plain": part_plain}[part](
                     manifest, args.rounds, cache, scratch)

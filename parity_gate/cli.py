@@ -244,11 +244,10 @@ def cache_dir_given(given: Path | None) -> tuple[Path, str]:
 def checked_cache_dir(given: Path | None) -> Path:
     """The export cache's folder, made and proven writable before any work (absolute: the
     workers need not share the working folder)."""
-    from parity_gate.report.write import _folder_problem
+    from parity_gate.report.write import folder_problem
 
     folder, label = cache_dir_given(given)
-    _cache_root(given)  # a file there, named as the cache's (the helper says "reports")
-    problem = _folder_problem(folder, set())
+    problem = folder_problem(folder, purpose="for the export cache")
     if problem:
         raise UserError(f"{label}: {problem}")
     return folder.absolute()
@@ -457,17 +456,6 @@ def _mb(size: int) -> str:
     return f"{mb:.1f} MB" if mb >= 0.1 or size == 0 else f"{mb:.2g} MB"
 
 
-def cache_usage(root: Path) -> dict[str, tuple[int, int]]:
-    """kind → (entries, bytes) of the whole entries under `root` (staging folders aside)."""
-    out: dict[str, tuple[int, int]] = {}
-    for meta in sorted(root.glob("*/*/*/entry.json")):
-        kind = meta.parent.parent.parent.name
-        size = sum(f.stat().st_size for f in meta.parent.iterdir() if f.is_file())
-        count, total = out.get(kind, (0, 0))
-        out[kind] = (count + 1, total + size)
-    return out
-
-
 def _cache_root(given: Path | None) -> Path | None:
     """The cache's folder; None when it does not exist yet. A file there is a usage error."""
     root, label = cache_dir_given(given)
@@ -492,7 +480,7 @@ def _cmd_cache(args: argparse.Namespace) -> int:
         return EXIT_PASS
     if args.cache_command == "prune":
         removed, freed = ExportCache(root).prune(older_than_s=older_than_s, max_bytes=max_bytes)
-    usage = cache_usage(root)
+    usage = ExportCache(root).usage()
     entries, size = sum(n for n, _ in usage.values()), sum(b for _, b in usage.values())
     if args.cache_command == "prune":
         print(f"parity-gate cache: removed {removed} entries, freed {_mb(freed)}; kept "

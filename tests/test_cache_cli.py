@@ -146,14 +146,15 @@ def test_run_refuses_a_cache_dir_it_cannot_use_before_any_work(
     monkeypatch.chdir(tmp_path)  # no parity.yml here: the cache is checked first
     (tmp_path / "file").write_text("x")
     code, err = run(capsys, "run", "--cache-dir", "file")
-    assert (code, err) == (2, ["--cache-dir: file is not a folder (expected the export "
-                               "cache's folder)"])
+    assert (code, err) == (2, ["--cache-dir: file is a file (expected a folder for the export "
+                               "cache)"])
     code, err = run(capsys, "run", "--cache-dir", "file/sub")
-    assert code == 2 and len(err) == 1 and err[0].startswith("--cache-dir: file is a file")
+    assert (code, err) == (2, ["--cache-dir: file is a file (expected a folder for the export "
+                               "cache)"])
     monkeypatch.setenv(cli.CACHE_ENV, "file")
     code, err = run(capsys, "run")
-    assert (code, err) == (2, [f"{cli.CACHE_ENV}: file is not a folder (expected the export "
-                               "cache's folder)"])
+    assert (code, err) == (2, [f"{cli.CACHE_ENV}: file is a file (expected a folder for the "
+                               "export cache)"])
     code, err = run(capsys, "run", "--cache-dir", "new", "--no-cache")
     assert code == 2 and len(err) == 1 and "--no-cache: not allowed with argument --cache-dir" \
         in err[0]

@@ -292,6 +292,16 @@ class ExportCache:
         finally:
             _remove(staging)
 
+    def usage(self) -> dict[str, tuple[int, int]]:
+        """kind → (entries, bytes) of the whole entries (staging folders aside)."""
+        out: dict[str, tuple[int, int]] = {}
+        for meta in sorted(self.root.glob("*/*/*/entry.json")):
+            kind = meta.parent.parent.parent.name
+            size = sum(f.stat().st_size for f in meta.parent.iterdir() if f.is_file())
+            count, total = out.get(kind, (0, 0))
+            out[kind] = (count + 1, total + size)
+        return out
+
     def prune(self, older_than_s: float | None = None, max_bytes: int | None = None,
               now: float | None = None) -> tuple[int, int]:
         """Remove entries unused for `older_than_s`, then the least recently used until the
@@ -313,6 +323,8 @@ class ExportCache:
             _remove(folder)
             removed, freed, total = removed + 1, freed + size, total - size
         _remove(self.root / "tmp", keep_root=True, older_than_s=3600, now=now)
+        for doomed in self.root.glob("*/*/.*.gone"):  # a removal that was killed halfway
+            shutil.rmtree(doomed, ignore_errors=True)
         return removed, freed
 
 

@@ -70,14 +70,17 @@ def check_outputs(paths: ReportPaths, journal: bool = True) -> None:
     problems: list[str] = []
     seen: set[Path] = set()
     for flag, path in paths.labelled(journal):
-        problem = _folder_problem(path.parent, seen) or target_problem(path)
+        problem = folder_problem(path.parent, seen) or target_problem(path)
         if problem:
             problems.append(f"{flag}: {problem}")
     if problems:
         raise UserError(list(dict.fromkeys(problems)))
 
 
-def _folder_problem(folder: Path, seen: set[Path]) -> str:
+def folder_problem(folder: Path, seen: set[Path] | None = None,
+                   purpose: str = "to write the reports in") -> str:
+    """Why `folder` cannot be made and written ('' when it can): checked before any work."""
+    seen = set() if seen is None else seen
     if folder in seen:
         return ""
     seen.add(folder)
@@ -85,7 +88,7 @@ def _folder_problem(folder: Path, seen: set[Path]) -> str:
     while not os.path.lexists(up) and up != up.parent:
         up = up.parent
     if os.path.lexists(up) and not up.is_dir():
-        return f"{up} is {_kind(up)} (expected a folder to write the reports in)"
+        return f"{up} is {_kind(up)} (expected a folder {purpose})"
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=folder, prefix=".parity-gate-probe-")
