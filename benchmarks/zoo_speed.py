@@ -259,12 +259,12 @@ python_path: [.]
 defaults: {{batch_sizes: [2], dtypes: [float32], timeout_s: 1200}}
 providers: {{cpu: {{required: true}}}}
 fixtures:
-  x: {{kind: random, inputs: {{x: {{shape: [batch, 2048]}}}}}}
+  x: {{kind: random, inputs: {{input: {{shape: [batch, 2048]}}}}}}
 modules:
   - name: mlp
     factory: grow:build
     kwargs: {{layers: {layers}}}
-    inputs: [{{name: x, dynamic: {{0: batch}}}}]
+    inputs: [{{name: input, dynamic: {{0: batch}}}}]
     fixtures: [x]
 """
 
@@ -286,6 +286,10 @@ def part_grow(rounds: int, cache: bool, scratch: Path) -> None:
         params = layers * (2048 * 2048 + 2048) * 4
         runs = [peak_memory(gate_cmd(manifest, scratch / "out", "--jobs", "1", *off))
                 for _ in range(rounds)]
+        outcomes = [c["outcome"] for c in json.loads(
+            (scratch / "out" / "results.json").read_text())["cases"]]
+        if outcomes != ["pass"]:  # a peak of a run that did not export proves nothing
+            raise SystemExit(f"grow: the {layers}-layer MLP did not pass: {outcomes}")
         peak = statistics.median(r[0] for r in runs)
         points.append((params, peak))
         print(f"  {params / mib:.0f} MiB of parameters: peak PSS {peak / mib:.0f} MiB "

@@ -41,6 +41,7 @@ class ExportedModel:
     raw_warnings: list[Any] = field(default_factory=list)
     program: Any = None
     path: str | None = None
+    graph: Any = None  # the parsed model without its weights' data, for the hazard rules
 
     @property
     def source(self) -> bytes | str:
@@ -192,12 +193,12 @@ def export_module(
     messages = _interesting_warnings(caught)
     import onnx
 
-    proto = onnx.load_from_string(model)
-    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
-    from parity_gate.hazards.context import exporter_warnings
+    from parity_gate.hazards.context import exporter_warnings, skeleton
 
+    proto = skeleton(onnx.load_from_string(model))  # the graph; weights are in `model`
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
     return ExportedModel(model, messages, find_baked_dims(proto, inputs), opset,
-                         proto.ir_version, exporter_warnings(caught), program, path)
+                         proto.ir_version, exporter_warnings(caught), program, path, proto)
 
 
 def _export_dynamo(torch: Any, module: Any, example: Sequence[Any] | Mapping[str, Any],

@@ -176,7 +176,12 @@ def _run_dtype(ctx: _Ctx, torch: Any, module: Any, binding: Binding, dtype: str,
     job = ctx.job
     settings = job.settings
     ctx.step(Stage.CASTING, dtype)
-    typed = copy.deepcopy(module).to(getattr(torch, dtype))
+    target = getattr(torch, dtype)
+    native = device == "cpu" and all(t.dtype == target for t in module.state_dict().values()
+                                      if t.is_floating_point())
+    # Already in this dtype: the module itself, not a copy (one copy of the weights fewer
+    # at the peak; nothing below changes it in place on the CPU).
+    typed = module if native else copy.deepcopy(module).to(target)
     mod = _Module(typed, binding, dtype, device, module)
     refs: dict[tuple[str, int | None], _Reference] = {}
     for fixture_name in dict.fromkeys(k.inputs for k in keys):
@@ -361,7 +366,8 @@ def _hazard_context(ctx: _Ctx, mod: _Module, example: dict[str, np.ndarray],
         exported.model if exported else b"", job.export.optimize,
         exported.program if exported else None,
         exported.raw_warnings if exported else [], job.settings.target_runtime,
-        dict(job.export.options), job.export.opset, error)
+        dict(job.export.options), job.export.opset, error,
+        exported.graph if exported else None)
 
 
 def _export(job: ModuleJob, mod: _Module, example: dict[str, np.ndarray], names: list[str],

@@ -65,9 +65,8 @@ def check(model: bytes | str | onnx.ModelProto) -> None:
     A path (a model with external data) is checked from its file, as the checker must."""
     import onnx
 
-    try:
-        proto = onnx.load_from_string(model) if isinstance(model, bytes) else model
-        onnx.checker.check_model(proto, full_check=True)
+    try:  # bytes are checked as they are: no Python copy of a large model
+        onnx.checker.check_model(model, full_check=True)
     except Exception as exc:
         msg = f"{type(exc).__name__}: {exc}"
         raise StageFailure(Outcome.INVALID_MODEL, f"onnx.checker: {first_line(msg)}",

@@ -122,12 +122,17 @@ class HazardContext:
     export_options: dict[str, Any] = field(default_factory=dict)
     opset: int | None = None
     error: str = ""
+    graph: Any = None  # the model's skeleton (weights' data dropped), when the caller has one
 
     @cached_property
     def proto(self) -> Any:
+        """The model without the data of its large weights: every rule reads the graph,
+        shapes and small constants, and a full copy would cost the model's size again."""
+        if self.graph is not None:
+            return self.graph
         import onnx
 
-        return onnx.load_from_string(self.model)
+        return skeleton(onnx.load_from_string(self.model))
 
     @cached_property
     def inferred(self) -> Any:
@@ -176,3 +181,17 @@ def _reads_training(cls: type) -> bool:
     forward = cls.__dict__.get("forward")
     code = getattr(forward, "__code__", None)
     return code is not None and "training" in code.co_names
+
+
+LARGE_TENSOR_BYTES = 1 << 16  # weights past this size are never a shape or a literal
+
+
+def skeleton(proto: Any) -> Any:
+    """`proto` with the data of every initializer over LARGE_TENSOR_BYTES dropped (in
+    place; dims and dtype kept, so shapes and types still read)."""
+    for tensor in proto.graph.initializer:
+        if tensor.ByteSize() > LARGE_TENSOR_BYTES:
+            for name in ("raw_data", "float_data", "int32_data", "int64_data", "double_data",
+                         "uint64_data", "string_data"):
+                tensor.ClearField(name)
+    return proto

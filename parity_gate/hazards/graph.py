@@ -63,7 +63,8 @@ def node_site(node: onnx.NodeProto) -> Site:
 
 def constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
     """Every constant value of the graph: initializers and Constant nodes' tensors."""
-    out = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    out = {t.name: numpy_helper.to_array(t) for t in graph.initializer
+           if _has_data(t)}  # a skeleton's large weights have none (and are no literal)
     for node in graph.node:
         if node.op_type == "Constant":
             for attr in node.attribute:
@@ -72,6 +73,15 @@ def constants(graph: onnx.GraphProto) -> dict[str, np.ndarray]:
                 elif attr.name in ("value_ints", "value_int"):
                     out[node.output[0]] = np.array(onnx.helper.get_attribute_value(attr))
     return out
+
+
+def _has_data(t: onnx.TensorProto) -> bool:
+    if t.data_location == onnx.TensorProto.EXTERNAL:
+        return False  # in a file beside the model: a weight, never a literal
+    return not t.dims or any(
+        t.HasField(f) if f == "raw_data" else len(getattr(t, f)) > 0
+        for f in ("raw_data", "float_data", "int32_data", "int64_data", "double_data",
+                  "uint64_data", "string_data"))
 
 
 def dims(graph: onnx.GraphProto) -> dict[str, list[Dim]]:
