@@ -137,3 +137,30 @@ def test_merge_folds_dtypes_and_keeps_table_order() -> None:
     again = Hazard.from_dict(merged[1].to_dict())
     assert again == merged[1] and not again.blocks
 
+
+
+def test_the_rules_read_a_skeleton_without_the_weights_data() -> None:
+    """A weight's data is dropped (a model's size is not paid again for the rules); a
+    small literal (a Reshape's shape) is kept, and shapes and types still read."""
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from parity_gate.hazards import graph as og
+    from parity_gate.hazards.context import LARGE_TENSOR_BYTES, skeleton
+
+    weight = numpy_helper.from_array(np.ones((256, 256), np.float32), "w")
+    shape = numpy_helper.from_array(np.array([4, -1], np.int64), "shape")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("Reshape", ["h", "shape"], ["y"])]
+    g = helper.make_graph(nodes, "g",
+                          [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [4, 256])],
+                          [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+                          [weight, shape])
+    proto = skeleton(helper.make_model(g))
+    w, shape_literal = proto.graph.initializer
+    assert weight.ByteSize() > LARGE_TENSOR_BYTES and w.ByteSize() < 100
+    assert list(w.dims) == [256, 256] and w.data_type == onnx.TensorProto.FLOAT
+    assert shape_literal.ByteSize() == shape.ByteSize()  # a small literal keeps its data
+    assert set(og.constants(proto.graph)) == {"shape"}
+    assert og.constants(proto.graph)["shape"].tolist() == [4, -1]

@@ -258,6 +258,30 @@ def _worker_main(conn: Connection, log_path: str, threads: int, warm: Sequence[s
         conn.send(Done(job.name))
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process below `pid`, from /proc's parent links (Linux; [] elsewhere)."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as fh:
+                    ppid = int(fh.read().rpartition(")")[2].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
 def _release_memory() -> None:
     """Between jobs: free the last module's graphs, sessions and references, and hand the
     pages back to the OS, so a worker's peak is one module's, not the sum of all it ran."""
@@ -502,11 +526,16 @@ class WorkerPool:
 
     @staticmethod
     def _kill(worker: _Worker) -> None:
-        """Kill the worker's process group: the worker and any process its module started."""
+        """Kill the worker's process group and every process below it: the worker and any
+        process its module started, one that left the group with setsid() included."""
         pid = worker.process.pid
         if pid is not None:
+            below = _descendants(pid)
             with contextlib.suppress(OSError):  # not yet its own group leader, or gone
                 os.killpg(pid, signal.SIGKILL)
+            for child in below:
+                with contextlib.suppress(OSError):
+                    os.kill(child, signal.SIGKILL)
         if worker.process.is_alive():
             worker.process.kill()
         worker.process.join(timeout=10)

@@ -39,8 +39,10 @@ def slow() -> nn.Module:
 
 
 def spawner() -> nn.Module:
-    """Starts a child process of its own (recording its pid), then hangs."""
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+    """Starts a child process of its own in a new session (out of the worker's process
+    group, as a daemon-like helper would be), records its pid, then hangs."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"],
+                             start_new_session=True)
     Path(os.environ["ROBUST_CHILD_PID_FILE"]).write_text(str(child.pid))
     return Hang().eval()
 
