@@ -27,6 +27,7 @@ import yaml
 from parity_gate.compare import Comparison, Verdict
 from parity_gate.errors import UserError
 from parity_gate.gate.decision import decide
+from parity_gate.gate.merge import read_results
 from parity_gate.github import action, install
 from parity_gate.model.findings import Finding
 from parity_gate.model.gate import GateDecision, Ruling
@@ -427,11 +428,11 @@ def test_a_report_the_model_cannot_read_is_a_clear_error(tmp_path: Path) -> None
     bad = tmp_path / "results.json"
     bad.write_text(json.dumps(doc))
     with pytest.raises(UserError, match=r"results.json: cases\.0\.outcome: Input should be"):
-        RunResult.load(bad)
+        read_results(bad)[1]
     doc["schema_version"] = 1
     bad.write_text(json.dumps(doc))
     with pytest.raises(UserError, match="schema_version 1 is not supported"):
-        RunResult.load(bad)
+        read_results(bad)[1]
 
 
 def test_outputs_are_multiline_safe(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from github_server import FakeGitHub, Item
 
+from parity_gate.gate.merge import read_results
 from parity_gate.github import upstream
 from parity_gate.github.client import GitHubClient
 from parity_gate.model.findings import Example, OpCase
@@ -226,7 +227,7 @@ def test_results_json_carries_the_matches(gh: FakeGitHub, tmp_path: Path) -> Non
     path.write_bytes(run_json(got))
     doc = json.loads(path.read_text())
     assert doc["upstream"][0]["match"]["kind"] == "open_pr"
-    assert RunResult.load(path).upstream == got.upstream
+    assert read_results(path)[1].upstream == got.upstream
     md = upstream.markdown(got.upstream)
     assert "being fixed in onnxscript#3 (open PR)" in md and "](https://github.com/" in md
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from parity_gate.cli import main
-from parity_gate.model.results import RunResult
+from parity_gate.gate.merge import read_results
 
 DATA = Path(__file__).resolve().parent / "data" / "hazard_gate"
 
@@ -27,7 +27,7 @@ def test_a_promoted_hazard_blocks_and_a_silenced_one_is_gone(tmp_path: Path) -> 
     failing.mkdir()
     assert main(["run", str(manifest(failing, "{training-mode: fail}")), "--out",
                  str(failing / "out"), "--quiet"]) == 1
-    run = RunResult.load(failing / "out" / "results.json")
+    run = read_results(failing / "out" / "results.json")[1]
     assert [c.outcome.value for c in run.cases] == ["pass"]  # the numbers match...
     assert run.gate is not None and run.gate.hazards == ["net: training-mode"]
     assert run.verdict.blocks and "training-mode" in run.verdict.why  # ...the hazard blocks
@@ -38,6 +38,6 @@ def test_a_promoted_hazard_blocks_and_a_silenced_one_is_gone(tmp_path: Path) -> 
     off = '{training-mode: {action: off, reason: "dropout is a no-op here"}}'
     assert main(["run", str(manifest(quiet, off)), "--out", str(quiet / "out"),
                  "--quiet"]) == 0
-    run = RunResult.load(quiet / "out" / "results.json")
+    run = read_results(quiet / "out" / "results.json")[1]
     assert not [f for f in run.findings if f.hazard is not None and
                 f.hazard.rule == "training-mode"]

@@ -18,6 +18,7 @@ import pytest
 
 from parity_gate import compare as cmp
 from parity_gate.cli import main
+from parity_gate.gate.merge import read_results
 from parity_gate.localise import layers
 from parity_gate.localise.run import LocalisePolicy, jobs_for
 from parity_gate.manifest.load import load_manifest
@@ -33,7 +34,7 @@ def localised(tmp_path_factory: pytest.TempPathFactory) -> tuple[RunResult, Path
     out = tmp_path_factory.mktemp("localise")
     code = main(["run", str(DATA / "parity.yml"), "--out", str(out), "--quiet"])
     assert code == 1
-    return RunResult.load(out / "results.json"), out
+    return read_results(out / "results.json")[1], out
 
 
 def loc_of(run: RunResult, module: str) -> Localisation:
@@ -128,7 +129,7 @@ def test_every_repro_script_reproduces_in_a_subprocess(localised: tuple[RunResul
 def test_no_localise_leaves_the_cases_alone(tmp_path: Path) -> None:
     assert main(["run", str(DATA / "parity.yml"), "--out", str(tmp_path), "--quiet",
                  "--select", "capture_only", "--no-localise"]) == 1
-    run = RunResult.load(tmp_path / "results.json")
+    run = read_results(tmp_path / "results.json")[1]
     assert [c.localisation for c in run.cases] == [None]
     assert not (tmp_path / "artifacts").exists()
 
@@ -183,7 +184,7 @@ def test_the_manifest_caps_the_checks_and_may_pass_an_artefact(tmp_path: Path) -
     (tmp_path / "models.py").write_text((DATA / "models.py").read_text())
     assert main(["run", str(tmp_path / "parity.yml"), "--out", str(tmp_path / "out"),
                  "--quiet", "--select", "fused_scale", "--select", "ten_blocks"]) == 1
-    run = RunResult.load(tmp_path / "out" / "results.json")
+    run = read_results(tmp_path / "out" / "results.json")[1]
     by = {c.key.module: c for c in run.cases}
     fused, ten = by["fused_scale"], by["ten_blocks"]
     # the artefact passes, saying why; the real defect still fails

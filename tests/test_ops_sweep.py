@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 
 from parity_gate.engine.protocol import entry_point
+from parity_gate.gate.merge import read_results
 from parity_gate.model.findings import RecheckVerdict, Stage, Step
 from parity_gate.model.outcomes import Outcome
-from parity_gate.model.results import CaseResult, RunResult
+from parity_gate.model.results import CaseResult
 from parity_gate.ops.jobs import Unit
 from parity_gate.ops.planner import OpPlan, Selection, job_for
 from parity_gate.ops.registry import load_variants
@@ -173,7 +174,7 @@ def cli_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path, float]
 
 def _cases(out: Path) -> dict[str, CaseResult]:
     """The report read back through the records (validated), keyed variant/dtype."""
-    run = RunResult.load(out / "results.json")
+    run = read_results(out / "results.json")[1]
     return {f"{c.op.variant}/{c.key.dtype}": c for c in run.cases if c.op is not None}
 
 
@@ -222,7 +223,7 @@ def test_reports_and_repro_scripts(cli_run: tuple[int, Path, float]) -> None:
     assert doc["cases"] and all(re.fullmatch(r"op/[\w.]+/\w+/\w+/cpu", c["id"])
                                 for c in doc["cases"])  # no /bN: op cases have no batch
     assert doc["gate"]["blocking"] and all(isinstance(i, str) for i in doc["gate"]["blocking"])
-    for c in RunResult.load(out / "results.json").cases:
+    for c in read_results(out / "results.json")[1].cases:
         assert c.op is not None and c.op.variant and c.op.family, c.id
         assert c.key.batch_size is None and c.key.inputs in ("normal", "specials", "empty")
     suites = ET.parse(out / "junit.xml").getroot()

@@ -264,6 +264,34 @@ def test_malformed_json_inputs_are_one_located_line(
     assert not (tmp_path / "o").exists()  # nothing ran, nothing was written
 
 
+@pytest.mark.parametrize("kind", ["duplicate-key", "deep-nesting", "invalid-utf8", "binary"])
+def test_a_malformed_results_file_for_the_github_steps_is_located(
+        kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The Action's `results` input and `comment`/`upstream --results` read results the way
+    `merge` does: a merge conflict's duplicate key is no pass, deep nesting no traceback."""
+    content, expected = BAD[kind]
+    bad = tmp_path / "bad-results"
+    bad.write_bytes(content)
+    for command in ("comment", "upstream"):
+        extra = ["--repo", "acme/models", "--pr", "7"] if command == "comment" else []
+        line = one_error(capsys, [command, "--results", str(bad), *extra])
+        assert line.startswith(str(bad)) and re.search(expected, line), line
+    outputs = tmp_path / "outputs"
+    for key in list(os.environ):
+        if key.startswith("INPUT_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("GITHUB_WORKSPACE", str(tmp_path))
+    monkeypatch.setenv("GITHUB_OUTPUT", str(outputs))
+    monkeypatch.setenv("INPUT_RESULTS", "bad-results")
+    assert action.main([]) == 2
+    out, err = capsys.readouterr()
+    lines = [line for line in out.splitlines() if line.startswith("::error")]
+    assert len(lines) == 1 and "Traceback" not in out + err, out + err
+    assert re.search(expected, lines[0]), lines[0]
+    assert outputs.read_text().split("\n")[1] == "error"
+
+
 # ------------------------------------------------------------------ malformed YAML inputs
 
 BASELINE = b"version: 1\nknown_failures:\n  - id: first/*\n    reason: known\n"

@@ -16,6 +16,7 @@ import junitparser
 import pytest
 
 from parity_gate.cli import main
+from parity_gate.gate.merge import read_results
 from parity_gate.model.results import RunResult
 
 pytestmark = pytest.mark.process  # real worker runs, exports or subprocesses
@@ -208,7 +209,7 @@ def test_faulty_annotations_one_per_failing_module_with_file_and_line(
     from parity_gate.github.annotations import annotate, module_lines
 
     _, out = faulty_run
-    run = RunResult.load(out / "results.json")
+    run = read_results(out / "results.json")[1]
     lines = module_lines(FAULTY.read_text())
     notes = annotate(run, manifest_file="tests/data/faulty/parity.yml", manifest_lines=lines)
     failing = {"segfault", "abort", "oom", "hang", "approximated", "baked", "traced_view"}

@@ -246,12 +246,12 @@ def run_action(inputs: Mapping[str, str], paths: Paths, env: Mapping[str, str]) 
 def _load(path: Path) -> RunResult | None:
     """The run's report through the result model; None when there is none to read."""
     from parity_gate.errors import UserError
-    from parity_gate.model.results import RunResult
+    from parity_gate.gate.merge import read_results
 
     if not path.is_file():
         return None
     try:
-        return RunResult.load(path)
+        return read_results(path)[1]
     except UserError as err:
         print(f"parity-gate: {err}", file=sys.stderr)
         return None

@@ -65,9 +65,9 @@ def add_parsers(sub: Any, commands: Commands) -> None:
 
 
 def _load(path: Path) -> RunResult:
-    from parity_gate.model.results import RunResult
+    from parity_gate.gate.merge import read_results
 
-    return RunResult.load(path)
+    return read_results(path)[1]
 
 
 def _warn(lines: list[str]) -> None:

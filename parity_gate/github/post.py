@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from parity_gate.errors import UserError
+from parity_gate.gate.merge import read_results
 from parity_gate.github import comment, upstream
 from parity_gate.github.client import DEFAULT_API_URL, GitHubClient, GitHubError
 from parity_gate.github.commands import Annotation, escape_data, write_outputs
@@ -51,7 +52,7 @@ def report_only(inputs: Mapping[str, str], paths: Paths, github_output: str | No
 
     path = paths.workspace / inputs["results"]
     try:
-        run = RunResult.load(path)
+        run = read_results(path)[1]
     except UserError as err:
         print(Annotation("error", "parity-gate: invalid input", f"results: {err}").render())
         write_outputs(github_output, {"result": "error"})
@@ -77,7 +78,7 @@ def _post(inputs: Mapping[str, str], workspace: Path, out_dir: Path, cache_dir: 
     results = workspace / inputs["results"] if inputs["results"] else out_dir / "results.json"
     warnings: list[str] = []
     try:
-        run = RunResult.load(results)
+        run = read_results(results)[1]
     except UserError as err:
         _warn(env, [f"no results to comment on or search for: {err}"])
         return 0

@@ -8,11 +8,9 @@ Reports, the gate, shard merging and GitHub integration are functions of a
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections import Counter
 from dataclasses import field
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import ValidationError, computed_field
@@ -216,14 +214,6 @@ class RunResult(Record):
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
             raise UserError(f"{source}: {where}: {first['msg']}") from None
-
-    @classmethod
-    def load(cls, path: Path) -> RunResult:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise UserError(f"{path}: cannot read results ({exc})") from None
-        return cls.from_dict(data, str(path))
 
 
 def skip_reasons(cases: list[CaseResult]) -> dict[str, int]:
