@@ -297,8 +297,8 @@ def part_grow(rounds: int, cache: bool, scratch: Path) -> None:
     (p0, m0), (p1, m1) = points
     print(f"grow: +{(m1 - m0) / mib:.0f} MiB of peak for +{(p1 - p0) / mib:.0f} MiB of "
           f"parameters: {(m1 - m0) / (p1 - p0):.1f}× each extra parameter byte (the eager "
-          "module and its cast copy, the export, the ONNX bytes and one session; reported, "
-          "no target)", flush=True)
+          "module, the exporter's model and its serialized bytes, one ONNX Runtime session; "
+          "reported, no target)", flush=True)
 
 
 def main() -> int:

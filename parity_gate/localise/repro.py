@@ -8,6 +8,7 @@ exits 1 when the mismatch reproduces (0 when it does not).
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -60,12 +61,16 @@ sys.exit(1 if failed else 0)
 '''
 
 
-def write(folder: Path, *, case_id: str, model: bytes, inputs: dict[str, np.ndarray],
+def write(folder: Path, *, case_id: str, model: bytes | str, inputs: dict[str, np.ndarray],
           expected: dict[str, np.ndarray], got: dict[str, np.ndarray] | None, atol: float,
           rtol: float, providers: list[str], version: str) -> Path:
     """Write one repro folder; returns it. Outputs are keyed by the graph's output names."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "model.onnx").write_bytes(model)
+    if isinstance(model, str):  # weights as external data: the file and its weights
+        shutil.copyfile(model, folder / "model.onnx")
+        shutil.copyfile(f"{model}.data", folder / "model.onnx.data")
+    else:
+        (folder / "model.onnx").write_bytes(model)
     _save(folder / "inputs.npz", inputs)
     _save(folder / "expected.npz", expected)
     if got is not None:

@@ -48,7 +48,7 @@ class _Prepared:
 
     module: Any
     binding: Binding
-    model: bytes
+    model: bytes | str  # a path when the weights are external data (past 2 GiB)
     input_names: list[str]
     output_names: list[str]
     known: list[known_ops.Known]
@@ -120,7 +120,7 @@ def _prepare(job: LocaliseJob) -> _Prepared:
     outs, _ = output_names(out, mj.module)
     exported = export_module(typed, binding.arguments(tensors), mj.module.inputs, outs,
                              mj.export)
-    return _Prepared(typed, binding, exported.model, names, outs,
+    return _Prepared(typed, binding, exported.source, names, outs,
                      known_ops.bundled() if job.expensive else [])
 
 
