@@ -184,4 +184,4 @@ def test_cli_upstream_then_comment(tmp_path: Path, servers: tuple[FakeGitHub, Fa
     missing = cli("comment", "--results", str(tmp_path / "nope.json"), "--repo", REPO,
                   "--pr", "7")
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1
-    assert "nope.json: cannot read results" in missing.stderr
+    assert "nope.json: results file not found" in missing.stderr

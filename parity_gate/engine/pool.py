@@ -152,6 +152,13 @@ def _flush_output() -> None:
         ctypes.CDLL(None).fflush(None)
 
 
+# A worker the pool kills (a timeout, an interrupt) leaves its semaphores registered with
+# multiprocessing's resource tracker, which frees them at exit but warns after the verdict
+# line; the tracker inherits this process's warning options, so they carry the filter.
+_TRACKER_NOISE = "ignore::UserWarning:multiprocessing.resource_tracker"
+if _TRACKER_NOISE not in sys.warnoptions:
+    sys.warnoptions.append(_TRACKER_NOISE)
+
 GiB = 1 << 30
 MIN_WORKER_MEMORY = 2 * GiB
 

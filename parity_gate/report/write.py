@@ -67,12 +67,14 @@ def check_outputs(paths: ReportPaths, journal: bool = True) -> None:
     if paths.out is not None and os.path.lexists(paths.out) and not paths.out.is_dir():
         raise UserError(f"--out: {paths.out} is {_kind(paths.out)} (expected a folder for "
                         "the reports, or a path that does not exist yet)")
-    problems: list[str] = []
+    labelled = paths.labelled(journal)
+    # targets first: a refused symlink or device leaves no folder behind either
+    problems = [f"{flag}: {problem}" for flag, path in labelled
+                if (problem := target_problem(path))]
     seen: set[Path] = set()
-    for flag, path in paths.labelled(journal):
-        problem = folder_problem(path.parent, seen) or target_problem(path)
-        if problem:
-            problems.append(f"{flag}: {problem}")
+    if not problems:
+        problems = [f"{flag}: {problem}" for flag, path in labelled
+                    if (problem := folder_problem(path.parent, seen))]
     if problems:
         raise UserError(list(dict.fromkeys(problems)))
 
@@ -105,7 +107,7 @@ def target_problem(path: Path) -> str:
     """Why `path` must not be replaced by a report ('' when it may)."""
     try:
         st = os.lstat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # a new path (its folder is checked next)
         return ""
     except OSError as err:
         return f"cannot inspect {path}: {err.strerror or err}"
