@@ -112,18 +112,25 @@ def load(out: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
 
 
 def test_sigkill_of_the_gate_kills_its_workers_and_the_journal_has_every_finished_case(
-        gate_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        gate_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    child_file = tmp_path / "child.pid"  # `slow` starts a child in a session of its own
     gate = Gate(gate_dir, "--select", "first/*", "--select", "slow/*", "--select", "last/*",
-                env={"ROBUST_SLOW_S": "60"})
+                env={"ROBUST_SLOW_S": "60", "ROBUST_CHILD_PID_FILE": str(child_file)})
     gate.wait_for(FIRST)
-    time.sleep(0.5)  # inside the slow module now: the worker is busy
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not child_file.exists():
+        time.sleep(0.1)
+    child = int(child_file.read_text())
+    time.sleep(1.5)  # inside the slow module now: the worker is busy
     family = descendants(gate.proc.pid)
+    assert child in family and alive(child)
     assert len(family) >= 2, family  # the worker and its sentinel (plus the resource tracker)
     assert worker_folders(gate.proc.pid)
     gate.proc.kill()
     code, _ = gate.finish()
     assert code == -signal.SIGKILL
-    assert wait_gone(family) == set()  # no process of the run outlives it
+    assert wait_gone(family) == set()  # no process of the run outlives it, the setsid one too
+    assert not alive(child)
     assert worker_folders(gate.proc.pid) == []  # the sentinel removed the workers' folder
     assert not (gate_dir / "results.json").exists()  # the gate died before any report
 

@@ -76,9 +76,18 @@ def _start_sentinel(gate_pid: int, folder: str) -> None:
     try:
         _close_inherited()  # the gate must see the worker's pipes close when it dies
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        gate_gone = _wait_either(gate_pid, worker_pid)
+        # The worker's descendants, noted every half second: one that left the group with
+        # setsid() is reparented away when the worker dies, so it is killed by its pid.
+        below: list[int] = []
+        gate_gone = None
+        while gate_gone is None:
+            below = [p for p in _descendants(worker_pid) if p != os.getpid()]
+            gate_gone = _wait_either(gate_pid, worker_pid, timeout=0.5)
         if gate_gone:
             shutil.rmtree(folder, ignore_errors=True)
+        for pid in below:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
         os.killpg(0, signal.SIGKILL)
     finally:
         os._exit(0)
@@ -98,19 +107,26 @@ def _close_inherited() -> None:
                 os.close(fd)
 
 
-def _wait_either(gate_pid: int, worker_pid: int) -> bool:
-    """Block until the gate or the worker ends; True when the gate did."""
+def _wait_either(gate_pid: int, worker_pid: int, timeout: float) -> bool | None:
+    """Wait up to `timeout` s for the gate or the worker to end; True when the gate did,
+    False when the worker did, None when both still run."""
     try:
         gate, worker = os.pidfd_open(gate_pid), os.pidfd_open(worker_pid)
-    except (AttributeError, OSError):
-        while True:  # no pidfd: poll (a zombie gate counts as gone)
+    except (AttributeError, OSError):  # no pidfd: poll (a zombie gate counts as gone)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
             if not _alive(gate_pid):
                 return True
             if os.getppid() != worker_pid:
                 return False
-            time.sleep(0.2)
-    ready, _, _ = select.select([gate, worker], [], [])
-    return gate in ready
+            time.sleep(0.1)
+        return None
+    try:
+        ready, _, _ = select.select([gate, worker], [], [], timeout)
+    finally:
+        os.close(gate)
+        os.close(worker)
+    return (gate in ready) if ready else None
 
 
 def _alive(pid: int) -> bool:

@@ -33,7 +33,12 @@ def small() -> nn.Module:
 
 
 def slow() -> nn.Module:
-    """Builds for a few seconds: the window in which the tests send their signals."""
+    """Builds for a few seconds: the window in which the tests send their signals. With
+    ROBUST_CHILD_PID_FILE set, it first starts a child in a session of its own."""
+    if os.environ.get("ROBUST_CHILD_PID_FILE"):
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"],
+                                 start_new_session=True)
+        Path(os.environ["ROBUST_CHILD_PID_FILE"]).write_text(str(child.pid))
     time.sleep(float(os.environ.get("ROBUST_SLOW_S", "6")))
     return Small().eval()
 
