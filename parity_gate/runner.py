@@ -125,9 +125,7 @@ def run_manifest(manifest: Manifest, manifest_path: Path,
         except Interrupted as stop:
             signals.shutting_down()
             run.interrupted = True
-            progress.message(f"parity-gate: {stop} received; writing the reports of the "
-                             f"{len(run.cases)} of {run.planned} planned cases that finished "
-                             "(further signals are ignored until they are written)")
+            progress.message(stop.notice("parity-gate", len(run.cases), run.planned))
         finally:
             signals.shutting_down()
             if pool is not None:

@@ -71,6 +71,16 @@ def test_every_component_of_the_key_invalidates(tmp_path: Path) -> None:
     assert key(net, example=["random", 0, 4]) != base
     net.register_buffer("scale", torch.ones(1))  # a new buffer is part of the weights
     assert key(net) != base
+    fp = c.module_fingerprint(load(tmp_path))
+    stored = c.export_key(fp, [], "float32", {}, "x", {"torch": "2.13.0"})
+    assert c.export_key(fp, [], "float32", {}, "x", {"torch": "2.13.0"},
+                        context=[{"baked-dim": "fail"}]) != stored  # hazard settings, say
+    ref = c.reference_key(fp, "float32", "cpu", ["digest"], [], {"torch": "2.13.0"})
+    for other in (c.reference_key(fp, "float32", "cpu", ["other"], [], {"torch": "2.13.0"}),
+                  c.reference_key(fp, "float32", "cpu", ["digest"], [{"name": "y"}],
+                                  {"torch": "2.13.0"}),
+                  c.reference_key(fp, "float32", "cpu", ["digest"], [], {"torch": "2.14.0"})):
+        assert other != ref  # other inputs, output specs or torch: a miss
 
 
 def test_a_damaged_entry_is_a_miss_and_removed(tmp_path: Path) -> None:

@@ -42,6 +42,26 @@ def results(tmp_path: Path, name: str = "r.json", **kw: Any) -> Path:
     return path
 
 
+def one_annotation(workspace: Path, monkeypatch: pytest.MonkeyPatch,
+                   capsys: pytest.CaptureFixture[str], **inputs: str) -> str:
+    """The Action's entrypoint with only these inputs: exit 2, one ::error line (returned),
+    no traceback, and the `result` output `error`."""
+    outputs = workspace / "outputs"
+    for key in list(os.environ):
+        if key.startswith("INPUT_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("GITHUB_WORKSPACE", str(workspace))
+    monkeypatch.setenv("GITHUB_OUTPUT", str(outputs))
+    for name, value in inputs.items():
+        monkeypatch.setenv(f"INPUT_{name}", value)
+    assert action.main([]) == 2
+    out, err = capsys.readouterr()
+    lines = [line for line in out.splitlines() if line.startswith("::error")]
+    assert len(lines) == 1 and "Traceback" not in out + err, out + err
+    assert outputs.read_text().split("\n")[1] == "error"  # result<<delimiter, error, ...
+    return lines[0]
+
+
 def one_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -277,19 +297,8 @@ def test_a_malformed_results_file_for_the_github_steps_is_located(
         extra = ["--repo", "acme/models", "--pr", "7"] if command == "comment" else []
         line = one_error(capsys, [command, "--results", str(bad), *extra])
         assert line.startswith(str(bad)) and re.search(expected, line), line
-    outputs = tmp_path / "outputs"
-    for key in list(os.environ):
-        if key.startswith("INPUT_"):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("GITHUB_WORKSPACE", str(tmp_path))
-    monkeypatch.setenv("GITHUB_OUTPUT", str(outputs))
-    monkeypatch.setenv("INPUT_RESULTS", "bad-results")
-    assert action.main([]) == 2
-    out, err = capsys.readouterr()
-    lines = [line for line in out.splitlines() if line.startswith("::error")]
-    assert len(lines) == 1 and "Traceback" not in out + err, out + err
-    assert re.search(expected, lines[0]), lines[0]
-    assert outputs.read_text().split("\n")[1] == "error"
+    line = one_annotation(tmp_path, monkeypatch, capsys, RESULTS="bad-results")
+    assert re.search(expected, line), line
 
 
 # ------------------------------------------------------------------ malformed YAML inputs
@@ -389,19 +398,8 @@ def test_action_folder_input_that_is_a_file_is_one_annotation_exit_2(
         name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "taken").write_text("a file")
-    outputs = tmp_path / "outputs"
-    for key in list(os.environ):
-        if key.startswith("INPUT_"):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("GITHUB_WORKSPACE", str(tmp_path))
-    monkeypatch.setenv("GITHUB_OUTPUT", str(outputs))
-    monkeypatch.setenv(f"INPUT_{name.upper()}", "taken")
-    assert action.main([]) == 2
-    out, err = capsys.readouterr()
-    lines = [line for line in out.splitlines() if line.startswith("::error")]
-    assert len(lines) == 1 and "Traceback" not in out + err
-    assert f"{name}: taken ({tmp_path / 'taken'}) is a file (expected a folder" in lines[0]
-    assert outputs.read_text().split("\n")[1] == "error"  # result<<delimiter, error, ...
+    line = one_annotation(tmp_path, monkeypatch, capsys, **{name.upper(): "taken"})
+    assert f"{name}: taken ({tmp_path / 'taken'}) is a file (expected a folder" in line
 
 
 def test_action_passes_allow_all_skipped() -> None:

@@ -26,7 +26,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -185,18 +185,22 @@ def key_of(*parts: Any) -> str:
 
 
 def export_key(fingerprint: str, inputs: Any, dtype: str, export_options: Any,
-               example: Any, package_versions: Mapping[str, str] | None = None) -> str:
+               example: Any, package_versions: Mapping[str, str] | None = None,
+               context: Sequence[Any] = ()) -> str:
     """The key of one exported model: the module, what it is called with, how it is
-    exported, and the versions of the exporter's stack."""
+    exported, the versions of the exporter's stack, and what else the caller stores with
+    it (`context`: the hazard settings its findings depend on, say)."""
     return key_of("export", fingerprint, inputs, dtype, export_options, example,
-                  dict(package_versions if package_versions is not None else versions()))
+                  dict(package_versions if package_versions is not None else versions()),
+                  list(context))
 
 
-def reference_key(fingerprint: str, dtype: str, fixture: Any, batch: int, seed: int,
-                  device: str, package_versions: Mapping[str, str] | None = None) -> str:
-    """The key of one eager reference: the module, its inputs, and torch's version."""
+def reference_key(fingerprint: str, dtype: str, device: str, inputs: Any, outputs: Any,
+                  package_versions: Mapping[str, str] | None = None) -> str:
+    """The key of one eager reference: the module, its very inputs (digests), the output
+    specs, the device and torch's version."""
     found = dict(package_versions if package_versions is not None else versions())
-    return key_of("reference", fingerprint, dtype, fixture, batch, seed, device,
+    return key_of("reference", fingerprint, dtype, device, inputs, outputs,
                   found.get("torch"))
 
 

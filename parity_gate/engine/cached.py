@@ -12,7 +12,6 @@ hazard settings are part of its key).
 from __future__ import annotations
 
 import hashlib
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,9 +22,10 @@ import numpy as np
 from parity_gate import __version__
 from parity_gate.engine.cache import (
     ExportCache,
-    key_of,
+    export_key,
     load_arrays,
     module_fingerprint,
+    reference_key,
     save_arrays,
     versions,
 )
@@ -67,12 +67,13 @@ class WorkerCache:
                    names: Sequence[str], settings: Any, purpose: str,
                    training: Sequence[str], export_batch: int) -> str:
         """Everything an export and the hazard checks on it depend on."""
-        return key_of(EXPORT, purpose, self.fingerprint, dtype, device,
-                      [i.model_dump(mode="json") for i in job.module.inputs],
-                      settings.model_dump(mode="json"), digest(example), list(names),
-                      export_batch, list(job.settings.batch_sizes or []), list(training),
-                      _dump(job.settings.hazards), _dump(job.settings.target_runtime),
-                      {**versions(), "parity-gate": __version__})
+        return export_key(
+            self.fingerprint, [i.model_dump(mode="json") for i in job.module.inputs], dtype,
+            settings.model_dump(mode="json"), digest(example),
+            {**versions(), "parity-gate": __version__},
+            context=[purpose, device, list(names), export_batch,
+                     list(job.settings.batch_sizes or []), list(training),
+                     _dump(job.settings.hazards), _dump(job.settings.target_runtime)])
 
     def load_export(self, key: str) -> tuple[ExportedModel | ExportFailure, list[Hazard]] | None:
         entry = self.store.get(EXPORT, key)
@@ -117,10 +118,9 @@ class WorkerCache:
     def reference_key(self, job: ModuleJob, dtype: str, device: str,
                       inputs: list[dict[str, np.ndarray]]) -> str:
         """The module, its very inputs (file fixtures included, by content) and torch."""
-        return key_of(REFERENCE, self.fingerprint, dtype, device,
-                      [digest(sample) for sample in inputs],
-                      [o.model_dump(mode="json") for o in job.module.outputs or []],
-                      versions().get("torch"))
+        return reference_key(self.fingerprint, dtype, device,
+                             [digest(sample) for sample in inputs],
+                             [o.model_dump(mode="json") for o in job.module.outputs or []])
 
     def load_reference(self, key: str) -> tuple[list[str], list[list[np.ndarray]]] | None:
         entry = self.store.get(REFERENCE, key)
@@ -157,8 +157,3 @@ def digest(arrays: dict[str, Any]) -> str:
 
 def _dump(value: Any) -> Any:
     return value.model_dump(mode="json") if hasattr(value, "model_dump") else value
-
-
-def scratch_dir() -> Path:
-    """Where a worker writes an external-data export before it is cached or run."""
-    return Path(tempfile.mkdtemp(prefix="export-"))

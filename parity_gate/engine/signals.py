@@ -21,6 +21,12 @@ class Interrupted(Exception):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
 
+    def notice(self, prog: str, finished: int, planned: int | None) -> str:
+        """The line `run` and `ops` print when a signal stops them."""
+        return (f"{prog}: {self} received; writing the reports of the {finished} of "
+                f"{planned} planned cases that finished (further signals are ignored until "
+                "they are written)")
+
 
 class Signals:
     """SIGINT/SIGTERM stop the run once; every further one, and any during shutdown, is

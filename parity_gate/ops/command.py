@@ -161,9 +161,7 @@ def execute(run: Any, op_plan: Any, selection: Any, jobs: int, signals: Signals,
     except Interrupted as stop:
         signals.shutting_down()
         run.interrupted = True
-        progress.say(f"parity-gate ops: {stop} received; writing the reports of the "
-                     f"{len(run.cases)} of {run.planned} planned cases that finished "
-                     "(further signals are ignored until they are written)")
+        progress.say(stop.notice("parity-gate ops", len(run.cases), run.planned))
     finally:
         signals.shutting_down()
         cases.close()  # closes the pool: no worker outlives the sweep
