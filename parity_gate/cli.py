@@ -410,8 +410,16 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     path = default_manifest(args.manifest)
     manifest = load_manifest(path)
+    files = ""
+    if any(getattr(f, "kind", None) == "file" for f in manifest.fixtures.values()):
+        from parity_gate.engine.fixtures import file_fixture_problems  # numpy: only if needed
+
+        read, problems = file_fixture_problems(manifest, Path(path).resolve().parent)
+        if problems:
+            raise UserError(problems)
+        files = f", {read} fixture file(s) read"
     print(f"{path}: OK ({len(manifest.modules)} modules, "
-          f"{len(manifest.fixtures)} fixture sets)")
+          f"{len(manifest.fixtures)} fixture sets{files})")
     return 0
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -256,3 +257,58 @@ def test_several_sizes_of_a_dim_must_be_sizes(tmp_path: Path,
     lines = check(tmp_path, text, capsys)
     assert any(ln.startswith("13:") and "fixtures.images.dims.n" in ln and ">= 0" in ln
                for ln in lines), lines
+
+
+# `check` opens file fixture sets as a run would: (how data.npz is spoiled, the one line)
+FILE_FIXTURE_BAD = {
+    "corrupt": (lambda p: p.write_bytes(p.read_bytes()[:40]),
+                r"^17:11: fixtures\.recorded\.path: .*data\.npz: is not a valid zip archive"),
+    "text": (lambda p: p.write_text("x,y\n1,2\n"),
+             r"^17:11: fixtures\.recorded\.path: .*data\.npz: .*\(expected a NumPy \.npz"),
+    "no-array": (lambda p: __import__("numpy").savez(p, y=__import__("numpy").zeros(2),
+                                                      z=__import__("numpy").zeros(2)),
+                 r"^17:11: fixtures\.recorded\.path: module 'cnn': data\.npz: no array 'x' for "
+                 r"input 'x' \(has: y, z\)"),
+    "no-rows": (lambda p: __import__("numpy").savez(p, x=__import__("numpy").float32(1)),
+                r"^17:11: fixtures\.recorded\.path: module 'cnn': data\.npz: array 'x' needs "
+                r"rows along axis 0"),
+}
+
+
+@pytest.mark.parametrize("kind", list(FILE_FIXTURE_BAD))
+def test_check_opens_file_fixtures(kind: str, tmp_path: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A fixture file a run could not read is found by `check`, at the set's `path`."""
+    spoil, expected = FILE_FIXTURE_BAD[kind]
+    path = write(tmp_path, BASE)
+    spoil(tmp_path / "data.npz")
+    code = main(["check", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{path}:"), err
+    assert re.search(expected, lines[0][len(str(path)) + 1:]), lines[0]
+
+
+def test_check_names_the_dynamic_dim_a_file_array_lacks(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import numpy as np
+
+    text = BASE.replace("dynamic: {0: batch}", "dynamic: {0: batch, 2: height}").replace(
+        "path: data.npz", "path: data.npz\n    keys: {x: images}")
+    path = write(tmp_path, text)
+    np.savez(tmp_path / "data.npz", images=np.zeros((4, 3), np.float32))
+    code = main(["check", str(path)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.strip().endswith(
+        "fixtures.recorded.keys: module 'cnn': the array for input 'x' has 2 dim(s) (shape "
+        "[1, 3]) but the input declares dynamic dim 2 ('height') (expected at least 3 dims, "
+        "rows along axis 0)"), err
+
+
+def test_check_reports_the_fixture_files_it_read(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["check", str(write(tmp_path, BASE))]) == 0
+    assert capsys.readouterr().out.strip().endswith(
+        ": OK (1 modules, 2 fixture sets, 1 fixture file(s) read)")

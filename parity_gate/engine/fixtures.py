@@ -19,8 +19,10 @@ from parity_gate.manifest.models import (
     FLOAT_DTYPES,
     EdgeFixture,
     FileFixture,
+    Manifest,
     RandomFixture,
     TensorSpec,
+    resolve_settings,
 )
 
 NUMPY_DTYPES: dict[str, Any] = {
@@ -263,3 +265,41 @@ def _from_file(fixture: FileFixture, input_names: Sequence[str], batch_size: int
         target = dtype if chosen.dtype.kind == "f" or chosen.dtype == ml_dtypes.bfloat16 else None
         out[input_name] = cast(chosen, target) if target else np.ascontiguousarray(chosen)
     return out
+
+
+def file_fixture_problems(manifest: Manifest, base_dir: Path) -> tuple[int, list[str]]:
+    """Open every file fixture set as a run would, and say, where the set is written, what
+    the run would find: an unreadable file, an input with no array, an array with too few
+    dims for its input's dynamic axes. A run finds these too, at the cost of that set's
+    cases only; `check` finds them before a CI job spends its time. Returns (files read,
+    problems)."""
+    problems: list[str] = []
+    read = 0
+    for name, fixture in manifest.fixtures.items():
+        if not isinstance(fixture, FileFixture):
+            continue
+        try:
+            load_arrays(base_dir / fixture.path)
+        except FixtureError as exc:
+            problems.append(f"{manifest.locate_fixture(name, 'path')}: {exc}")
+            continue
+        read += 1
+        for module in (m for m in manifest.modules if name in m.fixtures):
+            dtype = (resolve_settings(manifest, module).dtypes or ["float32"])[0]
+            where = manifest.locate_fixture(name, "keys" if fixture.keys else "path")
+            try:
+                arrays = _from_file(fixture, [i.name for i in module.inputs], 1, dtype, 0,
+                                    base_dir)
+            except FixtureError as exc:
+                problems.append(f"{where}: module {module.name!r}: {exc}")
+                continue
+            for spec in module.inputs:
+                if not spec.dynamic or arrays[spec.name].ndim > max(spec.dynamic):
+                    continue
+                axis = max(spec.dynamic)
+                problems.append(
+                    f"{where}: module {module.name!r}: the array for input {spec.name!r} has "
+                    f"{arrays[spec.name].ndim} dim(s) (shape {list(arrays[spec.name].shape)}) "
+                    f"but the input declares dynamic dim {axis} ({spec.dynamic[axis]!r}) "
+                    f"(expected at least {axis + 1} dims, rows along axis 0)")
+    return read, problems

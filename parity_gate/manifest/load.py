@@ -77,6 +77,7 @@ def load_manifest(path: str | Path) -> Manifest:
     _check_sizes(manifest, sources, merged["origins"])
     _raise_all(sources)
     _attach_locations(manifest, merged["origins"])
+    _attach_fixture_locations(manifest, sources)
     return manifest
 
 
@@ -265,6 +266,20 @@ def _attach_locations(manifest: Manifest, origins: list[tuple[Document, Loc]]) -
             for j, _ in enumerate(getattr(module, key) or []):
                 where[f"{key}[{j}].name"] = _where(doc, (*loc, key, j, "name"))
         module._where = where
+
+
+def _attach_fixture_locations(manifest: Manifest, sources: list[_Source]) -> None:
+    """Where each fixture set is written (the file that defines it), for `check`'s reading
+    of fixture files."""
+    for src in sources:
+        data = src.doc.data
+        fixtures = data.get("fixtures") if isinstance(data, dict) else None
+        for name in fixtures if isinstance(fixtures, dict) else ():
+            if str(name) not in manifest.fixtures:
+                continue
+            for key in ("", "path", "keys"):
+                manifest._fixture_where[str(name), key] = _where(
+                    src.doc, ("fixtures", name, *((key,) if key else ())))
 
 
 def _where(doc: Document, loc: Loc) -> str:

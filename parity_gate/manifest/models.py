@@ -363,6 +363,14 @@ class Manifest(_Strict):
         default_factory=LocaliseSettings,
         description="follow-up checks on failing cases: how many get the expensive ones, "
         "their time limit, and whether a tolerance artefact still fails")
+    # (fixture set, key) → "parity.yml:12:5: fixtures.NAME.key", filled by the loader, so
+    # that problems found when a set's file is opened are reported where to edit.
+    _fixture_where: dict[tuple[str, str], str] = PrivateAttr(default_factory=dict)
+
+    def locate_fixture(self, name: str, key: str = "") -> str:
+        """`file:line:col: fixtures.NAME[.key]` of a fixture set, or of one of its keys."""
+        return (self._fixture_where.get((name, key)) or self._fixture_where.get((name, ""))
+                or f"fixtures.{name}" + (f".{key}" if key else ""))
 
 
 # ---------------------------------------------------------------------------
