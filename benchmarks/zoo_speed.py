@@ -41,6 +41,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from parity_gate.engine.pool import descendants
+
 ROOT = Path(__file__).resolve().parent.parent
 ZOO = ROOT / "examples" / "zoo"
 FULL_ZOO = ZOO / "parity.yml"  # where the largest and smallest models are looked up
@@ -162,24 +164,6 @@ sys.exit(code)
 """
 
 
-def tree(pid: int) -> list[int]:
-    """`pid` and every process below it, from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            children.setdefault(int(stat.rpartition(")")[2].split()[1]), []).append(int(entry))
-    found, todo = [pid], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
 def pss_bytes(pid: int) -> int:
     """Proportional set size (shared pages split between the processes sharing them), so
     the workers' common torch pages are not counted once per process."""
@@ -203,7 +187,7 @@ def peak_memory(cmd: list[str]) -> tuple[int, int]:
     def sample() -> None:
         nonlocal peak
         while not done.is_set():
-            peak = max(peak, sum(pss_bytes(p) for p in tree(proc.pid)[1:]))  # not the wrapper
+            peak = max(peak, sum(pss_bytes(p) for p in descendants(proc.pid)))  # not the wrapper
             time.sleep(0.05)
 
     sampler = threading.Thread(target=sample, daemon=True)

@@ -239,6 +239,25 @@ def test_error_growth_beyond_the_factor_is_a_regression(now: float, expected: st
     assert d.passed is (expected == "known")
 
 
+def test_figure_growth_at_the_rounding_level_is_not_a_regression() -> None:
+    """A known NaN-type float32 failure whose finite part moved 2e-8 → 9e-8 (both under
+    float32's rounding level, 1.2e-4): machine noise, not a regression; the same growth
+    above the level is one. The module gate and the op sweep share this rule."""
+    known = base(entry("a/**", max_abs=2e-8, max_rel=2e-8, fraction=0.25))
+    noise = gate.decide(RunResult(cases=[case("a", max_abs=9e-8, max_rel=9e-8,
+                                              fraction=0.25)]), None, baseline=known)
+    assert categories(noise) == {cid("a"): "known"} and noise.passed
+    assert "figure growth at the rounding level of float32 ignored" in noise.rulings[0].why
+    assert noise.rulings[0].figures.max_rel == 9e-8  # the report keeps the real figures
+    above = base(entry("a/**", max_abs=2e-3, max_rel=2e-3, fraction=0.25))
+    grown = gate.decide(RunResult(cases=[case("a", max_abs=9e-3, max_rel=9e-3,
+                                              fraction=0.25)]), None, baseline=above)
+    assert categories(grown) == {cid("a"): "regression"} and not grown.passed
+    spread = gate.decide(RunResult(cases=[case("a", max_abs=9e-8, max_rel=9e-8,
+                                               fraction=0.75)]), None, baseline=known)
+    assert categories(spread) == {cid("a"): "regression"}  # more elements fail: counts
+
+
 def test_worsen_factor_from_file_and_flag() -> None:
     run = RunResult(cases=[case("a", max_abs=0.25)])
     assert categories(gate.decide(run, None, baseline=base(entry("a/**"))))[cid("a")] == \

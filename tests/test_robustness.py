@@ -21,34 +21,13 @@ from typing import Any
 import pytest
 
 from parity_gate.cli import main
+from parity_gate.engine.pool import descendants
 
 pytestmark = pytest.mark.process
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ROOT / "tests" / "data" / "robust" / "parity.yml"
 FIRST = "first/float32/vec/b3/cpu"
-
-
-def descendants(pid: int) -> set[int]:
-    """Every process below `pid`, read from /proc (ppid links)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rpartition(")")[2].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    found: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
 
 
 def alive(pid: int) -> bool:
@@ -122,7 +101,7 @@ def test_sigkill_of_the_gate_kills_its_workers_and_the_journal_has_every_finishe
         time.sleep(0.1)
     child = int(child_file.read_text())
     time.sleep(1.5)  # inside the slow module now: the worker is busy
-    family = descendants(gate.proc.pid)
+    family = set(descendants(gate.proc.pid))
     assert child in family and alive(child)
     assert len(family) >= 2, family  # the worker and its sentinel (plus the resource tracker)
     assert worker_folders(gate.proc.pid)
@@ -161,7 +140,7 @@ def test_signals_during_shutdown_are_ignored_until_the_reports_are_written(
                 env={"ROBUST_SLOW_S": "60"})
     gate.wait_for(FIRST)
     time.sleep(0.5)
-    family = descendants(gate.proc.pid)
+    family = set(descendants(gate.proc.pid))
     gate.proc.send_signal(signal.SIGTERM)
     for _ in range(10):  # a second, third... signal while it closes workers and writes
         time.sleep(0.05)
@@ -195,7 +174,7 @@ def test_timeout_kills_the_modules_own_children_and_crash_records_keep_to_their_
     family: set[int] = set()
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not child_file.exists():
-        family |= descendants(gate.proc.pid)
+        family |= set(descendants(gate.proc.pid))
         time.sleep(0.2)
     child = int(child_file.read_text())
     assert alive(child)

@@ -54,6 +54,7 @@ import numpy as np
 from parity_gate.compare.scan import CHUNK, MAX_LISTED, Ctx, Scan
 from parity_gate.compare.stats import unravel
 from parity_gate.model.comparison import Verdict, fmt_number, value_format
+from parity_gate.model.precision import ROUNDING_DEPTH, ROUNDOFF, rounding_level
 
 __all__ = ["ROUNDOFF", "TIE_ULPS", "Top1", "decide_verdict", "pattern_of", "rounding_level",
            "shape_reason", "tie_window", "top1_agreement", "whole_unit_step"]
@@ -61,12 +62,6 @@ __all__ = ["ROUNDOFF", "TIE_ULPS", "Top1", "decide_verdict", "pattern_of", "roun
 _MIN_PATTERN = 3  # failing elements needed before calling sign/offset
 _SIGN_RATIO = 0.01  # sum (got+ref)^2 <= 1% of sum ref^2
 _OFFSET_CV = 0.05  # std of the shift <= 5% of the shift
-# unit roundoff and depth factor (in units of it) below which an error is
-# still rounding: fewer mantissa bits -> fewer operations fit before an error
-# becomes visible, so narrower types get smaller factors (matches the field's
-# starting tolerances: fp32 ~1e-4, fp16 ~1e-2, bf16 ~2e-2..5e-2 relative).
-ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24, "float64": 2.0**-53}
-_DEPTH = {"float16": 32.0, "bfloat16": 16.0, "float32": 2048.0, "float64": 65536.0}
 
 
 def shape_reason(a: tuple[int, ...], b: tuple[int, ...]) -> str:
@@ -182,12 +177,6 @@ def _region_where(region: dict[str, Any] | None) -> str:
     return f"concentrated in {_describe_region(region)}" if region else ""
 
 
-def rounding_level(dname: str) -> float:
-    """The relative error rule 4 still calls rounding for `dname` (0 for non-floats);
-    the op gate ignores figure growth below it (parity_gate.ops.gating)."""
-    return _DEPTH.get(dname, 0.0) * ROUNDOFF.get(dname, 0.0)
-
-
 def whole_unit_step(ctx: Ctx, bound: float) -> int | None:
     """Rule 4's exception: the first failing element (flat index) where both sides are
     integers a whole unit or more apart, far beyond the element's own rounding.
@@ -256,7 +245,7 @@ def decide_verdict(*, ctx: Ctx, sc: Scan, dname: str, region: dict[str, Any] | N
         return (Verdict.REGION if region else Verdict.MISMATCH,
                 f"{'region' if region else 'mismatch'}: {where} (exact {dname} comparison), "
                 f"first at {first}" + (f"; {rs}" if rs else ""))
-    bound = _DEPTH.get(dname, 0.0)
+    bound = ROUNDING_DEPTH.get(dname, 0.0)
     if sc.f_n and sc.f_norm <= bound and whole_unit_step(ctx, bound) is None:
         return (Verdict.ROUNDING,
                 f"rounding: {where}, largest error {sc.f_norm:.3g} unit roundoffs of "

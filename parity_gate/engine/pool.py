@@ -81,7 +81,7 @@ def _start_sentinel(gate_pid: int, folder: str) -> None:
         below: list[int] = []
         gate_gone = None
         while gate_gone is None:
-            below = [p for p in _descendants(worker_pid) if p != os.getpid()]
+            below = [p for p in descendants(worker_pid) if p != os.getpid()]
             gate_gone = _wait_either(gate_pid, worker_pid, timeout=0.5)
         if gate_gone:
             shutil.rmtree(folder, ignore_errors=True)
@@ -281,7 +281,7 @@ def _worker_main(conn: Connection, log_path: str, threads: int, warm: Sequence[s
         conn.send(Done(job.name))
 
 
-def _descendants(pid: int) -> list[int]:
+def descendants(pid: int) -> list[int]:
     """Every process below `pid`, from /proc's parent links (Linux; [] elsewhere)."""
     children: dict[int, list[int]] = {}
     try:
@@ -553,7 +553,7 @@ class WorkerPool:
         process its module started, one that left the group with setsid() included."""
         pid = worker.process.pid
         if pid is not None:
-            below = _descendants(pid)
+            below = descendants(pid)
             with contextlib.suppress(OSError):  # not yet its own group leader, or gone
                 os.killpg(pid, signal.SIGKILL)
             for child in below:

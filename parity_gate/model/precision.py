@@ -17,6 +17,20 @@ from pydantic.dataclasses import dataclass
 from parity_gate.model.findings import Rerun
 from parity_gate.model.record import CONFIG, Real, Record
 
+# Unit roundoff, and the depth factor (in units of it) below which an error is still
+# rounding: fewer mantissa bits -> fewer operations fit before an error becomes visible,
+# so narrower types get smaller factors (matches the field's starting tolerances: fp32
+# ~1e-4, fp16 ~1e-2, bf16 ~2e-2..5e-2 relative).
+ROUNDOFF = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24, "float64": 2.0**-53}
+ROUNDING_DEPTH = {"float16": 32.0, "bfloat16": 16.0, "float32": 2048.0, "float64": 65536.0}
+
+
+def rounding_level(dname: str) -> float:
+    """The relative error the comparison still calls rounding for `dname` (0 for
+    non-floats); the gates ignore a known failure's figure growth below it."""
+    return ROUNDING_DEPTH.get(dname, 0.0) * ROUNDOFF.get(dname, 0.0)
+
+
 # ONNX is "clearly worse" than eager when it is this many times further from float64: two
 # bits of precision lost beyond eager's own rounding. Below that the ratio is noise (one
 # MobileNetV2 in float16 measured 2.0x at batch 1 and 0.6x at batch 4, same weights);

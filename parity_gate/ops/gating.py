@@ -11,10 +11,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from parity_gate.compare.decide import rounding_level
 from parity_gate.gate import baseline as bl
-from parity_gate.gate.decision import decide, finish, worsened
-from parity_gate.model.gate import KNOWN, REGRESSION, Figures, GateDecision, Ruling
+from parity_gate.gate.decision import decide
+from parity_gate.model.gate import GateDecision
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.ops.findings import effect
@@ -47,62 +46,16 @@ def load_baseline(path: Path | None, variants: dict[str, OpVariant]) -> bl.Basel
     return replace(base, entries=(*base.entries, *extra))
 
 
-# How far above its dtype's rounding level (compare.decide.rounding_level) a relative
-# error must be before its growth counts: below it, figures move with the machine
-# (vector width, summation order), not with the exporter.
-ABOVE_ROUNDING = 1.0
-
-
-def significant(case: CaseResult, above: float = ABOVE_ROUNDING) -> Figures:
-    """The case's figures, with max_abs/max_rel dropped where they are rounding noise.
-
-    The rule in one place: a known finding regresses by a new outcome class, or by
-    error figures that grew *and* stand far above the output dtype's rounding
-    level; `max_rel 1.5e-14 → 1.1e-13` on a float64 NaN-type failure is noise.
-    """
-    figures = Figures.of(case)
-    worst = case.worst()
-    if worst is None or figures.max_rel is None:
-        return figures
-    if figures.max_rel <= above * rounding_level(worst.dtype_ref):
-        return Figures(None, None, figures.mismatch_fraction)
-    return figures
-
-
 def gate(run: RunResult, baseline: bl.Baseline | None, fail_on: str | None = None,
          strict: bool = False, universe: set[str] | None = None) -> GateDecision:
     """The one call that decides the exit code of `parity-gate ops`.
 
-    The project's decision (gate.decision), with figure growth judged by
-    `significant`. `universe`: the whole catalogue's case ids (see
+    The project's decision (gate.decision, where figure growth at the rounding
+    level is ignored for both gates). `universe`: the whole catalogue's case ids (see
     planner.case_ids); default the run's.
     """
-    decision = decide(run, fail_on, baseline=baseline, strict=strict,
-                      universe=universe if universe is not None else {c.id for c in run.cases})
-    if baseline is None:
-        return decision
-    cases = {c.id: c for c in run.cases}
-    rulings = [_rerule(r, cases[r.id], baseline, decision.worsen_factor)
-               for r in decision.rulings]
-    return finish(run, rulings, decision.stale, decision.fail_on, strict, decision.baseline,
-                  decision.worsen_factor)
-
-
-def _rerule(ruling: Ruling, case: CaseResult, baseline: bl.Baseline, factor: float) -> Ruling:
-    """A regression of a known finding stays one only if it is one on significant figures."""
-    entry = baseline.entry_for(case.id)
-    if ruling.category != REGRESSION or entry is None:
-        return ruling
-    if worsened(entry, case.outcome, significant(case), factor):
-        return ruling
-    return replace(ruling, category=KNOWN,
-                   why=f"known failure within its record (figure growth at the rounding level "
-                       f"of {_dtype(case)} ignored): {entry.reason}")
-
-
-def _dtype(case: CaseResult) -> str:
-    worst = case.worst()
-    return worst.dtype_ref if worst is not None else case.key.dtype
+    return decide(run, fail_on, baseline=baseline, strict=strict,
+                  universe=universe if universe is not None else {c.id for c in run.cases})
 
 
 def updated_baseline(path: Path, run: RunResult,
