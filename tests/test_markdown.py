@@ -115,6 +115,22 @@ def test_angle_brackets_ampersands_and_mentions_survive_github() -> None:
     assert "@torch" not in text and "@\u2060torch" in text  # no notification to @torch
 
 
+def test_exporter_text_with_markdown_punctuation_renders_literally() -> None:
+    """An exporter's `16*s99 ... (16*s99` is not emphasis, `_x_`/`~~x~~`/`[x]` are not markup,
+    and the tool's own `code` hint is a code span whose quotes show as quotes."""
+    said = ("Cannot view a tensor with shape torch.Size([16*s99, 16, 2, 8]) as a tensor "
+            "with shape (16*s99, 16, 16)! at reshape(*input_shape, -1) _private_ ~~gone~~; "
+            'try `attn_implementation="eager"`')
+    run = RunResult(cases=[CaseResult(key("swin", 2), Outcome.EXPORT_ERROR, said)])
+    run.gate = decide(run)
+    html, page = github(markdown.render(run))
+    assert not {"em", "del", "a"} & set(page.tags)  # (strong: the tool's own outcome cells)
+    text = "".join(page.text)
+    assert said.replace('`attn_implementation="eager"`', 'attn_implementation="eager"') in text
+    assert '<code>attn_implementation=&quot;eager&quot;</code>' in html
+    assert "&amp;quot;" not in html and "\\*" not in text and "\\_" not in text
+
+
 def test_per_case_detail_is_folded_numeric_and_capped() -> None:
     md = markdown.render(sample_run())
     approx = md[md.index("<summary><b>approx</b>"):]

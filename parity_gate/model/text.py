@@ -27,11 +27,35 @@ def escape_html(text: object) -> str:
     return html.escape(strip_control(str(text)), quote=True)
 
 
+# Characters that start emphasis, strikethrough, a link or a code span in GitHub markdown:
+# an exporter's `torch.Size([16*s99, 16]) ... (16*s99, 16)` would otherwise turn half a cell
+# italic.
+_MD_PUNCT = re.compile(r"([*_~`\[\]])")
+# A code span the text marks itself (the tool's hints: try `attn_implementation="eager"`):
+# markdown shows its content literally, so it is kept as it is (entities and backslash
+# escapes would show as typed there). One holding `|` is escaped as plain text instead,
+# since a pipe cannot be escaped inside a code span outside a table.
+_CODE_SPAN = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)", re.S)
+
+
+def _md_plain(text: str) -> str:
+    out = html.escape(text, quote=True).replace("\\", "&#92;").replace("|", "\\|")
+    return _MENTION.sub("@\u2060", _MD_PUNCT.sub(r"\\\1", out))
+
+
 def md_text(text: object) -> str:
     """`text` shown literally in GitHub markdown: HTML escaped (so `<module>` survives
-    GitHub's sanitizer), backslashes kept, `|` escaped for tables, mentions defused."""
-    out = escape_html(text).replace("\\", "&#92;").replace("|", "\\|")
-    return _MENTION.sub("@\u2060", out)
+    GitHub's sanitizer), backslashes kept, `|` escaped for tables, emphasis, strikethrough
+    and link brackets escaped, mentions defused; code spans it marks stay code spans."""
+    raw = strip_control(str(text))
+    out: list[str] = []
+    pos = 0
+    for span in _CODE_SPAN.finditer(raw):
+        if "|" in span.group(2):
+            continue
+        out += [_md_plain(raw[pos:span.start()]), span.group(0)]
+        pos = span.end()
+    return "".join([*out, _md_plain(raw[pos:])])
 
 
 def md_cell(text: object, limit: int = 160) -> str:
