@@ -65,6 +65,37 @@ def test_self_contained_with_grid_and_charts() -> None:
     assert "Fatal Python error" in page
 
 
+def test_module_table_has_the_summarys_cells_and_baseline_column() -> None:
+    """The page's module table says what the step summary says: a passing module's largest
+    error, the needed tolerance, and (with a baseline) what the baseline made of it."""
+    from parity_gate.gate import baseline as bl
+    from parity_gate.report import markdown
+
+    run = sample()
+    run.cases.append(CaseResult(CaseKey("fine", "float32", "tok", 1, "cpu"), Outcome.PASS,
+                                comparisons=[Comparison("logits", True, Verdict.PASS, "",
+                                                        "(1, 2)", "(1, 2)", "float32",
+                                                        "float32", 1e-5, 1e-3, max_abs=3e-7,
+                                                        max_rel=1e-6)]))
+    run.gate = decide(run, None, baseline=bl.Baseline("b.yml", (bl.Entry("boom/*", "known"),)))
+    page = html.render(run)
+    table = page[page.index('<section id="modules">'):]
+    table = table[:table.index("</section>")]
+    assert "<th>baseline</th>" in table
+    assert "2 known (not blocking)" in table and "3 regressions (blocking)" in table
+    assert "<td>3.00e-07</td>" in table  # the passing module's largest error, as in markdown
+    assert "float32: atol ≥ 0.01 (rtol 0.001) or rtol ≥ 0.3 (atol 1e-05)" in table
+    md = markdown.render(run)
+    assert "3.00e-07" in md and "2 known (not blocking)" in md
+    cells = dict((m[1].split()[0] + m[1].split()[-1], m[0]) for m in re.findall(
+        r'<td class="cell( known)?"[^>]*>(?:<a [^>]*>)?([^<]*)<', page))
+    assert cells == {"crashknown": " known", "mismatch3/4": "", "skipped1": "", "pass1": ""}
+    assert "striped: known failures (baseline), not blocking" in page
+    plain = html.render(sample())
+    assert "<th>baseline</th>" not in plain and 'class="cell known"' not in plain \
+        and "striped" not in plain  # no baseline: neither
+
+
 def test_layer_curve_section_only_when_localised() -> None:
     run = sample()
     plain = next(c for c in run.cases if c.key.batch_size == 2 and c.key.module == "enc")

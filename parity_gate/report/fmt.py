@@ -1,4 +1,4 @@
-"""Number formatting shared by the text reports."""
+"""Number and word formatting shared by the text reports."""
 
 from __future__ import annotations
 
@@ -27,3 +27,7 @@ def num(value: Any) -> str:
 
 def seconds(value: float) -> str:
     return f"{value:.2f}s" if value < 100 else f"{value / 60:.1f}min"
+
+
+def plural(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else (many or one + 's')}"

@@ -13,13 +13,21 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 
 from parity_gate.model.comparison import Comparison
+from parity_gate.model.gate import KNOWN, GateDecision
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.model.text import escape_html as esc
 from parity_gate.report.fmt import num, seconds
 from parity_gate.report.locate import Located
-from parity_gate.report.markdown import headline
-from parity_gate.report.modules import ModuleView, module_views, tail_lines
+from parity_gate.report.markdown import decision_of, headline
+from parity_gate.report.modules import (
+    ModuleView,
+    gate_text,
+    module_views,
+    needed_text,
+    tail_lines,
+    worst_error_text,
+)
 
 CASE_SECTIONS = 100  # failing cases drawn in full; the others are listed in a table
 OUTPUTS_PER_CASE = 4
@@ -213,6 +221,9 @@ text-align:left;vertical-align:top}th{background:#f6f8fa}
 td.cell{color:#fff;font-weight:600;text-align:center;min-width:80px}
 td.cell a{color:#fff;text-decoration:none}
 .legend span{display:inline-block;color:#fff;padding:1px 8px;margin:2px;border-radius:4px}
+.known{text-shadow:0 0 2px rgba(0,0,0,.6);
+background-image:repeating-linear-gradient(135deg,rgba(255,255,255,.16) 0 6px,
+transparent 6px 12px)}
 code,pre{font:12px ui-monospace,SFMono-Regular,Menlo,monospace}
 pre{background:#f6f8fa;padding:10px;overflow:auto;max-height:360px;white-space:pre-wrap}
 .case{border:1px solid #d1d9e0;border-radius:8px;padding:8px 14px;margin:10px 0}
@@ -244,7 +255,12 @@ def _anchor(index: int) -> str:
     return f"module-{index}"
 
 
-def _grid(run: RunResult, views: list[ModuleView], anchors: dict[str, str]) -> str:
+def _grid(run: RunResult, views: list[ModuleView], anchors: dict[str, str],
+          decision: GateDecision) -> str:
+    """One cell per module, dtype and provider, coloured by its worst outcome; a cell whose
+    failing cases the baseline knows (none blocking) is striped and says `known`."""
+    category = {r.id: r.category for r in decision.rulings}
+    any_known = False
     columns = sorted({(c.key.dtype, c.key.provider) for c in run.cases})
     cells: dict[tuple[str, str, str], list[CaseResult]] = defaultdict(list)
     for c in run.cases:
@@ -262,41 +278,47 @@ def _grid(run: RunResult, views: list[ModuleView], anchors: dict[str, str]) -> s
                                               c.outcome is Outcome.PASS))
             count = Counter(c.outcome.value for c in group)
             failing = sum(1 for c in group if c.failed)
+            known = bool(failing) and all(category.get(c.id) == KNOWN
+                                          for c in group if c.failed)
+            any_known |= known
             text = (f"{worst.outcome.value} {failing}/{len(group)}" if failing
-                    else f"{worst.outcome.value} {len(group)}")
-            tip = ", ".join(f"{k}: {n}" for k, n in count.items())
+                    else f"{worst.outcome.value} {len(group)}") + (" known" if known else "")
+            tip = ", ".join(f"{k}: {n}" for k, n in count.items()) + (
+                " (known failures in the baseline, not blocking)" if known else "")
             link = anchors.get(v.name)
             inner = f'<a href="#{link}">{esc(text)}</a>' if link else esc(text)
-            tds.append(f'<td class="cell" style="background:{colour(worst.outcome)}" '
+            tds.append(f'<td class="cell{" known" if known else ""}" '
+                       f'style="background-color:{colour(worst.outcome)}" '
                        f'data-outcome="{esc(worst.outcome.value)}" title="{esc(tip)}">'
                        f"{inner}</td>")
         rows.append(f"<tr><th><code>{esc(v.name)}</code></th>{''.join(tds)}</tr>")
     legend = "".join(f'<span style="background:{colour(o)}">{esc(o.value)}</span>'
                      for o in sorted({c.outcome for c in run.cases}, key=lambda o: o.severity))
+    if any_known:
+        legend += ('<span class="known" style="background-color:#8c959f">striped: known '
+                   "failures (baseline), not blocking</span>")
     return (f'<section id="grid"><h2>Outcomes by module, dtype and provider</h2>'
             f'<table class="grid"><tr><th>module</th>{head}</tr>{"".join(rows)}</table>'
             f'<p class="legend">{legend}</p></section>')
 
 
-def _module_table(views: list[ModuleView], where: Located) -> str:
+def _module_table(views: list[ModuleView], where: Located, decision: GateDecision) -> str:
+    """The markdown summary's module table (the same cells), with where each module is
+    written."""
+    gate = decision.baseline is not None
     rows = []
     for v in views:
-        found = v.worst_error
-        worst = (f"{num(found[1].max_abs)} abs, {num(found[1].max_rel)} rel"
-                 if found else "—")
-        needed = "; ".join(
-            f"{n.dtype}: atol ≥ {num(n.atol)} (rtol {n.rtol_at:g}) or rtol ≥ {num(n.rtol)}"
-            for n in v.needed()) or "—"
         line = where.line(v.name)
         place = f"{where.file}:{line}" if where.file and line else ""
         rows.append(f'<tr><td><code>{esc(v.name)}</code><br><span class="muted">'
                     f"{esc(place)}</span></td>"
                     f'<td style="color:{colour(v.outcome)}"><b>{esc(v.outcome.value)}</b></td>'
-                    f"<td>{len(v.failing)}/{v.ran}</td><td>{esc(worst)}</td>"
-                    f"<td>{esc(needed)}</td><td>{esc(v.diagnosis)}</td></tr>")
+                    f"<td>{len(v.failing)}/{v.ran}</td><td>{esc(worst_error_text(v))}</td>"
+                    f"<td>{esc(needed_text(v))}</td><td>{esc(v.diagnosis)}</td>"
+                    + (f"<td>{esc(gate_text(v, decision))}</td>" if gate else "") + "</tr>")
     return ('<section id="modules"><h2>Modules</h2><table><tr><th>module</th><th>outcome</th>'
             "<th>failing</th><th>worst error</th><th>needed tolerance</th><th>diagnosis</th>"
-            f"</tr>{''.join(rows)}</table></section>")
+            + ("<th>baseline</th>" if gate else "") + f"</tr>{''.join(rows)}</table></section>")
 
 
 def _case_section(case: CaseResult) -> str:
@@ -381,9 +403,10 @@ def render(run: RunResult, where: Located | None = None) -> str:
     views = module_views(run)
     anchors = {v.name: _anchor(i) for i, v in enumerate(views) if v.worst is not None}
     title = _plain(headline(run, views))
-    body = "".join([_verdict(run, views), _grid(run, views, anchors),
-                    _module_table(views, where), _failures(views, anchors), _findings(run),
-                    _run_details(run)])
+    decision = decision_of(run)
+    body = "".join([_verdict(run, views), _grid(run, views, anchors, decision),
+                    _module_table(views, where, decision), _failures(views, anchors),
+                    _findings(run), _run_details(run)])
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>{esc(title)}</title><style>{CSS}</style></head>"

@@ -13,12 +13,19 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from parity_gate.model.gate import FIXED, REGRESSION, Deltas, GateDecision, counts_line
+from parity_gate.model.gate import FIXED, Deltas, GateDecision, counts_line
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.model.text import escape_html, md_cell, md_code
-from parity_gate.report.fmt import num, seconds
-from parity_gate.report.modules import ModuleView, module_views, tail_lines
+from parity_gate.report.fmt import num, plural, seconds
+from parity_gate.report.modules import (
+    ModuleView,
+    gate_text,
+    module_views,
+    needed_text,
+    tail_lines,
+    worst_error_text,
+)
 
 STEP_SUMMARY_LIMIT = 1024 * 1024 - 4096  # GitHub rejects step summaries over 1 MiB
 CASE_ROWS = 25  # per failing module; the rest are in the artifact
@@ -43,17 +50,13 @@ class _Block:
 # ---------------------------------------------------------------- headline and verdict
 
 
-def _plural(n: int, one: str, many: str | None = None) -> str:
-    return f"{n} {one if n == 1 else (many or one + 's')}"
-
-
 def what_happened(views: list[ModuleView]) -> str:
     """`2 modules crash, 1 times out, 1 mismatches`: modules by their worst outcome."""
     counts = Counter(v.outcome for v in views if v.worst is not None)
     parts = []
     for i, (outcome, n) in enumerate(sorted(counts.items(), key=lambda p: -p[0].severity)):
         verb = outcome.info.verbs[0 if n == 1 else 1]
-        parts.append(f"{_plural(n, 'module')} {verb}" if i == 0 else f"{n} {verb}")
+        parts.append(f"{plural(n, 'module')} {verb}" if i == 0 else f"{n} {verb}")
     return ", ".join(parts)
 
 
@@ -98,37 +101,6 @@ def _verdict(run: RunResult) -> str:
 # ---------------------------------------------------------------- the module table
 
 
-def _worst_error(view: ModuleView) -> str:
-    found = view.worst_error
-    if found is None:
-        largest = view.largest_passing_error if view.worst is None else None
-        return num(largest) if largest is not None else "—"
-    _, c = found
-    ulp = f" ({c.ulp} ulp)" if c.ulp is not None else ""
-    return f"{num(c.max_abs)} abs, {num(c.max_rel)} rel{ulp}"
-
-
-def _needed(view: ModuleView) -> str:
-    parts = []
-    for n in view.needed():
-        atol = f"atol ≥ {num(n.atol)} (rtol {n.rtol_at:g})" if n.atol is not None else ""
-        rtol = f"rtol ≥ {num(n.rtol)} (atol {n.atol_at:g})" if n.rtol is not None else ""
-        parts.append(f"{n.dtype}: {' or '.join(p for p in (atol, rtol) if p)}")
-    return "; ".join(parts) or "—"
-
-
-def _gate_cell(view: ModuleView, decision: GateDecision) -> str:
-    if not view.failing:
-        return "—"
-    blocking = set(decision.blocking) if not decision.passed else set()
-    cats = Counter(view.rulings[c.id].category if c.id in view.rulings else REGRESSION
-                   for c in view.failing)
-    words = [_plural(n, "regression") if cat == REGRESSION else f"{n} {cat}"
-             for cat, n in cats.items()]
-    state = "blocking" if any(c.id in blocking for c in view.failing) else "not blocking"
-    return f"{', '.join(words)} ({state})"
-
-
 def _module_table(views: list[ModuleView], decision: GateDecision, cap: int) -> str:
     gate = decision.baseline is not None
     head = "| module | outcome | failing | worst error | needed tolerance | diagnosis |"
@@ -139,8 +111,9 @@ def _module_table(views: list[ModuleView], decision: GateDecision, cap: int) -> 
     for v in views[:cap]:
         outcome = f"**{v.outcome.value}**" if v.worst is not None else v.outcome.value
         row = (f"| {md_code(v.name)} | {outcome} | {len(v.failing)}/{v.ran} | "
-               f"{_worst_error(v)} | {md_cell(_needed(v), 200)} | {md_cell(v.diagnosis, 300)} |")
-        rows.append(row + (f" {_gate_cell(v, decision)} |" if gate else ""))
+               f"{worst_error_text(v)} | {md_cell(needed_text(v), 200)} | "
+               f"{md_cell(v.diagnosis, 300)} |")
+        rows.append(row + (f" {gate_text(v, decision)} |" if gate else ""))
     text = "\n".join(rows) + "\n"
     if len(views) > cap:
         text += (f"\n_{len(views) - cap} more modules in {ARTIFACT}._\n")
@@ -188,7 +161,7 @@ def _module_fold(view: ModuleView, gate: bool) -> str:
                        sorted(Counter(c.outcome for c in view.failing).items(),
                               key=lambda p: -p[0].severity))
     lines = [f"<details><summary><b>{escape_html(view.name)}</b>: {counts} "
-             f"of {_plural(view.ran, 'case')}</summary>", "",
+             f"of {plural(view.ran, 'case')}</summary>", "",
              "| case | outcome | max abs | max rel | ULP | why |" + (" baseline |" if gate else ""),
              "|---|---|---|---|---|---|" + ("---|" if gate else "")]
     lines += [_case_row(c, view, gate) for c in view.failing[:CASE_ROWS]]
@@ -283,8 +256,8 @@ def _run_section(run: RunResult) -> str:
     reasons = _skip_reasons(run)
     if reasons:
         total = sum(n for _, n in reasons)
-        lines.append(f"- **Skipped:** {_plural(total, 'case')}")
-        lines += [f"  {i}. {_plural(n, 'case')}: {md_cell(reason, 400)}"
+        lines.append(f"- **Skipped:** {plural(total, 'case')}")
+        lines += [f"  {i}. {plural(n, 'case')}: {md_cell(reason, 400)}"
                   for i, (reason, n) in enumerate(reasons, 1)]
     return "\n".join(lines) + "\n"
 

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 from parity_gate.model.comparison import Comparison
-from parity_gate.model.gate import GateDecision, Ruling
+from parity_gate.model.gate import REGRESSION, GateDecision, Ruling
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, RunResult
+from parity_gate.report.fmt import num, plural
 
 
 def worst_first(cases: list[CaseResult]) -> list[CaseResult]:
@@ -144,3 +145,37 @@ def _inf(x: float | None) -> float:
     if x is None:
         return -math.inf
     return math.inf if math.isnan(x) else x
+
+
+def worst_error_text(view: ModuleView) -> str:
+    """The worst failing error (abs, rel, ulp), else the largest error of a passing module."""
+    found = view.worst_error
+    if found is None:
+        largest = view.largest_passing_error if view.worst is None else None
+        return num(largest) if largest is not None else "—"
+    _, c = found
+    ulp = f" ({c.ulp} ulp)" if c.ulp is not None else ""
+    return f"{num(c.max_abs)} abs, {num(c.max_rel)} rel{ulp}"
+
+
+def needed_text(view: ModuleView) -> str:
+    """Per dtype, the tolerance the failing comparisons would have needed."""
+    parts = []
+    for n in view.needed():
+        atol = f"atol ≥ {num(n.atol)} (rtol {n.rtol_at:g})" if n.atol is not None else ""
+        rtol = f"rtol ≥ {num(n.rtol)} (atol {n.atol_at:g})" if n.rtol is not None else ""
+        parts.append(f"{n.dtype}: {' or '.join(p for p in (atol, rtol) if p)}")
+    return "; ".join(parts) or "—"
+
+
+def gate_text(view: ModuleView, decision: GateDecision) -> str:
+    """What the baseline made of the module's failing cases, and whether they block."""
+    if not view.failing:
+        return "—"
+    blocking = set(decision.blocking) if not decision.passed else set()
+    cats = Counter(view.rulings[c.id].category if c.id in view.rulings else REGRESSION
+                   for c in view.failing)
+    words = [plural(n, "regression") if cat == REGRESSION else f"{n} {cat}"
+             for cat, n in cats.items()]
+    state = "blocking" if any(c.id in blocking for c in view.failing) else "not blocking"
+    return f"{', '.join(words)} ({state})"
