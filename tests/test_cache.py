@@ -71,6 +71,12 @@ def test_every_component_of_the_key_invalidates(tmp_path: Path) -> None:
     assert key(net, example=["random", 0, 4]) != base
     net.register_buffer("scale", torch.ones(1))  # a new buffer is part of the weights
     assert key(net) != base
+    net = load(tmp_path)
+    net.register_buffer("inv_freq", torch.ones(2), persistent=False)  # not in state_dict
+    loose = key(net)
+    assert loose != base
+    net.inv_freq /= 2  # a rotary frequency changed in place, say
+    assert key(net) != loose
     fp = c.module_fingerprint(load(tmp_path))
     stored = c.export_key(fp, [], "float32", {}, "x", {"torch": "2.13.0"})
     assert c.export_key(fp, [], "float32", {}, "x", {"torch": "2.13.0"},

@@ -53,16 +53,20 @@ def versions() -> dict[str, str]:
 
 def module_fingerprint(module: Any, extra: Any = None,
                        user_roots: Iterable[Path] = ()) -> str:
-    """SHA-256 of what makes a module compute what it computes: its weights and buffers
-    (names, dtypes, shapes, bytes), every submodule's plain attributes (`eps`, an
-    activation function, a config), the source file of every class in it (installed
-    packages by their version instead), every already-imported file under `user_roots`
-    (the manifest's python_path: helpers a forward calls), and `extra` (the factory and
-    its kwargs). Retraining, editing a forward or changing a kwarg changes it."""
+    """SHA-256 of what makes a module compute what it computes: its weights and buffers,
+    non-persistent ones included (names, dtypes, shapes, bytes), every submodule's plain
+    attributes (`eps`, an activation function, a config), the source file of every class
+    in it (installed packages by their version instead), every already-imported file
+    under `user_roots` (the manifest's python_path: helpers a forward calls), and `extra`
+    (the factory and its kwargs). Retraining, editing a forward or changing a kwarg changes it."""
     import torch
 
     h = hashlib.sha256()
-    for name, tensor in module.state_dict().items():
+    state = module.state_dict()
+    # Non-persistent buffers (rotary `inv_freq`, causal masks) are not in the state dict
+    # but a forward reads them like weights.
+    loose = {f"{name}|loose": b for name, b in module.named_buffers() if name not in state}
+    for name, tensor in [*state.items(), *loose.items()]:
         t = tensor.detach().cpu().contiguous()
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
         h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
