@@ -226,6 +226,17 @@ def test_problems_in_an_included_file_point_into_it(tmp_path: Path,
                    "edge, file)"]
 
 
+def test_a_bad_fixture_file_of_an_included_set_points_into_that_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_pair(tmp_path)
+    (tmp_path / "shared" / "data.npz").write_bytes(b"not a zip")
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        f"{tmp_path / 'shared' / 'fixtures.yml'}:11:11: fixtures.recorded.path: "), err
+    assert "has no NumPy header (a text file?)" in err[0]
+
+
 @pytest.mark.parametrize(("main_text", "shared_text", "expected"), [
     (MAIN.replace("shared/fixtures.yml", "shared/nope.yml"), SHARED,
      "parity.yml:2:11: include[0]: file 'shared/nope.yml' not found (expected a manifest "
