@@ -7,7 +7,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import tempfile
 import traceback
@@ -19,6 +18,7 @@ from parity_gate import __version__
 from parity_gate.engine.environment import usable_cores
 from parity_gate.errors import EXIT_FAIL, EXIT_INTERNAL, EXIT_PASS, EXIT_USAGE, UserError
 from parity_gate.model.policy import FAIL_ON
+from parity_gate.model.units import DEFAULT_PRUNE_AGE, parse_age, parse_size
 
 if TYPE_CHECKING:  # imported lazily: `check` and `schema` stay fast
     from parity_gate.gate.baseline import Baseline
@@ -30,7 +30,6 @@ EXAMPLE_MANIFEST = "fixtures/parity.yml"  # the bundled example, in a parity-gat
 ISSUES_URL = "https://github.com/parity-gate/parity-gate/issues"
 CACHE_ENV = "PARITY_GATE_CACHE_DIR"
 DEFAULT_CACHE_DIR = ".parity-cache"  # engine.cache.DEFAULT_DIR (not imported here: numpy)
-DEFAULT_PRUNE_AGE = "30d"  # `cache prune` with neither --older-than nor --max-size
 
 
 class _Parser(argparse.ArgumentParser):
@@ -430,33 +429,6 @@ def _cmd_schema(args: argparse.Namespace) -> int:
     print(json.dumps(results_schema() if args.which == "results" else manifest_schema(),
                      indent=2))
     return 0
-
-
-_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_SIZE_UNITS = {"": 1, "b": 1, **{f"{p}b": 1000 ** (i + 1) for i, p in enumerate("kmgt")},
-               **{p: 1024 ** (i + 1) for i, p in enumerate("kmgt")},
-               **{f"{p}ib": 1024 ** (i + 1) for i, p in enumerate("kmgt")}}
-
-
-def parse_age(text: str, flag: str = "--older-than") -> float:
-    """`7d`, `12h`, `30m`, `3600s`, `2w` → seconds. A bare number is refused: minutes or
-    seconds is a guess a prune must not make."""
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)([smhdw])", text.strip())
-    if m is None:
-        raise UserError(f"{flag}: got {text!r} (expected an age: a number and one of s, m, h, "
-                        "d, w, e.g. 7d, 12h, 30m, 3600s)")
-    return float(m.group(1)) * _AGE_UNITS[m.group(2)]
-
-
-def parse_size(text: str, flag: str = "--max-size") -> int:
-    """`2GB`, `500MB` (powers of 1000), `10G`, `500MiB` (powers of 1024: GNU coreutils'
-    convention), a bare number of bytes → bytes."""
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([a-z]*)", text.strip().lower())
-    if m is None or m.group(2) not in _SIZE_UNITS:
-        raise UserError(f"{flag}: got {text!r} (expected a size: a number and B, kB, MB, GB, "
-                        "TB (powers of 1000) or K, M, G, T, KiB, MiB, GiB, TiB (powers of "
-                        "1024), e.g. 2GB, 500MiB, 10G)")
-    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2)])
 
 
 def _mb(size: int) -> str:

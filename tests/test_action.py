@@ -18,6 +18,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -261,6 +262,7 @@ def test_defaults_apply_to_unset_and_empty_inputs() -> None:
     ("gpu", "yes", "auto, true or false"),
     ("manifest", "--help", "a path to parity.yml"),
     ("forward_env", "HF_TOKEN; rm -rf /", "environment variable names"),
+    ("export_cache_max_age", "30", "never, or an age: a number and one of s, m, h, d, w"),
 ])
 def test_bad_input_names_the_input_and_what_was_expected(name: str, value: str,
                                                          expected: str) -> None:
@@ -571,6 +573,37 @@ def test_gate_runs_with_the_export_cache_folder(tmp_path: Path, cache_dir: str) 
 
 
 @pytest.mark.process
+@pytest.mark.parametrize("max_age", ["", "never", "12h"])
+def test_the_export_cache_is_pruned_after_the_run(tmp_path: Path, max_age: str) -> None:
+    """A cache `actions/cache` carries from run to run stays bounded: after the gate, the
+    real `cache prune` removes entries unused for `export_cache_max_age` (default 30d),
+    whatever the run's result; `never` keeps everything."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "parity.yml").write_text("version: 1\nmodules: 5\n", encoding="utf-8")
+    entries = {}
+    for name, age_days in (("old", 40.0), ("day", 1.0), ("new", 0.0)):
+        entry = workspace / ".parity-cache" / "export" / name[:2] / f"{name}-key"
+        entry.mkdir(parents=True)
+        (entry / "model.onnx").write_bytes(b"x" * 1000)
+        (entry / "entry.json").write_text("{}")
+        when = time.time() - age_days * 86400
+        os.utime(entry / "entry.json", (when, when))
+        entries[name] = entry
+    env = runner_env(tmp_path, workspace, export_cache_max_age=max_age)
+    proc = run_entrypoint(env, workspace)
+    assert proc.returncode == 2, proc.stderr  # the gate stopped at the manifest
+    kept = {name for name, entry in entries.items() if entry.is_dir()}
+    assert kept == {"": {"day", "new"}, "never": {"old", "day", "new"},
+                    "12h": {"new"}}[max_age], proc.stderr
+    removed = 3 - len(kept)
+    if max_age != "never":
+        assert f"parity-gate cache: removed {removed} entries" in proc.stderr
+    assert [n["title"] for n in parse_annotations(proc.stdout)] == [
+        "parity-gate: run failed (usage error)"]  # the prune adds no annotation
+
+
+@pytest.mark.process
 def test_run_usage_error_is_reported(tmp_path: Path) -> None:
     (tmp_path / "parity.yml").write_text("version: 1\nmodules: 5\n", encoding="utf-8")
     env = runner_env(tmp_path, tmp_path)
@@ -640,7 +673,7 @@ def test_example_annotations_are_well_formed(example_run: SimpleNamespace) -> No
         assert n["title"].startswith("parity-gate: ")
     # The subprocesses' output ran with workflow commands paused, and resumed after.
     tokens = re.findall(r"^::stop-commands::(\S+)$", stdout, re.M)
-    assert len(tokens) == 2
+    assert len(tokens) == 3  # install, the gate, the export cache's prune
     for token in tokens:
         assert f"\n::{token}::\n" in stdout
 

@@ -238,9 +238,27 @@ def run_action(inputs: Mapping[str, str], paths: Paths, env: Mapping[str, str]) 
         lines = module_lines(manifest.read_text(encoding="utf-8", errors="replace"))
         notes += annotate(report, manifest_file=file, manifest_lines=lines,
                              limit=ANNOTATION_LIMIT - len(notes))
-    for note in notes:
+    pruned = prune_export_cache(inputs, paths, env)
+    for note in [*notes, *([pruned] if pruned else [])]:
         print(note.render())
     return code
+
+
+def prune_export_cache(inputs: Mapping[str, str], paths: Paths,
+                       env: Mapping[str, str]) -> Annotation | None:
+    """Keep an export cache that `actions/cache` carries from run to run bounded: entries no
+    run has used for `export_cache_max_age` are removed. Never changes the result; a failed
+    prune is a warning."""
+    age = inputs["export_cache_max_age"]
+    if paths.export_cache is None or age == "never" or not paths.export_cache.is_dir():
+        return None
+    rc, tail = run_logged([sys.executable, "-m", "parity_gate", "cache", "prune",
+                           "--older-than", age, "--cache-dir", str(paths.export_cache)],
+                          paths.workspace, env)
+    if rc == 0:
+        return None
+    return Annotation("warning", "parity-gate: export cache prune failed",
+                      "\n".join(tail[-6:]) or f"`parity-gate cache prune` exited with {rc}")
 
 
 def _load(path: Path) -> RunResult | None:

@@ -11,7 +11,9 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from parity_gate.errors import UserError
 from parity_gate.model.policy import FAIL_ON
+from parity_gate.model.units import DEFAULT_PRUNE_AGE, parse_age
 from parity_gate.plan.providers import EXECUTION_PROVIDERS
 
 
@@ -40,6 +42,13 @@ def _is_providers(v: str) -> bool:
     return all(p.strip() in EXECUTION_PROVIDERS for p in v.split(","))
 
 
+def _is_age_or_never(v: str) -> bool:
+    try:
+        return v == "never" or parse_age(v) >= 0
+    except UserError:
+        return False
+
+
 def _is_path(v: str) -> bool:  # a leading '-' would be read as a flag by `parity-gate run`
     return not v.startswith("-")
 
@@ -58,6 +67,8 @@ INPUTS: dict[str, InputSpec] = {
     "allow_all_skipped": InputSpec("false", "true or false", _one_of("true", "false")),
     "cache_dir": InputSpec(),
     "export_cache": InputSpec("true", "true or false", _one_of("true", "false")),
+    "export_cache_max_age": InputSpec(DEFAULT_PRUNE_AGE, "never, or an age: a number and one "
+                                      "of s, m, h, d, w, e.g. 30d, 12h", _is_age_or_never),
     "out_dir": InputSpec(),
     # Read by action.yml's shell step; validated here too so one table documents them all.
     "container": InputSpec("docker", "docker or none", _one_of("docker", "none")),
