@@ -249,6 +249,8 @@ def main() -> int:
                  extra_env={"NETRC": str(netrc)}, **example)
     check(a.proc.returncode == 0 and a.outputs.get("result") == "pass", "passes", a.log)
     check(a.outputs["regressions"] == "0" and a.outputs["failures"] == "0", "counts are 0")
+    check("parity-gate cache: removed 0 entries" in a.log,
+          "the export cache was pruned after the run, in the container", a.log)
     for key in ("json_path", "junit_path", "summary_path"):
         check(Path(a.outputs[key]).is_file(), f"{key} exists")
     check("::group::docker build --target cpu" in a.proc.stdout and groups_closed(a),
