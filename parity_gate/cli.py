@@ -431,11 +431,6 @@ def _cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
-def _mb(size: int) -> str:
-    mb = size / 1e6
-    return f"{mb:.1f} MB" if mb >= 0.1 or size == 0 else f"{mb:.2g} MB"
-
-
 def _cache_root(given: Path | None) -> Path | None:
     """The cache's folder; None when it does not exist yet. A file there is a usage error."""
     root, label = cache_dir_given(given)
@@ -446,7 +441,7 @@ def _cache_root(given: Path | None) -> Path | None:
 
 def _cmd_cache(args: argparse.Namespace) -> int:
     """`cache prune` and `cache info`: what is there, and what to drop."""
-    from parity_gate.engine.cache import ExportCache
+    from parity_gate.engine.cache import ExportCache, megabytes
 
     if args.cache_command == "prune":
         age = args.older_than or (None if args.max_size else DEFAULT_PRUNE_AGE)
@@ -459,16 +454,14 @@ def _cmd_cache(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_PASS
     if args.cache_command == "prune":
-        removed, freed = ExportCache(root).prune(older_than_s=older_than_s, max_bytes=max_bytes)
+        said = ExportCache(root).pruned(older_than_s=older_than_s, max_bytes=max_bytes)
+        print(f"parity-gate cache: {said}", file=sys.stderr)
+        return EXIT_PASS
     usage = ExportCache(root).usage()
     entries, size = sum(n for n, _ in usage.values()), sum(b for _, b in usage.values())
-    if args.cache_command == "prune":
-        print(f"parity-gate cache: removed {removed} entries, freed {_mb(freed)}; kept "
-              f"{entries} entries, {_mb(size)}", file=sys.stderr)
-    else:
-        kinds = "; ".join(f"{kind}: {n}, {_mb(b)}" for kind, (n, b) in usage.items())
-        print(f"parity-gate cache: {root}: {entries} entries, {_mb(size)}"
-              + (f" ({kinds})" if kinds else ""), file=sys.stderr)
+    kinds = "; ".join(f"{kind}: {n}, {megabytes(b)}" for kind, (n, b) in usage.items())
+    print(f"parity-gate cache: {root}: {entries} entries, {megabytes(size)}"
+          + (f" ({kinds})" if kinds else ""), file=sys.stderr)
     return EXIT_PASS
 
 

@@ -17,8 +17,7 @@ from parity_gate import __version__
 from parity_gate.engine.environment import versions
 from parity_gate.engine.pool import Activity, WorkerPool
 from parity_gate.engine.runtime import available_providers
-from parity_gate.engine.signals import Interrupted
-from parity_gate.engine.signals import interruptible as _interruptible
+from parity_gate.engine.signals import Interrupted, interruptible
 from parity_gate.errors import UserError
 from parity_gate.gate.decision import GatePolicy, apply
 from parity_gate.localise.run import LocalisePolicy, localise
@@ -102,7 +101,7 @@ def run_manifest(manifest: Manifest, manifest_path: Path,
     if work.jobs:
         progress.started(len(work.jobs), min(options.jobs, len(work.jobs)))
     t0 = time.monotonic()
-    with _interruptible() as signals:
+    with interruptible() as signals:
         pool: WorkerPool | None = None
         try:
             pool = WorkerPool(options.jobs, warm=(ModuleJob.entry.partition(":")[0],))

@@ -11,6 +11,7 @@ import pytest
 
 from parity_gate import cli
 from parity_gate.engine import cache as export_cache
+from parity_gate.engine.cache import megabytes as mb
 
 DAY = 86400.0
 
@@ -42,12 +43,12 @@ def test_prune_by_age_removes_only_entries_unused_for_longer(
     code, err = run(capsys, "cache", "prune", "--cache-dir", str(tmp_path), "--older-than", "7d")
     assert code == 0
     assert not old.exists() and week.is_dir() and new.is_dir()
-    assert err == [f"parity-gate cache: removed 1 entries, freed {cli._mb(sizes[old])}; kept 2 "
-                   f"entries, {cli._mb(sizes[week] + sizes[new])}"]
+    assert err == [f"parity-gate cache: removed 1 entries, freed {mb(sizes[old])}; kept 2 "
+                   f"entries, {mb(sizes[week] + sizes[new])}"]
     code, err = run(capsys, "cache", "prune", "--cache-dir", str(tmp_path), "--older-than", "12h")
     assert not week.exists() and new.is_dir()
-    assert err == [f"parity-gate cache: removed 1 entries, freed {cli._mb(sizes[week])}; kept 1 "
-                   f"entries, {cli._mb(sizes[new])}"]
+    assert err == [f"parity-gate cache: removed 1 entries, freed {mb(sizes[week])}; kept 1 "
+                   f"entries, {mb(sizes[new])}"]
 
 
 def test_prune_without_flags_drops_what_is_unused_for_30_days(
@@ -73,8 +74,8 @@ def test_prune_by_size_removes_the_least_recently_used_first(
                     "--max-size", f"{limit}B")
     assert code == 0
     assert a.is_dir() and not b.exists() and c.is_dir()
-    assert err == [f"parity-gate cache: removed 1 entries, freed {cli._mb(entry_bytes(a))}; "
-                   f"kept 2 entries, {cli._mb(limit)}"]
+    assert err == [f"parity-gate cache: removed 1 entries, freed {mb(entry_bytes(a))}; "
+                   f"kept 2 entries, {mb(limit)}"]
     code, err = run(capsys, "cache", "prune", "--cache-dir", str(tmp_path), "--max-size", "0")
     assert not a.exists() and not c.exists()
     assert err[0].endswith("kept 0 entries, 0.0 MB")
@@ -136,8 +137,8 @@ def test_info_counts_entries_and_bytes_by_kind(tmp_path: Path,
     exports, refs = entry_bytes(e1) + entry_bytes(e2), entry_bytes(r1)
     code, err = run(capsys, "cache", "info", "--cache-dir", str(tmp_path))
     assert code == 0
-    assert err == [f"parity-gate cache: {tmp_path}: 3 entries, {cli._mb(exports + refs)} "
-                   f"(export: 2, {cli._mb(exports)}; reference: 1, {cli._mb(refs)})"]
+    assert err == [f"parity-gate cache: {tmp_path}: 3 entries, {mb(exports + refs)} "
+                   f"(export: 2, {mb(exports)}; reference: 1, {mb(refs)})"]
 
 
 def test_run_refuses_a_cache_dir_it_cannot_use_before_any_work(

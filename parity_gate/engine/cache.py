@@ -59,17 +59,14 @@ def module_fingerprint(module: Any, extra: Any = None,
     in it (installed packages by their version instead), every already-imported file
     under `user_roots` (the manifest's python_path: helpers a forward calls), and `extra`
     (the factory and its kwargs). Retraining, editing a forward or changing a kwarg changes it."""
-    import torch
-
     h = hashlib.sha256()
     state = module.state_dict()
     # Non-persistent buffers (rotary `inv_freq`, causal masks) are not in the state dict
     # but a forward reads them like weights.
     loose = {f"{name}|loose": b for name, b in module.named_buffers() if name not in state}
     for name, tensor in [*state.items(), *loose.items()]:
-        t = tensor.detach().cpu().contiguous()
-        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        h.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        h.update(_tensor_bytes(tensor))
     memo: dict[int, str] = {}
     for name, sub in module.named_modules():
         h.update(f"{name}|{type(sub).__module__}.{type(sub).__qualname__}|".encode())
@@ -80,7 +77,7 @@ def module_fingerprint(module: Any, extra: Any = None,
     for cls in sorted(classes, key=lambda c: (c.__module__, c.__qualname__)):
         h.update(f"{cls.__module__}.{cls.__qualname__}|{_code_of(cls)}|".encode())
     for path in user_files(user_roots):
-        h.update(f"{path}|{_file_digest(path)}|".encode())
+        h.update(f"{path}|{_sha256(path)}|".encode())
     h.update(json.dumps(extra, sort_keys=True, default=repr).encode())
     return h.hexdigest()
 
@@ -120,11 +117,8 @@ def _describe(value: Any, memo: dict[int, str], depth: int = 0) -> str:
     if id(value) in memo:
         return memo[id(value)]
     if hasattr(value, "detach") and hasattr(value, "numel"):  # a tensor kept as an attribute
-        import torch
-
-        t = value.detach().cpu().contiguous()
-        data = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
-        text = f"tensor|{t.dtype}|{tuple(t.shape)}|{hashlib.sha256(data).hexdigest()}"
+        digest = hashlib.sha256(_tensor_bytes(value)).hexdigest()
+        text = f"tensor|{value.dtype}|{tuple(value.shape)}|{digest}"
         memo[id(value)] = text
         return text
     if callable(getattr(value, "to_dict", None)):  # a Hugging Face config, say
@@ -144,6 +138,14 @@ def _describe(value: Any, memo: dict[int, str], depth: int = 0) -> str:
     return text
 
 
+def _tensor_bytes(tensor: Any) -> bytes:
+    """A tensor's raw bytes (on the CPU, contiguous), whatever its dtype."""
+    import torch
+
+    t = tensor.detach().cpu().contiguous()
+    return t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+
+
 @functools.lru_cache(maxsize=4096)
 def _code_of(obj: Any) -> str:
     """The digest of the file that defines `obj`; for installed packages, their version."""
@@ -153,7 +155,7 @@ def _code_of(obj: Any) -> str:
     if path and "-packages" in path:
         return f"{top}=={_version(top)}"
     if path and Path(path).is_file():
-        return _file_digest(Path(path))
+        return _sha256(Path(path))
     try:
         return hashlib.sha256(inspect.getsource(obj).encode()).hexdigest()
     except (OSError, TypeError):
@@ -176,10 +178,6 @@ def _version(top: str) -> str:
         return metadata.version(names[0])
     except (metadata.PackageNotFoundError, IndexError):
         return "unknown"
-
-
-def _file_digest(path: Path) -> str:
-    return _sha256(path)
 
 
 def key_of(*parts: Any) -> str:
@@ -300,12 +298,16 @@ class ExportCache:
         finally:
             _remove(staging)
 
+    def _entries(self) -> list[tuple[Path, int]]:
+        """Every whole entry (staging folders aside): its entry.json and its bytes."""
+        return [(meta, sum(f.stat().st_size for f in meta.parent.iterdir() if f.is_file()))
+                for meta in sorted(self.root.glob("*/*/*/entry.json"))]
+
     def usage(self) -> dict[str, tuple[int, int]]:
-        """kind → (entries, bytes) of the whole entries (staging folders aside)."""
+        """kind → (entries, bytes) of the whole entries."""
         out: dict[str, tuple[int, int]] = {}
-        for meta in sorted(self.root.glob("*/*/*/entry.json")):
+        for meta, size in self._entries():
             kind = meta.parent.parent.parent.name
-            size = sum(f.stat().st_size for f in meta.parent.iterdir() if f.is_file())
             count, total = out.get(kind, (0, 0))
             out[kind] = (count + 1, total + size)
         return out
@@ -315,12 +317,8 @@ class ExportCache:
         """Remove entries unused for `older_than_s`, then the least recently used until the
         cache is under `max_bytes`; returns (entries removed, bytes freed)."""
         now = time.time() if now is None else now
-        entries = []
-        for meta in self.root.glob("*/*/*/entry.json"):
-            folder = meta.parent
-            size = sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
-            entries.append((meta.stat().st_mtime, size, folder))
-        entries.sort()
+        entries = sorted((meta.stat().st_mtime, size, meta.parent)
+                         for meta, size in self._entries())
         removed = freed = 0
         total = sum(size for _, size, _ in entries)
         for used, size, folder in entries:
@@ -334,6 +332,20 @@ class ExportCache:
         for doomed in self.root.glob("*/*/.*.gone"):  # a removal that was killed halfway
             shutil.rmtree(doomed, ignore_errors=True)
         return removed, freed
+
+    def pruned(self, older_than_s: float | None = None, max_bytes: int | None = None) -> str:
+        """Prune, and say what went and what is left (`cache prune`, and the Action after
+        its run)."""
+        removed, freed = self.prune(older_than_s=older_than_s, max_bytes=max_bytes)
+        usage = self.usage()
+        entries, size = sum(n for n, _ in usage.values()), sum(b for _, b in usage.values())
+        return (f"removed {removed} entries, freed {megabytes(freed)}; kept {entries} "
+                f"entries, {megabytes(size)}")
+
+
+def megabytes(size: int) -> str:
+    mb = size / 1e6
+    return f"{mb:.1f} MB" if mb >= 0.1 or size == 0 else f"{mb:.2g} MB"
 
 
 def save_arrays(arrays: Iterable[list[np.ndarray]]) -> bytes:

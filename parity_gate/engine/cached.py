@@ -12,7 +12,8 @@ hazard settings are part of its key).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,7 +112,17 @@ class WorkerCache:
             files["model.onnx"] = result.model
             if result.path is not None:
                 files["model.onnx.data"] = Path(f"{result.path}.data")
-        self.store.put(EXPORT, key, files, info)
+        self._put(EXPORT, key, files, info)
+
+    def _put(self, kind: str, key: str, files: Mapping[str, bytes | Path],
+             info: Mapping[str, Any]) -> None:
+        """Store an entry; a full disk or an unwritable folder costs the next run's speed,
+        never this run's result, so it is said and passed over."""
+        try:
+            self.store.put(kind, key, files, info)
+        except OSError as exc:
+            print(f"parity-gate: export cache: could not store an entry ({kind}): {exc}",
+                  file=sys.stderr)
 
     # -- eager references ------------------------------------------------------------
 
@@ -141,8 +152,8 @@ class WorkerCache:
         dtypes = [a.dtype.name for a in outputs[0]]
         if any([a.dtype.name for a in sample] != dtypes for sample in outputs):
             return  # samples whose outputs differ in dtype: not worth a format
-        self.store.put(REFERENCE, key, {"outputs.npz": save_arrays(outputs)},
-                       {"names": names, "dtypes": dtypes, "samples": len(outputs)})
+        self._put(REFERENCE, key, {"outputs.npz": save_arrays(outputs)},
+                  {"names": names, "dtypes": dtypes, "samples": len(outputs)})
 
 
 def digest(arrays: dict[str, Any]) -> str:

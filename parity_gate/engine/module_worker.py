@@ -303,23 +303,16 @@ def _tiny_dynamic_dim(job: ModuleJob, example: dict[str, np.ndarray]) -> bool:
                for dim in spec.dynamic)
 
 
-def _export_key(ctx: _Ctx, mod: _Module, example: dict[str, np.ndarray], names: list[str],
-                settings: Any, export_batch: int, purpose: str) -> str:
-    assert ctx.cache is not None
-    return ctx.cache.export_key(ctx.job, mod.dtype, mod.device, example, names, settings,
-                                purpose, ctx.training, export_batch)
-
-
 def _cached_export(ctx: _Ctx, mod: _Module, example: dict[str, np.ndarray], names: list[str],
                    settings: Any, export_batch: int, purpose: str = "gate"
                    ) -> tuple[ExportedModel, list[Hazard], bool]:
     """The export (and, for the gate's own export, the hazards found on it) from the cache,
     or made now and stored; an export failure is cached and raised the same way, with the
     hazards its error text shows on `failure.hazards`."""
-    job = ctx.job
-    key = _export_key(ctx, mod, example, names, settings, export_batch, purpose) \
-        if ctx.cache is not None else ""
-    hit = ctx.cache.load_export(key) if ctx.cache is not None else None
+    job, cache = ctx.job, ctx.cache
+    key = cache.export_key(job, mod.dtype, mod.device, example, names, settings, purpose,
+                           ctx.training, export_batch) if cache is not None else ""
+    hit = cache.load_export(key) if cache is not None else None
     if hit is not None:
         result, stored = hit
         if isinstance(result, ExportFailure):
@@ -335,23 +328,15 @@ def _cached_export(ctx: _Ctx, mod: _Module, example: dict[str, np.ndarray], name
                                                     f"{failure.reason}\n{failure.detail}"),
                                     job.settings.hazards)
         failure.hazards = hazards
-        if ctx.cache is not None:
-            _store(ctx.cache, key, failure, hazards)
+        if cache is not None:
+            cache.store_export(key, failure, hazards)
         raise
     if purpose == "gate":
         hazards = run_checks(_hazard_context(ctx, mod, example, export_batch, exported),
                              job.settings.hazards)
-    if ctx.cache is not None:
-        _store(ctx.cache, key, exported, hazards)
+    if cache is not None:
+        cache.store_export(key, exported, hazards)
     return exported, hazards, False
-
-
-def _store(cache: WorkerCache, key: str, result: ExportedModel | ExportFailure,
-           hazards: list[Hazard]) -> None:
-    try:
-        cache.store_export(key, result, hazards)
-    except OSError as exc:  # a full disk costs the next run's speed, never this run's result
-        print(f"parity-gate: export cache: could not store an entry: {exc}", file=sys.stderr)
 
 
 def _hazard_context(ctx: _Ctx, mod: _Module, example: dict[str, np.ndarray],
@@ -667,11 +652,7 @@ def _reference(ctx: _Ctx, torch: Any, mod: _Module, fixture_name: str,
             ref.inputs.append(inputs)
             ref.outputs.append([to_numpy(t) for t in leaves(out)])
         if ctx.cache is not None:
-            try:
-                ctx.cache.store_reference(key, ref.names, ref.outputs)
-            except OSError as exc:  # costs the next run's speed only
-                print(f"parity-gate: export cache: could not store a reference: {exc}",
-                      file=sys.stderr)
+            ctx.cache.store_reference(key, ref.names, ref.outputs)
     except FixtureError as exc:
         ref.error = CaseResult(CaseKey("", "", "", 0, ""), Outcome.EAGER_ERROR,
                                f"fixture {fixture_name!r}: {exc}")

@@ -32,6 +32,7 @@ from parity_gate.github.commands import (
 from parity_gate.github.inputs import INPUTS, InputError, input_env, read_inputs, without_secrets
 from parity_gate.github.install import install_self
 from parity_gate.github.paths import Paths, resolve_paths
+from parity_gate.model.units import parse_age
 from parity_gate.report.secrets import Masker, secret_values
 
 if TYPE_CHECKING:
@@ -238,27 +239,28 @@ def run_action(inputs: Mapping[str, str], paths: Paths, env: Mapping[str, str]) 
         lines = module_lines(manifest.read_text(encoding="utf-8", errors="replace"))
         notes += annotate(report, manifest_file=file, manifest_lines=lines,
                              limit=ANNOTATION_LIMIT - len(notes))
-    pruned = prune_export_cache(inputs, paths, env)
+    pruned = prune_export_cache(inputs, paths)
     for note in [*notes, *([pruned] if pruned else [])]:
         print(note.render())
     return code
 
 
-def prune_export_cache(inputs: Mapping[str, str], paths: Paths,
-                       env: Mapping[str, str]) -> Annotation | None:
+def prune_export_cache(inputs: Mapping[str, str], paths: Paths) -> Annotation | None:
     """Keep an export cache that `actions/cache` carries from run to run bounded: entries no
     run has used for `export_cache_max_age` are removed. Never changes the result; a failed
     prune is a warning."""
-    age = inputs["export_cache_max_age"]
-    if paths.export_cache is None or age == "never" or not paths.export_cache.is_dir():
+    from parity_gate.engine.cache import ExportCache
+
+    age, folder = inputs["export_cache_max_age"], paths.export_cache
+    if folder is None or age == "never" or not folder.is_dir():
         return None
-    rc, tail = run_logged([sys.executable, "-m", "parity_gate", "cache", "prune",
-                           "--older-than", age, "--cache-dir", str(paths.export_cache)],
-                          paths.workspace, env)
-    if rc == 0:
-        return None
-    return Annotation("warning", "parity-gate: export cache prune failed",
-                      "\n".join(tail[-6:]) or f"`parity-gate cache prune` exited with {rc}")
+    try:
+        said = ExportCache(folder).pruned(older_than_s=parse_age(age))
+    except OSError as exc:
+        return Annotation("warning", "parity-gate: export cache prune failed",
+                          f"{folder}: {exc.strerror or exc}")
+    print(f"parity-gate cache: {said}", file=sys.stderr, flush=True)
+    return None
 
 
 def _load(path: Path) -> RunResult | None:

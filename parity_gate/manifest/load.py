@@ -106,15 +106,11 @@ def _blame_site(manifest: Manifest, big: Oversize, sources: list[_Source],
         if module.batch_sizes is not None:
             return module_src, (*mloc, "batch_sizes", module.batch_sizes.index(big.batch))
         for src in reversed(sources):  # the last file's defaults win the merge
-            data = src.doc.data
-            sizes = data.get("defaults", {}).get("batch_sizes") if isinstance(data, dict) \
-                and isinstance(data.get("defaults"), dict) else None
+            sizes = _get(src.doc.data, "defaults", "batch_sizes")
             if isinstance(sizes, list) and big.batch in sizes:
                 return src, ("defaults", "batch_sizes", sizes.index(big.batch))
         return module_src, mloc  # the built-in batch sizes: said at the module
-    owner = next((src for src in sources if isinstance(src.doc.data, dict)
-                  and isinstance(src.doc.data.get("fixtures"), dict)
-                  and big.fixture in src.doc.data["fixtures"]), module_src)
+    owner = _fixture_owner(sources, big.fixture) or module_src
     floc: Loc = ("fixtures", big.fixture)
     if big.blame[0] == "dims":
         _, symbol, item = big.blame
@@ -268,18 +264,23 @@ def _attach_locations(manifest: Manifest, origins: list[tuple[Document, Loc]]) -
         module._where = where
 
 
+def _fixture_owner(sources: list[_Source], name: str) -> _Source | None:
+    """The file that defines fixture set `name` (each name is defined once)."""
+    return next((src for src in sources
+                 if isinstance(fixtures := _get(src.doc.data, "fixtures"), dict)
+                 and name in fixtures), None)
+
+
 def _attach_fixture_locations(manifest: Manifest, sources: list[_Source]) -> None:
     """Where each fixture set is written (the file that defines it), for `check`'s reading
     of fixture files."""
-    for src in sources:
-        data = src.doc.data
-        fixtures = data.get("fixtures") if isinstance(data, dict) else None
-        for name in fixtures if isinstance(fixtures, dict) else ():
-            if str(name) not in manifest.fixtures:
-                continue
-            for key in ("", "path", "keys"):
-                manifest._fixture_where[str(name), key] = _where(
-                    src.doc, ("fixtures", name, *((key,) if key else ())))
+    for name in manifest.fixtures:
+        src = _fixture_owner(sources, name)
+        if src is None:
+            continue
+        for key in ("", "path", "keys"):
+            manifest._fixture_where[name, key] = _where(
+                src.doc, ("fixtures", name, *((key,) if key else ())))
 
 
 def _where(doc: Document, loc: Loc) -> str:
