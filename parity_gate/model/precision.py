@@ -44,6 +44,7 @@ class Ruling(str, enum.Enum):
 
     ONNX_WORSE = "onnx_worse"    # the exported model is clearly further from float64: a defect
     ONNX_EXACT = "onnx_exact"    # the exported model matches float64 within tolerance
+    ONNX_ROUNDING = "onnx_rounding"  # within the dtype's rounding of float64: a correct kernel
     AS_EAGER = "as_eager"        # both are about as far from float64: the reference is the noise
     UNVERIFIED = "unverified"    # no float64 run (it failed, or its outputs do not line up)
 
@@ -72,6 +73,11 @@ class Reference(Record):
     labels_eager_wrong: int | None = None
     labels_onnx_wrong: int | None = None
     error: str = ""  # why the run is unverified
+    case_dtype: str = ""  # the case's dtype, whose rounding ONNX_ROUNDING refers to
+
+    @property
+    def dtype_rounding(self) -> str:
+        return self.case_dtype or "the dtype's"
 
     def describe(self) -> str:
         if self.ruling is Ruling.UNVERIFIED:
@@ -87,12 +93,15 @@ class Reference(Record):
                                "a defect",
             Ruling.ONNX_EXACT: "onnx matches float64 within tolerance: the eager low-precision "
                                "reference is the less accurate side",
+            Ruling.ONNX_ROUNDING: f"onnx is within {self.dtype_rounding} rounding of float64 at "
+                                  "this output's scale, as any correct implementation may be: "
+                                  "not a defect",
             Ruling.AS_EAGER: f"onnx is within {self.factor:g}x of eager's own error: the "
-                             "difference is low-precision noise on both sides, not a defect",
+                             "difference is rounding noise on both sides, not a defect",
         }[self.ruling]
         if self.ruling is Ruling.AS_EAGER and (self.onnx_error or 0.0) < (self.eager_error or 0.0):
-            verdict = ("onnx is closer to float64 than eager: the eager low-precision reference "
-                       "is the less accurate side, not a defect")
+            verdict = ("onnx is closer to float64 than eager: the eager reference is the less "
+                       "accurate side, not a defect")
         return f"{figures} — {verdict}"
 
 

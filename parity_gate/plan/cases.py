@@ -41,6 +41,10 @@ class ModuleJob:
     python_path: list[Path]
     cases: list[CaseKey] = field(default_factory=list)
     cache_dir: Path | None = None  # the export cache; None: every export is made afresh
+    # Dtypes whose tolerance the manifest sets (its defaults or the module): a contract the
+    # float64 check reports on ("unattainable") but never waives; the built-in starting
+    # tolerances are not one. An output's own `tolerances` are a contract for that output.
+    contract_dtypes: frozenset[str] = frozenset()
     entry: ClassVar[str] = "parity_gate.engine.module_worker:run_job"
 
     @property
@@ -129,6 +133,8 @@ def plan(manifest: Manifest, manifest_path: Path, available: list[str],
             seed=manifest.seed,
             base_dir=base,
             python_path=[(base / p).resolve() for p in manifest.python_path] + [base],
+            contract_dtypes=frozenset(str(d) for layer in (manifest.defaults, module)
+                                      for d in (layer.tolerances or {})),
         )
         for key in all_case_keys(manifest, module, settings):
             if not matches_any(key.id, select or []):
