@@ -13,6 +13,13 @@ so a reader sees a whole entry or none; two runs that share the folder at once
 at worst both build the same entry, and one rename wins. Every file of an
 entry is listed with its SHA-256 in `entry.json`; a file that is missing, cut
 short or changed makes the entry a miss, and it is removed and rebuilt.
+
+Nothing below the cache's folder is followed through a link (model.files' one
+rule): a link where a folder or file of the layout belongs is never read, written
+or descended into, and prune removes the link itself; an entry naming a file
+outside itself (`../x`) is never read. An entry of a newer format is left for the
+version that wrote it. What an entry stores is masked like the reports; an entry
+whose files hold a secret value is not stored at all.
 """
 
 from __future__ import annotations
@@ -22,16 +29,20 @@ import hashlib
 import inspect
 import json
 import os
-import shutil
+import stat
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from parity_gate.errors import UserError
+from parity_gate.model.files import copy_file, link_problem, remove
+from parity_gate.model.secrets import Masker
 
 DEFAULT_DIR = ".parity-cache"
 FORMAT = 1  # bump when the layout of an entry changes
@@ -214,6 +225,10 @@ class Entry:
     meta: dict[str, Any]
 
     def file(self, name: str) -> Path:
+        """One of the entry's own (digest-checked) files or its entry.json; KeyError for
+        any other name."""
+        if name != "entry.json" and name not in self.meta["files"]:
+            raise KeyError(name)
         return self.folder / name
 
 
@@ -223,6 +238,8 @@ class CacheStats:
     misses: int = 0
     corrupt: int = 0
     stored: int = 0
+    newer: int = 0  # entries of a newer format, left for the version that wrote them
+    withheld: list[str] = field(default_factory=list)  # why entries were not stored
 
 
 class ExportCache:
@@ -231,66 +248,106 @@ class ExportCache:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.stats = CacheStats()
+        self.unlinked: list[Path] = []  # links prune found in the layout and removed
 
     def usable(self) -> str:
         """Why this folder cannot hold a cache ("" when it can): checked once per worker,
         so an unwritable cache costs speed, never a result."""
         try:
-            (self.root / "tmp").mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=self.root / "tmp"):
+            with tempfile.NamedTemporaryFile(dir=self._staging_root()):
                 pass
+        except UserError as exc:
+            return str(exc)
         except OSError as exc:
             return f"{self.root}: {exc.strerror or exc}"
         return ""
+
+    def _staging_root(self) -> Path:
+        """`tmp`, where entries are built: made here, never through a link."""
+        tmp = self.root / "tmp"
+        problem = link_problem(self.root, tmp)
+        if problem:
+            raise UserError(problem)
+        tmp.mkdir(parents=True, exist_ok=True)
+        return tmp
 
     def _folder(self, kind: str, key: str) -> Path:
         return self.root / kind / key[:2] / key
 
     def get(self, kind: str, key: str) -> Entry | None:
-        """The entry if it is whole and unchanged; a damaged one is removed (a miss)."""
+        """The entry if it is whole and unchanged; a damaged one is removed (a miss), one of
+        a newer format is left alone (a miss too)."""
         folder = self._folder(kind, key)
         meta_path = folder / "entry.json"
-        if not meta_path.is_file():
+        if link_problem(self.root, meta_path) or not _regular(meta_path):
             self.stats.misses += 1
+            if os.path.lexists(folder) and not link_problem(self.root, folder.parent):
+                self.stats.corrupt += 1
+                _remove(folder)  # a link or junk where the entry belongs: the link itself
             return None
         try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"))
-            ok = meta.get("format") == FORMAT and meta.get("key") == key and all(
-                _sha256(folder / name) == digest for name, digest in meta["files"].items())
+            meta = json.loads(_read(meta_path).decode("utf-8"))
+            newer = isinstance(meta.get("format"), int) and meta["format"] > FORMAT
+            ok = not newer and meta.get("format") == FORMAT and meta.get("key") == key and all(
+                _own(name) and _regular(folder / name) and _sha256(folder / name) == digest
+                for name, digest in meta["files"].items())
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            ok = False
+            newer, ok = False, False
+        if newer:  # written by a later parity-gate: its entry, to keep
+            self.stats.newer += 1
+            self.stats.misses += 1
+            return None
         if not ok:
             self.stats.corrupt += 1
             self.stats.misses += 1
             _remove(folder)
             return None
         self.stats.hits += 1
-        os.utime(meta_path)  # last use, for pruning
+        os.utime(meta_path, follow_symlinks=False)  # last use, for pruning
         return Entry(folder, meta)
 
     def put(self, kind: str, key: str, files: Mapping[str, bytes | Path],
-            info: Mapping[str, Any] | None = None) -> Entry:
+            info: Mapping[str, Any] | None = None) -> Entry | None:
         """Store `files` (bytes, or a file to copy: an external-data model) atomically; if
-        another run stored the key first, theirs is kept."""
+        another run stored the key first, theirs is kept. `info` is masked; None (and the
+        reason in `stats.withheld`) when a file holds a secret value or a link is in the way."""
         final = self._folder(kind, key)
-        tmp_root = self.root / "tmp"
-        tmp_root.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f"{key[:12]}-", dir=tmp_root))
+        masker = Masker()
+        try:
+            problem = link_problem(self.root, final)
+            if problem:
+                raise UserError(problem)
+            staging = Path(tempfile.mkdtemp(prefix=f"{key[:12]}-", dir=self._staging_root()))
+        except UserError as exc:
+            self.stats.withheld.append(f"{kind} entry not stored: {exc}")
+            return None
         try:
             for name, data in files.items():
+                if not _own(name):
+                    raise ValueError(f"not a plain file name: {name!r}")
                 if isinstance(data, Path):
-                    shutil.copyfile(data, staging / name)
+                    note = copy_file(data, staging / name, masker)
+                elif masker.holds(data):
+                    note = f"{name} withheld: it holds the value of a secret"
                 else:
                     (staging / name).write_bytes(data)
+                    note = ""
+                if note:
+                    self.stats.withheld.append(f"{kind} entry not stored: {note}")
+                    return None
             meta = {"format": FORMAT, "key": key, "kind": kind, "created": time.time(),
                     "files": {name: _sha256(staging / name) for name in files},
-                    "info": dict(info or {})}
+                    "info": masker.tree(dict(info or {}))}
             (staging / "entry.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
             final.parent.mkdir(parents=True, exist_ok=True)
+            problem = link_problem(self.root, final)  # a link swapped in meanwhile
+            if problem:
+                self.stats.withheld.append(problem)
+                return None
             try:
                 os.rename(staging, final)
             except OSError:  # a concurrent run got there first, or a damaged leftover
-                if not (final / "entry.json").is_file():
+                if not _regular(final / "entry.json"):
                     _remove(final)
                     os.rename(staging, final)
             self.stats.stored += 1
@@ -300,8 +357,17 @@ class ExportCache:
 
     def _entries(self) -> list[tuple[Path, int]]:
         """Every whole entry (staging folders aside): its entry.json and its bytes."""
-        return [(meta, sum(f.stat().st_size for f in meta.parent.iterdir() if f.is_file()))
-                for meta in sorted(self.root.glob("*/*/*/entry.json"))]
+        return [(folder / "entry.json",
+                 sum(os.lstat(f).st_size for f in folder.iterdir() if _regular(f)))
+                for folder in self._walk() if _regular(folder / "entry.json")]
+
+    def _walk(self, links: list[Path] | None = None, tidy: bool = False) -> Iterator[Path]:
+        """The entry folders (`kind/xx/key`), in order, never through a link: links found
+        where the layout has folders are collected in `links`; `tmp` and removal leftovers
+        (`.name.gone`, removed when `tidy`) are not entries."""
+        for kind in _subfolders(self.root, links, tidy, skip=("tmp",)):
+            for prefix in _subfolders(kind, links, tidy):
+                yield from _subfolders(prefix, links, tidy)
 
     def usage(self) -> dict[str, tuple[int, int]]:
         """kind → (entries, bytes) of the whole entries."""
@@ -315,9 +381,11 @@ class ExportCache:
     def prune(self, older_than_s: float | None = None, max_bytes: int | None = None,
               now: float | None = None) -> tuple[int, int]:
         """Remove entries unused for `older_than_s`, then the least recently used until the
-        cache is under `max_bytes`; returns (entries removed, bytes freed)."""
+        cache is under `max_bytes`; returns (entries removed, bytes freed). Staging folders
+        older than an hour and removals a kill left halfway go too; a link in the cache's
+        layout is removed itself (listed in `unlinked`), never followed."""
         now = time.time() if now is None else now
-        entries = sorted((meta.stat().st_mtime, size, meta.parent)
+        entries = sorted((os.lstat(meta).st_mtime, size, meta.parent)
                          for meta, size in self._entries())
         removed = freed = 0
         total = sum(size for _, size, _ in entries)
@@ -328,9 +396,19 @@ class ExportCache:
                 continue
             _remove(folder)
             removed, freed, total = removed + 1, freed + size, total - size
-        _remove(self.root / "tmp", keep_root=True, older_than_s=3600, now=now)
-        for doomed in self.root.glob("*/*/.*.gone"):  # a removal that was killed halfway
-            shutil.rmtree(doomed, ignore_errors=True)
+        links: list[Path] = []
+        tmp = self.root / "tmp"
+        if os.path.islink(tmp):
+            links.append(tmp)
+        elif tmp.is_dir():
+            for child in tmp.iterdir():
+                if now - os.lstat(child).st_mtime > 3600:
+                    remove(child)
+        for _ in self._walk(links, tidy=True):
+            pass
+        for link in links:
+            link.unlink(missing_ok=True)
+        self.unlinked += links
         return removed, freed
 
     def pruned(self, older_than_s: float | None = None, max_bytes: int | None = None) -> str:
@@ -339,8 +417,11 @@ class ExportCache:
         removed, freed = self.prune(older_than_s=older_than_s, max_bytes=max_bytes)
         usage = self.usage()
         entries, size = sum(n for n, _ in usage.values()), sum(b for _, b in usage.values())
+        links = (f"; removed {len(self.unlinked)} link{'s' * (len(self.unlinked) > 1)} in the "
+                 f"cache, never followed: {', '.join(map(str, self.unlinked))}"
+                 if self.unlinked else "")
         return (f"removed {removed} entries, freed {megabytes(freed)}; kept {entries} "
-                f"entries, {megabytes(size)}")
+                f"entries, {megabytes(size)}{links}")
 
 
 def megabytes(size: int) -> str:
@@ -383,27 +464,71 @@ def _restored(array: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def _sha256(path: Path) -> str:
+    """The digest of a regular file, opened without following a link."""
     h = hashlib.sha256()
-    with path.open("rb") as fh:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
 
 
-def _remove(path: Path, keep_root: bool = False, older_than_s: float | None = None,
-            now: float | None = None) -> None:
-    """Remove a folder, moving it aside first so no reader ever sees half of it."""
-    if not path.exists():
+def _read(path: Path) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as fh:
+        return fh.read()
+
+
+def _regular(path: Path) -> bool:
+    """A regular file, not a link to one."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _own(name: Any) -> bool:
+    """A plain file name inside an entry (a manifest naming `../x` or `/etc/x` is not)."""
+    return (isinstance(name, str) and name not in ("", ".", "..", "entry.json")
+            and "/" not in name and "\\" not in name and "\0" not in name)
+
+
+def _subfolders(folder: Path, links: list[Path] | None, tidy: bool,
+                skip: tuple[str, ...] = ()) -> list[Path]:
+    """The real folders in `folder`, sorted; links among them are noted in `links`;
+    leftovers of removals (`.x.gone`: a kill stopped them halfway) are removed if `tidy`."""
+    out = []
+    try:
+        found = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError:
+        return []
+    for entry in found:
+        if entry.name in skip:
+            continue
+        if entry.is_symlink():
+            if links is not None:
+                links.append(Path(entry.path))
+        elif entry.name.startswith(".") and entry.name.endswith(".gone"):
+            if tidy:
+                remove(Path(entry.path))
+        elif entry.is_dir(follow_symlinks=False):
+            out.append(Path(entry.path))
+    return out
+
+
+def _remove(path: Path) -> None:
+    """Remove a folder, moving it aside first so no reader ever sees half of it; a link
+    (or file) where a folder belongs is removed itself."""
+    if not os.path.lexists(path):
         return
-    if keep_root:
-        for child in path.iterdir():
-            age = (now or time.time()) - child.stat().st_mtime
-            if older_than_s is None or age > older_than_s:
-                shutil.rmtree(child, ignore_errors=True)
+    if os.path.islink(path) or not path.is_dir():
+        remove(path)
         return
     doomed = path.with_name(f".{path.name}.{uuid.uuid4().hex}.gone")
     try:
         os.rename(path, doomed)
     except OSError:
         return
-    shutil.rmtree(doomed, ignore_errors=True)
+    remove(doomed)

@@ -34,6 +34,7 @@ from parity_gate.engine.exporting import ExportedModel, ExportFailure
 from parity_gate.model.hazards import Hazard
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.precision import ExportCause
+from parity_gate.model.secrets import Masker
 from parity_gate.plan.cases import ModuleJob
 
 EXPORT, REFERENCE = "export", "reference"
@@ -119,10 +120,13 @@ class WorkerCache:
         """Store an entry; a full disk or an unwritable folder costs the next run's speed,
         never this run's result, so it is said and passed over."""
         try:
-            self.store.put(kind, key, files, info)
+            stored = self.store.put(kind, key, files, info)
         except OSError as exc:
             print(f"parity-gate: export cache: could not store an entry ({kind}): {exc}",
                   file=sys.stderr)
+            return
+        if stored is None:  # a secret in its files, or a link in the cache: said, not stored
+            print(f"parity-gate: export cache: {self.store.stats.withheld[-1]}", file=sys.stderr)
 
     # -- eager references ------------------------------------------------------------
 
@@ -152,6 +156,10 @@ class WorkerCache:
         dtypes = [a.dtype.name for a in outputs[0]]
         if any([a.dtype.name for a in sample] != dtypes for sample in outputs):
             return  # samples whose outputs differ in dtype: not worth a format
+        if Masker().holds(" ".join(names)):  # names are data here: masked, they would not match
+            print("parity-gate: export cache: reference entry not stored: an output name holds "
+                  "the value of a secret", file=sys.stderr)
+            return
         self._put(REFERENCE, key, {"outputs.npz": save_arrays(outputs)},
                   {"names": names, "dtypes": dtypes, "samples": len(outputs)})
 

@@ -54,12 +54,22 @@ def problems(loaded: list[Loaded]) -> list[str]:
         return out
     seen: dict[str, str] = {}
     for path, run in loaded:
-        for case in run.cases:
+        within: dict[str, int] = {}
+        for i, case in enumerate(run.cases):
+            if case.id in within:  # the last would win in the gate: refused, never chosen
+                out.append(f"{path}: cases[{i}]: case {case.id} again (also cases"
+                           f"[{within[case.id]}], {run.cases[within[case.id]].outcome.value} "
+                           f"there, {case.outcome.value} here; expected each case once)")
+                break
+            within[case.id] = i
             if case.id in seen and seen[case.id] != path:
                 out.append(f"{path}: case {case.id} is also in {seen[case.id]} (expected each "
                            "case in exactly one shard)")
                 break
             seen[case.id] = path
+        if run.planned is not None and len(run.cases) > run.planned:
+            out.append(f"{path}: {len(run.cases)} cases where the run planned {run.planned} "
+                       "(expected no case the run did not plan)")
     return out
 
 

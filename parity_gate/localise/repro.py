@@ -3,16 +3,26 @@
 The script needs only numpy and onnxruntime: it runs the model, compares with
 the eager outputs under the case's tolerance, prints the worst element and
 exits 1 when the mismatch reproduces (0 when it does not).
+
+Every file goes through model.files' one rule (never through a link, text masked);
+a binary file holding a secret (an ONNX graph's names, an .npz key) is withheld and
+`WITHHELD.txt` says why; the script then says so and exits 2.
 """
 
 from __future__ import annotations
 
+import io
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from parity_gate.errors import UserError
+from parity_gate.model.files import atomic_write, copy_file, link_problem, make_folder, remove
+from parity_gate.model.secrets import Masker
+
+WITHHELD = "WITHHELD.txt"
 
 SCRIPT = '''#!/usr/bin/env python3
 """Reproduce {case_id}: eager vs ONNX Runtime ({provider}), atol={atol:g} rtol={rtol:g}.
@@ -28,6 +38,9 @@ import numpy as np
 import onnxruntime as ort
 
 HERE = Path(__file__).resolve().parent
+if (HERE / "{withheld}").exists():  # a file parity-gate could not write: a secret in it
+    print((HERE / "{withheld}").read_text(), end="")
+    sys.exit(2)
 META = json.loads((HERE / "case.json").read_text())
 inputs = dict(np.load(HERE / "inputs.npz"))
 expected = np.load(HERE / "expected.npz")
@@ -64,28 +77,54 @@ sys.exit(1 if failed else 0)
 def write(folder: Path, *, case_id: str, model: bytes | str, inputs: dict[str, np.ndarray],
           expected: dict[str, np.ndarray], got: dict[str, np.ndarray] | None, atol: float,
           rtol: float, providers: list[str], version: str) -> Path:
-    """Write one repro folder; returns it. Outputs are keyed by the graph's output names."""
-    folder.mkdir(parents=True, exist_ok=True)
+    """Write one repro folder; returns it. Outputs are keyed by the graph's output names.
+    Nothing is written through a link from the artifacts folder down (the folder two
+    levels up is the last one the user may have linked: `OUT` above `artifacts/<case>`,
+    and `artifacts/<case>` above its `layer`)."""
+    root = folder.parent.parent
+    make_folder(root, folder)
+    masker = Masker()
+    notes: list[str] = []
+
+    def put(name: str, data: bytes | str | Path, binary: bool = True) -> None:
+        path = folder / name
+        problem = link_problem(root, path)
+        if problem:
+            raise UserError(problem)
+        if isinstance(data, Path):
+            note = copy_file(data, path, masker)
+        else:
+            note = atomic_write(path, data, binary=binary, masker=masker)
+        if note:
+            remove(path)  # an earlier run's file would pass for this one
+            notes.append(note)
+
     if isinstance(model, str):  # weights as external data: the file and its weights
-        shutil.copyfile(model, folder / "model.onnx")
-        shutil.copyfile(f"{model}.data", folder / "model.onnx.data")
+        put("model.onnx", Path(model))
+        put("model.onnx.data", Path(f"{model}.data"))
     else:
-        (folder / "model.onnx").write_bytes(model)
-    _save(folder / "inputs.npz", inputs)
-    _save(folder / "expected.npz", expected)
+        put("model.onnx", model)
+    put("inputs.npz", _npz(inputs))
+    put("expected.npz", _npz(expected))
     if got is not None:
-        _save(folder / "onnx.npz", got)
-    (folder / "case.json").write_text(json.dumps({
+        put("onnx.npz", _npz(got))
+    put("case.json", json.dumps({
         "case": case_id, "atol": atol, "rtol": rtol, "providers": providers,
-        "outputs": list(expected)}, indent=1) + "\n")
-    (folder / "repro.py").write_text(SCRIPT.format(case_id=case_id, provider=providers[0],
-                                                   atol=atol, rtol=rtol, version=version))
+        "outputs": list(expected)}, indent=1) + "\n", binary=False)
+    put("repro.py", SCRIPT.format(case_id=case_id, provider=providers[0], atol=atol,
+                                  rtol=rtol, version=version, withheld=WITHHELD), binary=False)
+    if notes:
+        put(WITHHELD, "".join(f"{note}\n" for note in notes), binary=False)
+    else:
+        remove(folder / WITHHELD)  # an earlier run's note does not apply to these files
     return folder
 
 
-def _save(path: Path, arrays: dict[str, np.ndarray]) -> None:
+def _npz(arrays: dict[str, np.ndarray]) -> bytes:
+    buffer = io.BytesIO()
     savez: Any = np.savez  # its stubs type **kwds as its own flags
-    savez(path, **arrays)
+    savez(buffer, **arrays)
+    return buffer.getvalue()
 
 
 def folder_name(case_id: str) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from parity_gate.model.files import atomic_write, make_folder
 from parity_gate.ops.findings import Row
 from parity_gate.ops.inputs import make_inputs
 from parity_gate.ops.records import OpVariant
@@ -132,13 +133,15 @@ def script(row: Row, variant: OpVariant, versions: dict[str, Any], seed: int = 0
 
 def write_all(rows: list[Row], variants: dict[str, OpVariant], folder: Path,
               versions: dict[str, Any], seed: int = 0) -> list[Path]:
-    folder.mkdir(parents=True, exist_ok=True)
+    """One script per finding in `folder` (`OUT/repro`: never a link, nor any script in it;
+    masked like every file the gate writes)."""
+    make_folder(folder.parent, folder)
     written = []
     for row in rows:
         variant = variants.get(row.variant)
         if variant is None:
             continue
         path = folder / f"{row.slug}.py"
-        path.write_text(script(row, variant, versions, seed), encoding="utf-8")
+        atomic_write(path, script(row, variant, versions, seed))
         written.append(path)
     return written

@@ -6,15 +6,24 @@ policy), then `{"case": ...}` and `{"finding": ...}` lines, and an `{"end": ...}
 line once the reports are written. Whatever kills the gate (SIGKILL included),
 the finished cases are readable; `parity-gate report --from-journal` turns them
 into the reports, marked interrupted with planned vs finished counts. A case
-that appears twice (its localisation came later) counts once, the last line.
-Every line is masked like the reports.
+that appears twice (its localisation came later) counts once, the last line;
+but a later line never turns a failure into a pass (only the localisation's
+`artefacts: pass` settlement may), and a case the header did not plan is left
+out: both are flagged in the report as findings. Every line is masked like the
+reports. A run holds a lock on its out folder (`OUT/.parity-gate.lock`, flock)
+from its first look at the journal to its end, so a second run into the same
+folder is refused instead of moving the live run's journal aside. A journal the
+disk refuses (ENOSPC) is said once and the run goes on, its results in memory
+for the reports; the run then ends with that line, exit 2.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,13 +32,16 @@ from typing import Any
 from parity_gate.errors import UserError
 from parity_gate.gate.jsonfile import loads, read_text
 from parity_gate.model.findings import Finding
+from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.report.secrets import Masker
-from parity_gate.report.write import target_problem
+from parity_gate.report.write import target_problem, write_problem
 
 VERSION = 1
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 WHAT = "a parity-gate journal (OUT/journal.jsonl, one JSON object a line)"
+LOCK = ".parity-gate.lock"
+_held: dict[Path, int] = {}  # out folder → the fd of its lock, held by this process
 
 
 @dataclass
@@ -54,6 +66,8 @@ class Journal:
         if problem:
             raise UserError(f"--out: {problem}")
         path.parent.mkdir(parents=True, exist_ok=True)
+        hold_lock(path.parent)
+        self.problem = ""  # set when the disk refused a line: the journal stops there
         # O_NOFOLLOW: never through a link; O_NONBLOCK: a FIFO swapped in fails, not hangs.
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
                           | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o666)
@@ -61,6 +75,9 @@ class Journal:
         for key in ("cases", "findings", "verdict", "gate"):
             head.pop(key, None)
         self._line({"journal": VERSION, "run": head, "policy": policy, "universe": universe})
+        if self.problem:  # no room for its first line: nothing has run yet
+            self.close()
+            raise UserError(self.problem)
 
     def case(self, case: CaseResult) -> None:
         self._line({"case": case.to_dict(), "t": round(time.monotonic() - self.t0, 3)})
@@ -69,14 +86,22 @@ class Journal:
         self._line({"finding": finding.to_dict()})
 
     def end(self, run: RunResult) -> None:
+        """The reports are written: the last line. A journal the disk cut short gets none
+        (it lacks cases) and its problem is the run's error (exit 2)."""
+        if self.problem:
+            self.close()
+            raise UserError(self.problem)
         self._line({"end": {"interrupted": run.interrupted, "duration_s": run.duration_s}})
 
     def close(self) -> None:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+        release_lock(self.path.parent)
 
     def _line(self, doc: dict[str, Any]) -> None:
+        if self.problem:
+            return
         data = (json.dumps(self.masker.tree(doc), allow_nan=False, separators=(",", ":"))
                 + "\n").encode("utf-8")
         view = memoryview(self.masker.data(data))
@@ -86,13 +111,53 @@ class Journal:
             while view:
                 view = view[os.write(self.fd, view):]
             os.fsync(self.fd)
+        except OSError as err:  # a full disk: the run's results stay in memory for the reports
+            self.problem = write_problem("--out", self.path, err)
+            print(f"parity-gate: {self.problem}; the run goes on and writes what reports fit",
+                  file=sys.stderr)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
+def hold_lock(out: Path) -> None:
+    """Lock the out folder for this run (flock on OUT/.parity-gate.lock, released when the
+    journal closes or the process ends, however it ends): another live run there is a
+    UserError naming it, before its journal is touched."""
+    key = out.absolute()
+    if key in _held:
+        return
+    lock = out / LOCK
+    problem = target_problem(lock)
+    if problem:
+        raise UserError(f"--out: {problem}")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                 | getattr(os, "O_CLOEXEC", 0), 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        other = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+        os.close(fd)
+        raise UserError(f"--out: {out} is in use by another parity-gate run"
+                        f"{f' (pid {other})' if other.isdigit() else ''} (expected one run per "
+                        "out folder: give this one its own --out, or wait for that one)"
+                        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _held[key] = fd
+
+
+def release_lock(out: Path) -> None:
+    fd = _held.pop(out.absolute(), None)
+    if fd is not None:
+        os.close(fd)  # closing the last fd of the lock's file description releases the flock
+
+
 def keep_unfinished(path: Path) -> Path | None:
     """An earlier run's journal that never got its reports is moved aside, not overwritten;
-    returns where it went."""
+    returns where it went. Takes the out folder's lock first: a journal a live run is
+    writing is never moved (that run is named instead, UserError)."""
+    if path.parent.is_dir():
+        hold_lock(path.parent)
     if not path.is_file() or path.is_symlink():
         return None
     try:
@@ -135,15 +200,31 @@ def read(path: Path) -> Replay:
         raise UserError(f"{path}:1: not a parity-gate journal header (expected "
                         f'{{"journal": {VERSION}, "run": ...}} first)')
     run = RunResult.from_dict({**head["run"], "cases": [], "findings": []}, f"{path}:1")
+    universe = [str(u) for u in head.get("universe") or []]
+    planned_ids = set(universe)
     cases: dict[str, CaseResult] = {}
+    first_line: dict[str, int] = {}  # the line each kept case came from
     ended: dict[str, Any] | None = None
+    flags: list[Finding] = []
     t = 0.0
     for line, doc in docs[1:]:
         where = f"{path}:{line}"
         if "case" in doc:
             case = _record(CaseResult, doc["case"], where)
-            cases[case.id] = case
             t = float(doc.get("t") or t)
+            if planned_ids and case.id not in planned_ids:
+                flags.append(_flag(case, f"{where}: case {case.id} was not planned by this run "
+                                   "(not among the header's planned ids); left out"))
+                continue
+            earlier = cases.get(case.id)
+            if earlier is not None and not _may_follow(earlier, case):
+                flags.append(_flag(case, f"{where}: case {case.id} again, now "
+                                   f"{case.outcome.value} where line {first_line[case.id]} said "
+                                   f"{earlier.outcome.value}; the failure is kept"))
+                if earlier.failed:
+                    continue
+            cases[case.id] = case
+            first_line[case.id] = line
         elif "finding" in doc:
             finding = _record(Finding, doc["finding"], where)
             if finding not in run.findings:
@@ -154,6 +235,7 @@ def read(path: Path) -> Replay:
             raise UserError(f"{where}: unknown journal line with keys {sorted(doc)} "
                             "(expected case, finding or end)")
     run.cases = list(cases.values())
+    run.findings += [f for f in flags if f not in run.findings]
     planned = run.planned if run.planned is not None else len(run.cases)
     if ended is not None:
         run.interrupted = bool(ended.get("interrupted"))
@@ -162,8 +244,22 @@ def read(path: Path) -> Replay:
         run.interrupted = len(run.cases) < planned
         run.duration_s = t
     policy = head.get("policy") if isinstance(head.get("policy"), dict) else {}
-    universe = [str(u) for u in head.get("universe") or []]
     return Replay(run, policy or {}, universe, ended is not None)
+
+
+def _may_follow(earlier: CaseResult, later: CaseResult) -> bool:
+    """A case's later line may add to it (its localisation) but not change its outcome; the
+    one exception is the manifest's `localise.artefacts: pass`, which settles a mismatch
+    that localisation found to be a tolerance artefact."""
+    if later.outcome is earlier.outcome:
+        return True
+    loc = later.localisation
+    return (earlier.outcome is Outcome.MISMATCH and later.outcome is Outcome.PASS
+            and loc is not None and loc.artefact is True)
+
+
+def _flag(case: CaseResult, message: str) -> Finding:
+    return Finding(module=case.key.module, kind="journal", message=message, severity="error")
 
 
 def _record(cls: Any, data: Any, where: str) -> Any:

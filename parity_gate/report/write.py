@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import os
-import stat
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from parity_gate.errors import UserError
+from parity_gate.model.files import atomic_write, current_umask, kind_of, target_problem
 from parity_gate.model.results import RunResult
 from parity_gate.report import junit, markdown
 from parity_gate.report.html import render as render_html
@@ -23,6 +24,9 @@ from parity_gate.report.locate import locate
 from parity_gate.report.secrets import Masker
 
 NAMES = ("json", "junit", "summary", "html")
+STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
+__all__ = ["ReportPaths", "atomic_write", "check_outputs", "current_umask", "folder_problem",
+           "masked", "run_json", "target_problem", "write_all"]
 
 
 @dataclass
@@ -65,7 +69,7 @@ def check_outputs(paths: ReportPaths, journal: bool = True) -> None:
     are writable, no target is anything but a regular file. Creates the folders; one
     located line per problem."""
     if paths.out is not None and os.path.lexists(paths.out) and not paths.out.is_dir():
-        raise UserError(f"--out: {paths.out} is {_kind(paths.out)} (expected a folder for "
+        raise UserError(f"--out: {paths.out} is {kind_of(paths.out)} (expected a folder for "
                         "the reports, or a path that does not exist yet)")
     labelled = paths.labelled(journal)
     # targets first: a refused symlink or device leaves no folder behind either
@@ -90,7 +94,7 @@ def folder_problem(folder: Path, seen: set[Path] | None = None,
     while not os.path.lexists(up) and up != up.parent:
         up = up.parent
     if os.path.lexists(up) and not up.is_dir():
-        return f"{up} is {_kind(up)} (expected a folder {purpose})"
+        return f"{up} is {kind_of(up)} (expected a folder {purpose})"
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=folder, prefix=".parity-gate-probe-")
@@ -101,68 +105,6 @@ def folder_problem(folder: Path, seen: set[Path] | None = None,
         return (f"cannot {what} {folder}: {err.strerror or err} (expected a folder this user "
                 "can write)")
     return ""
-
-
-def target_problem(path: Path) -> str:
-    """Why `path` must not be replaced by a report ('' when it may)."""
-    try:
-        st = os.lstat(path)
-    except (FileNotFoundError, NotADirectoryError):  # a new path (its folder is checked next)
-        return ""
-    except OSError as err:
-        return f"cannot inspect {path}: {err.strerror or err}"
-    if stat.S_ISREG(st.st_mode):
-        return ""
-    return (f"{path} is {_kind(path, st)} (expected a regular file or a new path; reports "
-            "never follow links or replace special files)")
-
-
-def _kind(path: Path, st: os.stat_result | None = None) -> str:
-    st = st or os.lstat(path)
-    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"),
-                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISREG, "a file")):
-        if test(st.st_mode):
-            return name
-    return "not a regular file"
-
-
-def current_umask() -> int:
-    """The process umask, read without changing it where /proc allows (Linux)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)  # elsewhere: the classic read-by-setting, restored at once
-    os.umask(mask)
-    return mask
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` in one rename; the file gets the permissions an ordinary
-    `open()` would give it under the user's umask (mkstemp alone makes them 0600).
-    A link or special file at `path` is a UserError, left untouched."""
-    problem = target_problem(path)
-    if problem:
-        raise UserError(problem)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        os.fchmod(fd, 0o666 & ~current_umask())
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        problem = target_problem(path)  # made meanwhile: still never replaced
-        if problem:
-            raise UserError(problem)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def masked(run: RunResult, masker: Masker | None = None) -> RunResult:
@@ -183,30 +125,73 @@ def write_all(run: RunResult, paths: ReportPaths, summary: str | None = None) ->
     """Write the requested reports; returns the markdown (also used for the step summary).
 
     `summary` replaces the default markdown (the op sweep writes its findings table).
-    One report that cannot be written does not stop the others; the problems are raised
-    together at the end.
+    One report that cannot be written does not stop the others: the small ones go first
+    (on a filling disk they still fit), each failure is one line naming its flag and path,
+    raised together at the end; when the summary file itself could not be written, the
+    summary goes to stdout, so a full disk never loses the run's results silently.
     """
     masker = Masker()
     run = masked(run, masker)
     summary = masker.text(markdown.render(run) if summary is None else summary)
     where = locate(run)
-    writers = ((paths.json, lambda: run_json(run)), (paths.junit, lambda: junit.to_xml(run, where)),
-               (paths.summary, lambda: summary.encode("utf-8")),
-               (paths.html, lambda: render_html(run, where).encode("utf-8")))
+    renders = {"summary": lambda: summary.encode("utf-8"), "json": lambda: run_json(run),
+               "junit": lambda: junit.to_xml(run, where),
+               "html": lambda: render_html(run, where).encode("utf-8")}
+    flags = dict((path, flag) for flag, path in paths.labelled(journal=False))
     problems: list[str] = []
-    for path, render in writers:
+    unwritten: list[str] = []
+    for name in ("summary", "json", "junit", "html"):  # smallest first
+        path = getattr(paths, name)
         if path is None:
             continue
         try:
-            atomic_write(path, masker.data(render()))
+            atomic_write(path, renders[name](), masker=masker)
         except UserError as err:
             problems += err.problems
+            unwritten.append(name)
         except OSError as err:
-            problems.append(f"{path}: cannot write the report: {err.strerror or err}")
-    step = os.environ.get("GITHUB_STEP_SUMMARY")
-    if step:
-        with open(step, "a", encoding="utf-8") as fh:
-            fh.write(markdown.trim(summary) + "\n")
+            problems.append(write_problem(flags.get(path, f"--{name}"), path, err))
+            unwritten.append(name)
+    problem = append_step_summary(markdown.trim(summary) + "\n")
+    if problem:
+        problems.append(problem)
+    if "summary" in unwritten:
+        _to_stdout(summary)
     if problems:
         raise UserError(problems)
     return summary
+
+
+def write_problem(flag: str, path: Path, err: OSError) -> str:
+    """One line for a report the disk refused: the flag that chose the path, the path, why."""
+    return (f"{flag}: cannot write {path}: {err.strerror or err} (expected a folder with room "
+            "for the reports; the others were written where they fit)")
+
+
+def append_step_summary(text: str, env: dict[str, str] | None = None) -> str:
+    """Append to GitHub's job summary file, if the job has one; returns why not ('' when
+    done). A folder, link or special file there is refused like a report's path."""
+    path = (os.environ if env is None else env).get(STEP_SUMMARY)
+    if not path:
+        return ""
+    problem = target_problem(Path(path))
+    if problem:
+        return f"{STEP_SUMMARY}: {problem}"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                     | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o666)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(Masker().text(text))
+    except OSError as err:
+        return (f"{STEP_SUMMARY}: cannot append to {path}: {err.strerror or err} (expected "
+                "the job summary file GitHub Actions sets)")
+    return ""
+
+
+def _to_stdout(summary: str) -> None:
+    """The summary, where the disk had no room for it."""
+    try:
+        sys.stdout.write(summary + "\n")
+        sys.stdout.flush()
+    except OSError:
+        pass

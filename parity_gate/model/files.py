@@ -1,0 +1,172 @@
+"""The one rule for every file the gate writes or removes, wherever it writes it.
+
+Reports, the journal, repro folders and the export cache follow it alike: a file
+is written to a regular file or a new path only, never through a symbolic link
+and never over a FIFO or device (as root a rename would replace `/dev/full`);
+below a folder the gate owns (the cache, the artifacts folder) no component is
+followed through a link either, since a link committed by a pull request
+(`.parity-cache/tmp -> ~`) would point its writes and removals anywhere. Removal
+never descends through a link: the link itself goes. Text is masked on its way
+to disk; a binary file that holds a secret value is withheld (masking its bytes
+would break it). Stdlib only: the engine's cache and the worker's repros use it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+
+from parity_gate.errors import UserError
+from parity_gate.model.secrets import Masker
+
+NO_LINKS = "parity-gate never follows links in its own folders"
+
+
+def kind_of(path: Path | str, st: os.stat_result | None = None) -> str:
+    """What is at `path`, in words ('a symbolic link', 'a FIFO', ...)."""
+    st = st or os.lstat(path)
+    for test, name in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a folder"),
+                       (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISREG, "a file")):
+        if test(st.st_mode):
+            return name
+    return "not a regular file"
+
+
+def target_problem(path: Path) -> str:
+    """Why `path` must not be replaced by a file the gate writes ('' when it may)."""
+    try:
+        st = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):  # a new path (its folder is checked next)
+        return ""
+    except OSError as err:
+        return f"cannot inspect {path}: {err.strerror or err}"
+    if stat.S_ISREG(st.st_mode):
+        return ""
+    return (f"{path} is {kind_of(path, st)} (expected a regular file or a new path; reports "
+            "never follow links or replace special files)")
+
+
+def link_problem(root: Path, path: Path) -> str:
+    """Why a folder or file at `path`, below the gate's own folder `root`, is not the gate's
+    to use ('' when it is): a component from `root` down (`root` itself may be a link the
+    user chose) is a link, or one above `path` is not a folder."""
+    here = Path(root)
+    parts = Path(path).relative_to(root).parts
+    for i, part in enumerate(parts):
+        if part in ("", ".", ".."):
+            return f"{path}: '{part}' in a path below {root} (expected plain names)"
+        here = here / part
+        try:
+            st = os.lstat(here)
+        except (FileNotFoundError, NotADirectoryError):
+            return ""
+        except OSError as err:
+            return f"cannot inspect {here}: {err.strerror or err}"
+        if stat.S_ISLNK(st.st_mode):
+            return f"{here} is a symbolic link (expected a folder or file; {NO_LINKS})"
+        if i < len(parts) - 1 and not stat.S_ISDIR(st.st_mode):
+            return f"{here} is {kind_of(here, st)} (expected a folder)"
+    return ""
+
+
+def make_folder(root: Path, folder: Path) -> Path:
+    """Create `folder` below `root` without following a link on the way (UserError if one is
+    there, before and after: a link swapped in meanwhile is still refused)."""
+    for _ in range(2):
+        problem = link_problem(root, folder)
+        if problem:
+            raise UserError(problem)
+        folder.mkdir(parents=True, exist_ok=True)
+    if not folder.is_dir():
+        raise UserError(f"{folder} is {kind_of(folder)} (expected a folder)")
+    return folder
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it where /proc allows (Linux)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: the classic read-by-setting, restored at once
+    os.umask(mask)
+    return mask
+
+
+def atomic_write(path: Path, data: bytes | str, *, binary: bool = False,
+                 masker: Masker | None = None) -> str:
+    """Replace `path` with `data` in one rename, masked; the file gets the permissions an
+    ordinary `open()` would give it under the user's umask (mkstemp alone makes them 0600).
+    A link or special file at `path` is a UserError, left untouched. A `binary` file that
+    holds a secret is not written: returns why ('' when written)."""
+    masker = Masker() if masker is None else masker
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    if binary:
+        if masker.holds(raw):
+            return withheld_note(path)
+    else:
+        raw = masker.data(raw)
+    _replace(path, lambda fh: fh.write(raw))
+    return ""
+
+
+def copy_file(source: Path | str, path: Path, masker: Masker | None = None) -> str:
+    """Copy a binary file (an external-data model's weights) to `path` under the same rule
+    as `atomic_write`; returns why it was withheld ('' when copied)."""
+    masker = Masker() if masker is None else masker
+    if masker:
+        with open(source, "rb") as fh:  # scanned in blocks that overlap by a secret's length
+            keep, block = b"", fh.read(1 << 24)
+            while block:
+                if masker.holds(keep + block):
+                    return withheld_note(path)
+                keep, block = block[-len(masker.values[0]):], fh.read(1 << 24)
+    with open(source, "rb") as src:
+        _replace(path, lambda fh: shutil.copyfileobj(src, fh, 1 << 20))
+    return ""
+
+
+def withheld_note(path: Path) -> str:
+    return (f"{path.name} withheld: it holds the value of a secret (a token in a tensor or "
+            "node name, say); the reports show it as ***")
+
+
+def _replace(path: Path, fill: object) -> None:
+    problem = target_problem(path)
+    if problem:
+        raise UserError(problem)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        os.fchmod(fd, 0o666 & ~current_umask())
+        with os.fdopen(fd, "wb") as fh:
+            fill(fh)  # type: ignore[operator]
+            fh.flush()
+            os.fsync(fh.fileno())
+        problem = target_problem(path)  # made meanwhile: still never replaced
+        if problem:
+            raise UserError(problem)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def remove(path: Path) -> None:
+    """Remove a file or a folder's tree without descending through a link: a link (at `path`
+    or anywhere inside) is removed itself, never what it points to."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(path, ignore_errors=True)  # fd-based on Linux: links inside are unlinked
+    else:
+        path.unlink(missing_ok=True)
