@@ -38,7 +38,6 @@ from parity_gate.hazards.context import HazardContext, training_modules
 from parity_gate.hazards.run import check_failure, module_checks, run_checks
 from parity_gate.hazards.run import merge as merge_hazards
 from parity_gate.manifest.models import EdgeFixture
-from parity_gate.model.comparison import fmt_number
 from parity_gate.model.findings import Finding, Rerun, Stage
 from parity_gate.model.hazards import Hazard
 from parity_gate.model.keys import CaseKey
@@ -483,12 +482,10 @@ def _against_float64(ctx: _Ctx, mod: _Module, result: CaseResult, ref: _Referenc
     worst = result.worst()
     name = worst.name if worst is not None else "output"
     if _contract(ctx.job, mod.dtype, name):
-        needed = worst.needed_atol if worst is not None else None
         tol = tolerance_for(ctx.job, mod.dtype, _output_spec(ctx.job, name))
-        return replace(result, reason=(
-            f"{name}: unattainable by any correct implementation in {mod.dtype}: needs "
-            f"atol>={fmt_number(needed)} at rtol {tol.rtol:g}, the manifest sets atol "
-            f"{tol.atol:g} ({judged.describe()}); was: {result.reason}"))
+        result.reference = replace(judged, needed_atol=worst.needed_atol if worst is not None else None,
+                                   manifest_atol=tol.atol, manifest_rtol=tol.rtol)
+        return result
     plain = result.reexport
     better = (f"; exported with optimize: false, onnx needs only atol>={plain.onnx_error:.3g} "
               "against float64: the exporter's optimizer costs this accuracy"

@@ -74,6 +74,16 @@ class Reference(Record):
     labels_onnx_wrong: int | None = None
     error: str = ""  # why the run is unverified
     case_dtype: str = ""  # the case's dtype, whose rounding ONNX_ROUNDING refers to
+    # Set when the ruling excuses the mismatch but the tolerance is the manifest's own (a
+    # contract): the atol the case needs at the manifest's rtol, and the manifest's atol.
+    needed_atol: Real | None = None
+    manifest_atol: Real | None = None
+    manifest_rtol: Real | None = None
+
+    @property
+    def unattainable(self) -> bool:
+        """The manifest's tolerance is tighter than any correct implementation meets."""
+        return self.manifest_atol is not None and not self.ruling.defect
 
     @property
     def dtype_rounding(self) -> str:
@@ -102,6 +112,11 @@ class Reference(Record):
         if self.ruling is Ruling.AS_EAGER and (self.onnx_error or 0.0) < (self.eager_error or 0.0):
             verdict = ("onnx is closer to float64 than eager: the eager reference is the less "
                        "accurate side, not a defect")
+        if self.unattainable:
+            return (f"unattainable by any correct implementation in {self.case_dtype}: "
+                    f"{self.output} needs atol>={_num(self.needed_atol)} at rtol "
+                    f"{_num(self.manifest_rtol)}, the manifest sets atol "
+                    f"{_num(self.manifest_atol)} ({figures} — {verdict})")
         return f"{figures} — {verdict}"
 
 
