@@ -23,6 +23,7 @@ from parity_gate.model.units import DEFAULT_PRUNE_AGE, parse_age, parse_size
 if TYPE_CHECKING:  # imported lazily: `check` and `schema` stay fast
     from parity_gate.gate.baseline import Baseline
     from parity_gate.gate.decision import GatePolicy
+    from parity_gate.manifest.models import Manifest
     from parity_gate.plan.sharding import Shard
 
 DEFAULT_MANIFEST = "parity.yml"  # as the Action's `manifest` input: in the working folder
@@ -207,6 +208,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     cache_dir = None if args.no_cache else checked_cache_dir(args.cache_dir)
     path = default_manifest(args.manifest)
     manifest = load_manifest(path)
+    _fixture_files(manifest, path, sizes_only=True)
     policy, shard, timings = _run_gate_inputs(args, path)
     options = RunOptions(
         select=args.select,
@@ -409,17 +411,26 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     path = default_manifest(args.manifest)
     manifest = load_manifest(path)
-    files = ""
-    if any(getattr(f, "kind", None) == "file" for f in manifest.fixtures.values()):
-        from parity_gate.engine.fixtures import file_fixture_problems  # numpy: only if needed
-
-        read, problems = file_fixture_problems(manifest, Path(path).resolve().parent)
-        if problems:
-            raise UserError(problems)
-        files = f", {read} fixture file(s) read"
+    read = _fixture_files(manifest, path, sizes_only=False)
+    files = f", {read} fixture file(s) read" if read is not None else ""
     print(f"{path}: OK ({len(manifest.modules)} modules, "
           f"{len(manifest.fixtures)} fixture sets{files})")
     return 0
+
+
+def _fixture_files(manifest: Manifest, path: Path, *, sizes_only: bool) -> int | None:
+    """Problems of the file fixture sets, from their headers, as a UserError (`sizes_only`:
+    just the sizes, which `run` refuses before any worker starts); the files read, None
+    when there are none."""
+    if not any(f.kind == "file" for f in manifest.fixtures.values()):
+        return None
+    from parity_gate.engine.fixtures import file_fixture_problems  # numpy: only if needed
+
+    read, problems = file_fixture_problems(manifest, Path(path).resolve().parent,
+                                           sizes_only=sizes_only)
+    if problems:
+        raise UserError(problems)
+    return read
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:

@@ -8,21 +8,28 @@ cases of a module see the same underlying data.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import zipfile
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 
+from parity_gate.manifest.limits import (
+    ArrayHeader,
+    file_oversized,
+    file_too_big,
+    oversize_message,
+)
 from parity_gate.manifest.models import (
     FLOAT_DTYPES,
     EdgeFixture,
     FileFixture,
     Manifest,
+    ModuleSpec,
     RandomFixture,
     TensorSpec,
-    resolve_settings,
 )
 
 NUMPY_DTYPES: dict[str, Any] = {
@@ -228,8 +235,6 @@ def _read_arrays(path: Path) -> dict[str, Any]:
 def _unreadable(path: Path, exc: BaseException) -> str:
     """Why the file cannot be read, in words that never suggest loading it unsafely."""
     text = str(exc)
-    expected = {".npy": "a NumPy .npy file (np.save)", ".npz": "a NumPy .npz archive "
-                "(np.savez)"}.get(path.suffix, "a torch.save file of tensors")
     if "pickled" in text or "allow_pickle" in text or "Object arrays" in text:
         what = "holds pickled Python objects, which are never loaded" \
             if "Object arrays" in text else "has no NumPy header (a text file?)"
@@ -242,7 +247,25 @@ def _unreadable(path: Path, exc: BaseException) -> str:
     else:
         first = text.splitlines()[0][:120] if text else ""
         what = f"is corrupt or of another kind ({type(exc).__name__}: {first})"
-    return f"{what} (expected {expected})"
+    return f"{what} (expected {_expected(path)})"
+
+
+def _expected(path: Path) -> str:
+    return {".npy": "a NumPy .npy file (np.save)", ".npz": "a NumPy .npz archive "
+            "(np.savez)"}.get(path.suffix, "a torch.save file of tensors")
+
+
+def _array_key(fixture: FileFixture, names: Collection[str], input_name: str,
+               input_names: Sequence[str]) -> str:
+    """The file's array for one input: `keys`, else the input's name, else a lone array."""
+    key = fixture.keys.get(input_name, input_name)
+    if key not in names and len(names) == 1 and len(input_names) == 1:
+        key = next(iter(names))
+    if key not in names:
+        raise FixtureError(
+            f"{fixture.path}: no array {key!r} for input {input_name!r} "
+            f"(has: {', '.join(sorted(names)) or 'nothing'})")
+    return key
 
 
 def _from_file(fixture: FileFixture, input_names: Sequence[str], batch_size: int, dtype: str,
@@ -250,56 +273,168 @@ def _from_file(fixture: FileFixture, input_names: Sequence[str], batch_size: int
     arrays = load_arrays(base_dir / fixture.path)
     out: dict[str, np.ndarray] = {}
     for input_name in input_names:
-        key = fixture.keys.get(input_name, input_name)
-        if key not in arrays and len(arrays) == 1 and len(input_names) == 1:
-            key = next(iter(arrays))
-        if key not in arrays:
-            raise FixtureError(
-                f"{fixture.path}: no array {key!r} for input {input_name!r} "
-                f"(has: {', '.join(sorted(arrays)) or 'nothing'})")
+        key = _array_key(fixture, arrays, input_name, input_names)
         pool = arrays[key]
         if pool.ndim == 0 or pool.shape[0] == 0:
             raise FixtureError(f"{fixture.path}: array {key!r} needs rows along axis 0")
-        rows = (sample * batch_size + np.arange(batch_size)) % pool.shape[0]
-        chosen = pool[rows]
+        # Rows from sample * batch_size on, wrapping; np.resize repeats them without an index
+        # array (8 bytes a row: more than the rows themselves at a huge batch of small rows).
+        start = sample * batch_size % pool.shape[0]
+        chosen = np.resize(np.roll(pool, -start, axis=0) if start else pool,
+                           (batch_size, *pool.shape[1:]))
         target = dtype if chosen.dtype.kind == "f" or chosen.dtype == ml_dtypes.bfloat16 else None
         out[input_name] = cast(chosen, target) if target else np.ascontiguousarray(chosen)
     return out
 
 
-def file_fixture_problems(manifest: Manifest, base_dir: Path) -> tuple[int, list[str]]:
-    """Open every file fixture set as a run would, and say, where the set is written, what
-    the run would find: an unreadable file, an input with no array, an array with too few
-    dims for its input's dynamic axes. A run finds these too, at the cost of that set's
-    cases only; `check` finds them before a CI job spends its time. Returns (files read,
-    problems)."""
+def array_headers(path: Path) -> dict[str, ArrayHeader]:
+    """Shape and dtype of every array of a fixture file, from the headers alone: a `.npy`'s
+    header, each `.npz` member's `.npy` header, a `.pt` memory-mapped (its storages never
+    read). A problem a run's load_arrays would meet in them is the FixtureError it would
+    raise, worded alike: no header, pickled objects, data shorter than the header says. Only
+    a legacy (non-zip) `.pt` is loaded whole, as nothing else can read it."""
+    try:
+        if path.suffix == ".npy":
+            with path.open("rb") as f:
+                return {"": _npy_header(path, "", f, path.stat().st_size)}
+        if path.suffix == ".npz":
+            with path.open("rb") as f:
+                if not f.read(2) == b"PK" and path.stat().st_size:
+                    raise _bad(path, "has no NumPy header (a text file?)")
+            with zipfile.ZipFile(path) as z:
+                out: dict[str, ArrayHeader] = {}
+                for info in z.infolist():
+                    key = info.filename.removesuffix(".npy")  # as np.load's NpzFile names it
+                    with z.open(info) as f:
+                        out[key] = _npy_header(path, key, f, info.file_size)
+                return out
+        return _pt_headers(path)
+    except FixtureError:
+        raise
+    except Exception as exc:
+        raise FixtureError(f"{path}: {_unreadable(path, exc)}") from None
+
+
+def verify_archive(path: Path) -> None:
+    """Stream every member of an `.npz` through its CRC check, a megabyte at a time: a
+    corrupt archive is found without holding its arrays (headers alone cannot tell)."""
+    if path.suffix != ".npz":
+        return
+    try:
+        with zipfile.ZipFile(path) as z:
+            for info in z.infolist():
+                with z.open(info) as f:
+                    while f.read(1 << 20):
+                        pass
+    except Exception as exc:
+        raise FixtureError(f"{path}: {_unreadable(path, exc)}") from None
+
+
+def _npy_header(path: Path, key: str, f: Any, size: int) -> ArrayHeader:
+    """One `.npy` header (numpy's own reader, as np.load's), checked against `size` bytes."""
+    member = f"member {key!r} " if key else ""
+    try:
+        version = np.lib.format.read_magic(f)
+    except ValueError:
+        raise _bad(path, f"{member}has no NumPy header" + ("" if key else " (a text file?)")
+                   ) from None
+    read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+            else np.lib.format.read_array_header_2_0)
+    shape, _, dtype = read(f)
+    if dtype.hasobject:
+        raise _bad(path, "holds pickled Python objects, which are never loaded")
+    header = ArrayHeader(tuple(int(d) for d in shape), str(dtype), dtype.itemsize,
+                         dtype.kind == "f")
+    if f.tell() + header.nbytes > size:
+        raise _bad(path, f"{member}is empty or truncated (its header says "
+                   f"{header.describe()}: {header.nbytes} bytes, {max(size - f.tell(), 0)} "
+                   "follow)")
+    return header
+
+
+def _pt_headers(path: Path) -> dict[str, ArrayHeader]:
+    import torch
+
+    if not zipfile.is_zipfile(path):  # the legacy format cannot be mapped: read it
+        return {k: ArrayHeader(v.shape, str(v.dtype), v.dtype.itemsize,
+                               v.dtype.kind == "f" or v.dtype == ml_dtypes.bfloat16)
+                for k, v in _read_arrays(path).items()}
+    obj = torch.load(path, weights_only=True, map_location="cpu", mmap=True)
+    if isinstance(obj, torch.Tensor):
+        obj = {"": obj}
+    if not isinstance(obj, dict) or not all(isinstance(v, torch.Tensor) for v in obj.values()):
+        raise FixtureError(f"{path}: expected a tensor or a dict of tensors")
+    return {str(k): ArrayHeader(tuple(v.shape), str(v.dtype).removeprefix("torch."),
+                                v.element_size(), v.is_floating_point())
+            for k, v in obj.items()}
+
+
+def _bad(path: Path, what: str) -> FixtureError:
+    return FixtureError(f"{path}: {what} (expected {_expected(path)})")
+
+
+def file_fixture_problems(manifest: Manifest, base_dir: Path, *,
+                          sizes_only: bool = False) -> tuple[int, list[str]]:
+    """Read every file fixture set's array headers (not its arrays) and say, where the set
+    is written, what a run would find: an unreadable file, an input with no array, an array
+    with too few dims for its input's dynamic axes, a file or a case over `max_case_bytes`.
+    A run meets the others at the cost of that set's cases only, so `check` finds them
+    before a CI job spends its time; sizes (`sizes_only`, for `run`) are refused before any
+    worker starts, as a worker holding them would die with the module's other cases.
+    Returns (files read, problems)."""
     problems: list[str] = []
     read = 0
     for name, fixture in manifest.fixtures.items():
         if not isinstance(fixture, FileFixture):
             continue
+        at_path = manifest.locate_fixture(name, "path")
         try:
-            load_arrays(base_dir / fixture.path)
-        except FixtureError as exc:
-            problems.append(f"{manifest.locate_fixture(name, 'path')}: {exc}")
+            headers = array_headers(base_dir / fixture.path)
+            too_big = file_too_big(manifest, name, headers)
+            if too_big is None and not sizes_only:
+                verify_archive(base_dir / fixture.path)  # within bounds: worth streaming
+        except FixtureError as exc:  # a run says it as the set's cases' outcome
+            if not sizes_only:
+                problems.append(f"{at_path}: {exc}")
             continue
         read += 1
-        for module in (m for m in manifest.modules if name in m.fixtures):
-            dtype = (resolve_settings(manifest, module).dtypes or ["float32"])[0]
-            where = manifest.locate_fixture(name, "keys" if fixture.keys else "path")
-            try:
-                arrays = _from_file(fixture, [i.name for i in module.inputs], 1, dtype, 0,
-                                    base_dir)
-            except FixtureError as exc:
-                problems.append(f"{where}: module {module.name!r}: {exc}")
+        if too_big is not None:  # its cases cannot be held either: one line says it
+            problems.append(f"{at_path}: {too_big}")
+            continue
+        where = manifest.locate_fixture(name, "keys" if fixture.keys else "path")
+        for index, module in enumerate(manifest.modules):
+            if name not in module.fixtures:
                 continue
-            for spec in module.inputs:
-                if not spec.dynamic or arrays[spec.name].ndim > max(spec.dynamic):
-                    continue
-                axis = max(spec.dynamic)
-                problems.append(
-                    f"{where}: module {module.name!r}: the array for input {spec.name!r} has "
-                    f"{arrays[spec.name].ndim} dim(s) (shape {list(arrays[spec.name].shape)}) "
-                    f"but the input declares dynamic dim {axis} ({spec.dynamic[axis]!r}) "
-                    f"(expected at least {axis + 1} dims, rows along axis 0)")
+            found = _inputs_problem(fixture, headers, module)
+            if isinstance(found, str):
+                if not sizes_only:
+                    problems.append(f"{where}: module {module.name!r}: {found}")
+                continue
+            big = file_oversized(manifest, index, name, found)
+            if big is not None:
+                problems.append(f"{at_path}: {oversize_message(big)}")
     return read, problems
+
+
+def _inputs_problem(fixture: FileFixture, headers: dict[str, ArrayHeader],
+                    module: ModuleSpec) -> list[tuple[str, ArrayHeader]] | str:
+    """(key, header) of each of the module's inputs, or what a run would find wrong with
+    them: no array, no rows, fewer dims than the input's dynamic axes."""
+    names = [i.name for i in module.inputs]
+    found: list[tuple[str, ArrayHeader]] = []
+    for spec in module.inputs:
+        try:
+            key = _array_key(fixture, headers, spec.name, names)
+        except FixtureError as exc:
+            return str(exc)
+        header = headers[key]
+        if not header.shape or header.shape[0] == 0:
+            return f"{fixture.path}: array {key!r} needs rows along axis 0"
+        if spec.dynamic and len(header.shape) <= max(spec.dynamic):
+            axis = max(spec.dynamic)
+            return (f"the array for input {spec.name!r} has {len(header.shape)} dim(s) (shape "
+                    f"{[1, *header.shape[1:]]}) but the input declares dynamic dim {axis} "
+                    f"({spec.dynamic[axis]!r}) (expected at least {axis + 1} dims, rows along "
+                    "axis 0)")
+        found.append((key, header))
+    return found

@@ -5,12 +5,15 @@ the module's other cases with it. The bytes of a generated fixture set follow fr
 declared shapes, dtypes, batch size, largest `dims` and sample count (every sample is
 held at once: the reference keeps them all), so an oversized case is refused when the
 manifest is validated, in microseconds, and blamed on what made it big: the batch size
-when a batch of 1 fits, else the largest dim. File fixture sets are sized when read.
+when a batch of 1 fits, else the largest dim. File fixture sets are sized from their files'
+array headers (engine/fixtures reads them without the data): the arrays a run loads whole,
+and a case's rows of them at each batch size.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pydantic import ByteSize
@@ -18,7 +21,9 @@ from pydantic import ByteSize
 from parity_gate.manifest.models import (
     FLOAT_DTYPES,
     EdgeFixture,
+    FileFixture,
     Manifest,
+    ModuleSpec,
     RandomFixture,
     TensorSpec,
     resolve_settings,
@@ -33,8 +38,9 @@ ITEMSIZE: dict[str, int] = {
 @dataclass(frozen=True)
 class Oversize:
     """One too-big case: module, fixture set, dtype, batch, bytes needed and the bound; and
-    what to blame: `("batch", b)`, `("dims", symbol, list index or None)` or
-    `("shape", input, dim index)`."""
+    what to blame: `("batch", b)`, `("dims", symbol, list index or None)`,
+    `("shape", input, dim index)` or, for a file set, `("rows",)`; `rows` says which arrays
+    of a file set the case's rows come from."""
 
     module: str
     index: int  # the module's position in `modules`
@@ -44,6 +50,29 @@ class Oversize:
     need: int
     limit: int
     blame: tuple[object, ...]
+    rows: str = ""
+
+
+@dataclass(frozen=True)
+class ArrayHeader:
+    """One array of a fixture file as its header declares it: sized without reading the
+    data, so a 2 MB archive of 2 GiB of zeros costs nothing to measure."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    itemsize: int
+    floating: bool  # a case holds it cast to the module's dtype (fixtures.cast)
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.itemsize
+
+    def row_bytes(self, dtype: str) -> int:
+        """Bytes of one row (axis 0) as a case of module dtype `dtype` holds it."""
+        return math.prod(self.shape[1:]) * (ITEMSIZE[dtype] if self.floating else self.itemsize)
+
+    def describe(self) -> str:
+        return f"shape {list(self.shape)}, {self.dtype}"
 
 
 def _dims(fixture: RandomFixture | EdgeFixture) -> dict[str, int]:
@@ -105,6 +134,75 @@ def oversized(manifest: Manifest) -> list[Oversize]:
                     out.append(Oversize(module.name, index, name, worst, batch, need, limit,
                                         ("batch", batch)))
     return out
+
+
+def _bound(manifest: Manifest, module: ModuleSpec) -> tuple[int, list[str], list[int]]:
+    settings = resolve_settings(manifest, module)
+    return (int(settings.max_case_bytes or 0), list(settings.dtypes or ["float32"]),
+            list(settings.batch_sizes or []))
+
+
+def file_too_big(manifest: Manifest, name: str, arrays: Mapping[str, ArrayHeader]) -> str | None:
+    """Why file set `name`'s arrays are over the smallest bound of the modules using it, or
+    None: a worker loads the file whole, whatever rows its cases take."""
+    fixture = manifest.fixtures[name]
+    assert isinstance(fixture, FileFixture)
+    total = sum(h.nbytes for h in arrays.values())
+    limit, module = min(((_bound(manifest, m)[0], m.name) for m in manifest.modules
+                         if name in m.fixtures), default=(total, ""))
+    if total <= limit or not arrays:
+        return None
+    key, biggest = max(arrays.items(), key=lambda kv: kv[1].nbytes)
+    what = f"array {key!r}" if key else "its array"
+    held = f"{what} ({biggest.describe()}) holds {human(biggest.nbytes)} ({biggest.nbytes} bytes)"
+    if len(arrays) > 1:
+        held += f" and its {len(arrays)} arrays {human(total)} ({total} bytes)"
+    return (f"{fixture.path}: {held}, which a run loads whole, over `max_case_bytes` "
+            f"{human(limit)} of module {module!r} (expected a smaller file, or raise "
+            f"`max_case_bytes` in `defaults` or in module {module!r}, e.g. "
+            f"`max_case_bytes: {suggest(total)}`)")
+
+
+def file_oversized(manifest: Manifest, index: int, name: str,
+                   arrays: Sequence[tuple[str, ArrayHeader]]) -> Oversize | None:
+    """The biggest case of module `index` on file set `name` over its bound, where `arrays`
+    are (key, header) of each input's array: a case holds `samples` × batch rows of each
+    (rows wrap, so a case can be bigger than its file)."""
+    module = manifest.modules[index]
+    fixture = manifest.fixtures[name]
+    assert isinstance(fixture, FileFixture)
+    limit, dtypes, batches = _bound(manifest, module)
+
+    def need(batch: int, dtype: str) -> int:
+        return fixture.samples * batch * sum(h.row_bytes(dtype) for _, h in arrays)
+
+    worst = max(dtypes, key=lambda d: need(1, d))
+    rows = ", ".join(f"{k!r} ({h.describe()})" for k, h in dict(arrays).items())
+    rows = f"rows of array{'s' if len(arrays) > 1 else ''} {rows}"
+    if need(1, worst) > limit:
+        return Oversize(module.name, index, name, worst, 1, need(1, worst), limit, ("rows",),
+                        rows)
+    batch = max((b for b in batches if need(b, worst) > limit), default=None)
+    if batch is None:
+        return None
+    return Oversize(module.name, index, name, worst, batch, need(batch, worst), limit,
+                    ("batch", batch), rows)
+
+
+def oversize_message(big: Oversize) -> str:
+    """What is too big, by how much, and the two ways out."""
+    raise_it = (f"or raise `max_case_bytes` in `defaults` or in module {big.module!r}, "
+                f"e.g. `max_case_bytes: {suggest(big.need)}`")
+    case = f"module {big.module!r} on fixture set {big.fixture!r} ({big.dtype})"
+    held = f"{human(big.need)} of inputs ({big.need} bytes{': ' if big.rows else ''}{big.rows})"
+    if big.blame[0] == "batch":
+        return (f"batch size {big.batch}: a case of {case} would hold {held}, over "
+                f"`max_case_bytes` {human(big.limit)} (expected a smaller batch size, "
+                f"{raise_it})")
+    smaller = "smaller rows or fewer `samples`" if big.blame[0] == "rows" else \
+        "a smaller size here"
+    return (f"even at batch size 1 a case of {case} would hold {held}, over `max_case_bytes` "
+            f"{human(big.limit)} (expected {smaller}, {raise_it})")
 
 
 def human(n: int) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from parity_gate.errors import UserError
-from parity_gate.manifest.limits import Oversize, human, oversized, suggest
+from parity_gate.manifest.limits import Oversize, oversize_message, oversized
 from parity_gate.manifest.located import (
     Document,
     Loc,
@@ -92,7 +92,7 @@ def _check_sizes(manifest: Manifest, sources: list[_Source],
         if key not in worst or big.need > worst[key][2].need:
             worst[key] = (src, loc, big)
     for src, loc, big in worst.values():
-        src.problems.add(loc, _oversize_message(big))
+        src.problems.add(loc, oversize_message(big))
 
 
 def _blame_site(manifest: Manifest, big: Oversize, sources: list[_Source],
@@ -117,19 +117,6 @@ def _blame_site(manifest: Manifest, big: Oversize, sources: list[_Source],
         return owner, (*floc, "dims", symbol) + ((item,) if item is not None else ())
     _, name, k = big.blame
     return owner, (*floc, "inputs", name, "shape", k)
-
-
-def _oversize_message(big: Oversize) -> str:
-    raise_it = (f"or raise `max_case_bytes` in `defaults` or in module {big.module!r}, "
-                f"e.g. `max_case_bytes: {suggest(big.need)}`")
-    case = f"module {big.module!r} on fixture set {big.fixture!r} ({big.dtype})"
-    if big.blame[0] == "batch":
-        return (f"batch size {big.batch}: a case of {case} would hold {human(big.need)} of "
-                f"inputs ({big.need} bytes), over `max_case_bytes` {human(big.limit)} "
-                f"(expected a smaller batch size, {raise_it})")
-    return (f"even at batch size 1 a case of {case} would hold {human(big.need)} of inputs "
-            f"({big.need} bytes), over `max_case_bytes` {human(big.limit)} (expected a "
-            f"smaller size here, {raise_it})")
 
 
 def _required(main: _Source, key: str) -> None:
