@@ -78,12 +78,15 @@ class CaseResult(Record):
         """Follow-up findings in words, after the reason (shown, never parsed back); the
         localisation's first, since it names the layer and the op to blame."""
         loc = self.localisation.summary() if self.localisation is not None else []
+        if self.reference is not None and self.reference.unattainable and self.outcome.failed:
+            loc = [self.reference.describe(), *loc]  # the tolerance, not the export, is off
         out = loc[:2]
         if self.rerun is not None and not (self.localisation and self.localisation.levels):
             out.append(self.rerun.describe())  # the optimizer-level check supersedes it
         if self.reexport is not None:
             out.append(self.reexport.describe())
-        if self.reference is not None and self.outcome.failed:
+        if self.reference is not None and self.outcome.failed \
+                and not self.reference.unattainable:
             out.append(self.reference.describe())
         if self.recheck is not None and self.outcome.failed:
             out.append(f"re-check: {self.recheck.describe()}")
