@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from parity_gate import compare as cmp
+from parity_gate.compare.reference import judge_against_float64
 from parity_gate.engine import stages
 from parity_gate.engine.binding import Binding, bind, output_names
 from parity_gate.engine.exporting import export_module
@@ -36,10 +37,10 @@ from parity_gate.manifest.models import EdgeFixture
 from parity_gate.model.findings import Stage
 from parity_gate.model.keys import CaseKey
 from parity_gate.model.localisation import EXPENSIVE, Check, Localisation, Status, StepRun
+from parity_gate.model.precision import Ruling
 from parity_gate.model.results import CaseResult
 
 LEVELS = ("disabled", "basic", "extended", "all")
-FACTOR = 10.0  # how much further from float64 ONNX must be than eager to be the wrong side
 
 
 @dataclass
@@ -247,45 +248,27 @@ def _capture(job: LocaliseJob, prep: _Prepared, sample: _Sample, tol: cmp.Tolera
 
 def _conditioning(prep: _Prepared, sample: _Sample, tol: cmp.Tolerance,
                   loc: Localisation) -> str:
+    """The module in float64 on the same inputs, judged by the module gate's own rule
+    (compare.reference): one rule for what a tolerance artefact is, not two."""
     import torch
 
     wide = copy.deepcopy(prep.module).to(torch.float64)
     upcast = {n: a.astype(np.float64) if a.dtype.kind == "f" or a.dtype.name == "bfloat16"
               else a for n, a in sample.inputs.items()}
     truth = prep.call(wide, upcast)
-    e_ok = o_ok = True
-    e_err = o_err = 0.0
-    for t, e, o in zip(truth, sample.eager, sample.onnx, strict=False):
-        ref = _rounded(t, e)
-        ce = cmp.compare(ref, np.asarray(e).astype(np.float64), tol)
-        co = cmp.compare(ref, np.asarray(o).astype(np.float64), tol)
-        e_ok &= ce.passed
-        o_ok &= co.passed
-        e_err = max(e_err, _need(ce))
-        o_err = max(o_err, _need(co))
-    loc.eager_error, loc.onnx_error = e_err, o_err
-    if o_ok or (not e_ok and o_err <= FACTOR * e_err):
-        loc.artefact = True
-        return (f"ONNX Runtime is within {o_err:.3g} of float64, eager within {e_err:.3g}: "
-                "a tolerance artefact")
-    loc.artefact = False
-    return f"ONNX Runtime is {o_err:.3g} from float64 where eager is {e_err:.3g}: a defect"
-
-
-def _rounded(truth: np.ndarray, like: np.ndarray) -> np.ndarray:
-    """The float64 answer rounded to the output's dtype: what a correct kernel returns."""
-    if truth.dtype.kind != "f":
-        return truth
-    if like.dtype.kind == "f" or like.dtype.name == "bfloat16":
-        with np.errstate(over="ignore"):
-            truth = truth.astype(like.dtype)
-    return truth.astype(np.float64)
-
-
-def _need(c: cmp.Comparison) -> float:
-    if c.passed:
-        return 0.0
-    return float("inf") if c.needed_atol is None else float(c.needed_atol)
+    eager, onnx = [np.asarray(e) for e in sample.eager], [np.asarray(o) for o in sample.onnx]
+    names = [f"output{i}" for i in range(len(eager))]
+    failing = [i for i, (e, o) in enumerate(zip(eager, onnx, strict=False))
+               if not cmp.compare(e, o, tol).passed]
+    judged = judge_against_float64(eager, onnx, truth, names, [tol] * len(eager),
+                                   [False] * len(eager), failing)
+    if judged.ruling is Ruling.UNVERIFIED:
+        return f"skipped: {judged.describe()}"
+    loc.eager_error, loc.onnx_error = judged.eager_error, judged.onnx_error
+    loc.artefact = not judged.ruling.defect
+    figures = (f"ONNX Runtime is {judged.onnx_error or 0.0:.3g} from float64 where eager is "
+               f"{judged.eager_error or 0.0:.3g}")
+    return f"{figures}: {'a tolerance artefact' if loc.artefact else 'a defect'}"
 
 
 def _layer(job: LocaliseJob, prep: _Prepared, sample: _Sample, tol: cmp.Tolerance,
