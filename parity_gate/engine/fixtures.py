@@ -282,9 +282,14 @@ def _from_file(fixture: FileFixture, input_names: Sequence[str], batch_size: int
         start = sample * batch_size % pool.shape[0]
         chosen = np.resize(np.roll(pool, -start, axis=0) if start else pool,
                            (batch_size, *pool.shape[1:]))
-        target = dtype if chosen.dtype.kind == "f" or chosen.dtype == ml_dtypes.bfloat16 else None
+        target = dtype if _floating(chosen.dtype) else None
         out[input_name] = cast(chosen, target) if target else np.ascontiguousarray(chosen)
     return out
+
+
+def _floating(dtype: np.dtype[Any]) -> bool:
+    """A file's float arrays are cast to the module's dtype (bfloat16 is ml_dtypes')."""
+    return dtype.kind == "f" or dtype == ml_dtypes.bfloat16
 
 
 def array_headers(path: Path) -> dict[str, ArrayHeader]:
@@ -344,7 +349,7 @@ def _npy_header(path: Path, key: str, f: Any, size: int) -> ArrayHeader:
     if dtype.hasobject:
         raise _bad(path, "holds pickled Python objects, which are never loaded")
     header = ArrayHeader(tuple(int(d) for d in shape), str(dtype), dtype.itemsize,
-                         dtype.kind == "f")
+                         _floating(dtype))
     if f.tell() + header.nbytes > size:
         raise _bad(path, f"{member}is empty or truncated (its header says "
                    f"{header.describe()}: {header.nbytes} bytes, {max(size - f.tell(), 0)} "
@@ -356,8 +361,7 @@ def _pt_headers(path: Path) -> dict[str, ArrayHeader]:
     import torch
 
     if not zipfile.is_zipfile(path):  # the legacy format cannot be mapped: read it
-        return {k: ArrayHeader(v.shape, str(v.dtype), v.dtype.itemsize,
-                               v.dtype.kind == "f" or v.dtype == ml_dtypes.bfloat16)
+        return {k: ArrayHeader(v.shape, str(v.dtype), v.dtype.itemsize, _floating(v.dtype))
                 for k, v in _read_arrays(path).items()}
     obj = torch.load(path, weights_only=True, map_location="cpu", mmap=True)
     if isinstance(obj, torch.Tensor):
@@ -405,10 +409,10 @@ def file_fixture_problems(manifest: Manifest, base_dir: Path, *,
         for index, module in enumerate(manifest.modules):
             if name not in module.fixtures:
                 continue
-            found = _inputs_problem(fixture, headers, module)
-            if isinstance(found, str):
+            found, wrong = _inputs_problem(fixture, headers, module)
+            if wrong:
                 if not sizes_only:
-                    problems.append(f"{where}: module {module.name!r}: {found}")
+                    problems.extend(f"{where}: module {module.name!r}: {w}" for w in wrong)
                 continue
             big = file_oversized(manifest, index, name, found)
             if big is not None:
@@ -417,24 +421,27 @@ def file_fixture_problems(manifest: Manifest, base_dir: Path, *,
 
 
 def _inputs_problem(fixture: FileFixture, headers: dict[str, ArrayHeader],
-                    module: ModuleSpec) -> list[tuple[str, ArrayHeader]] | str:
-    """(key, header) of each of the module's inputs, or what a run would find wrong with
-    them: no array, no rows, fewer dims than the input's dynamic axes."""
+                    module: ModuleSpec) -> tuple[list[tuple[str, ArrayHeader]], list[str]]:
+    """(key, header) of each of the module's inputs, and what a run would find wrong with
+    them: no array or no rows (the first such input, as a run stops there), fewer dims
+    than an input's dynamic axes (each)."""
     names = [i.name for i in module.inputs]
     found: list[tuple[str, ArrayHeader]] = []
+    problems: list[str] = []
     for spec in module.inputs:
         try:
             key = _array_key(fixture, headers, spec.name, names)
         except FixtureError as exc:
-            return str(exc)
+            return found, [str(exc)]
         header = headers[key]
         if not header.shape or header.shape[0] == 0:
-            return f"{fixture.path}: array {key!r} needs rows along axis 0"
+            return found, [f"{fixture.path}: array {key!r} needs rows along axis 0"]
         if spec.dynamic and len(header.shape) <= max(spec.dynamic):
             axis = max(spec.dynamic)
-            return (f"the array for input {spec.name!r} has {len(header.shape)} dim(s) (shape "
-                    f"{[1, *header.shape[1:]]}) but the input declares dynamic dim {axis} "
-                    f"({spec.dynamic[axis]!r}) (expected at least {axis + 1} dims, rows along "
-                    "axis 0)")
+            problems.append(
+                f"the array for input {spec.name!r} has {len(header.shape)} dim(s) (shape "
+                f"{[1, *header.shape[1:]]}) but the input declares dynamic dim {axis} "
+                f"({spec.dynamic[axis]!r}) (expected at least {axis + 1} dims, rows along "
+                "axis 0)")
         found.append((key, header))
-    return found
+    return found, problems

@@ -110,14 +110,19 @@ def _blame_dim(fixture: RandomFixture | EdgeFixture, dtype: str) -> tuple[object
     return ("shape", name, k)
 
 
+def _bound(manifest: Manifest, module: ModuleSpec) -> tuple[int, list[str], list[int]]:
+    """(max_case_bytes, dtypes, batch sizes) of a module, its defaults resolved."""
+    settings = resolve_settings(manifest, module)
+    return (int(settings.max_case_bytes or 0), list(settings.dtypes or ["float32"]),
+            list(settings.batch_sizes or []))
+
+
 def oversized(manifest: Manifest) -> list[Oversize]:
     """Every (module, fixture set, batch size) whose worst dtype's case is over its module's
     `max_case_bytes`; one per batch size, or one per set when even a batch of 1 is."""
     out: list[Oversize] = []
     for index, module in enumerate(manifest.modules):
-        settings = resolve_settings(manifest, module)
-        limit = int(settings.max_case_bytes or 0)
-        dtypes = list(settings.dtypes or ["float32"])
+        limit, dtypes, batches = _bound(manifest, module)
         for name in module.fixtures:
             fixture = manifest.fixtures.get(name)
             if not isinstance(fixture, (RandomFixture, EdgeFixture)):
@@ -128,18 +133,12 @@ def oversized(manifest: Manifest) -> list[Oversize]:
                 out.append(Oversize(module.name, index, name, worst, 1, at_one, limit,
                                     _blame_dim(fixture, worst)))
                 continue
-            for batch in settings.batch_sizes or []:
+            for batch in batches:
                 need = input_bytes(fixture, batch, worst)
                 if need > limit:
                     out.append(Oversize(module.name, index, name, worst, batch, need, limit,
                                         ("batch", batch)))
     return out
-
-
-def _bound(manifest: Manifest, module: ModuleSpec) -> tuple[int, list[str], list[int]]:
-    settings = resolve_settings(manifest, module)
-    return (int(settings.max_case_bytes or 0), list(settings.dtypes or ["float32"]),
-            list(settings.batch_sizes or []))
 
 
 def file_too_big(manifest: Manifest, name: str, arrays: Mapping[str, ArrayHeader]) -> str | None:
