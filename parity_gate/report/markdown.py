@@ -3,20 +3,22 @@ module, per-case detail and evidence folded under each module, trimmed whole blo
 time so the verdict, the module table and a visible "trimmed" note always survive.
 
 Every piece of user, exporter or runtime text goes through `model.text` (HTML escaped,
-`|` escaped, mentions defused), so what GitHub renders is what the run said.
+`|` escaped, mentions, references and autolinks broken), so what GitHub renders is what
+the run said and nothing in it is live: results.json may come from an untrusted fork.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass
 
 from parity_gate.model.gate import FIXED, Deltas, GateDecision, counts_line
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, RunResult
-from parity_gate.model.text import escape_html, md_cell, md_code
+from parity_gate.model.text import escape_html, html_line, md_cell, md_code, md_text
 from parity_gate.report.fmt import num, plural, seconds
 from parity_gate.report.modules import (
     ModuleView,
@@ -95,7 +97,8 @@ def headline(run: RunResult, views: list[ModuleView] | None = None) -> str:
 
 def _verdict(run: RunResult) -> str:
     v = run.verdict
-    return f"**Verdict: {v.result}** — {md_cell(v.why, 300)} · {seconds(run.duration_s)}"
+    return (f"**Verdict: {md_text(v.result)}** — {md_cell(v.why, 300)} · "
+            f"{seconds(run.duration_s)}")
 
 
 # ---------------------------------------------------------------- the module table
@@ -111,9 +114,9 @@ def _module_table(views: list[ModuleView], decision: GateDecision, cap: int) -> 
     for v in views[:cap]:
         outcome = f"**{v.outcome.value}**" if v.worst is not None else v.outcome.value
         row = (f"| {md_code(v.name)} | {outcome} | {len(v.failing)}/{v.ran} | "
-               f"{worst_error_text(v)} | {md_cell(needed_text(v), 200)} | "
+               f"{md_cell(worst_error_text(v))} | {md_cell(needed_text(v), 200)} | "
                f"{md_cell(v.diagnosis, 300)} |")
-        rows.append(row + (f" {gate_text(v, decision)} |" if gate else ""))
+        rows.append(row + (f" {md_cell(gate_text(v, decision))} |" if gate else ""))
     text = "\n".join(rows) + "\n"
     if len(views) > cap:
         text += (f"\n_{len(views) - cap} more modules in {ARTIFACT}._\n")
@@ -144,7 +147,7 @@ def _evidence(view: ModuleView) -> list[str]:
         ids = ", ".join(c.key.junit_name for c in cases[:3])
         more = f" and {len(cases) - 3} more" if len(cases) > 3 else ""
         out += [f"<details><summary>Evidence: last lines of the worker's output "
-                f"({escape_html(cases[0].outcome.value)}: {escape_html(ids)}{more})</summary>",
+                f"({html_line(cases[0].outcome.value)}: {html_line(ids)}{more})</summary>",
                 "", f"<pre>{escape_html(tail_lines(detail, EVIDENCE_LINES))}</pre>", "",
                 "</details>", ""]
     silent = [c for c in view.failing if not c.detail.strip()
@@ -160,7 +163,7 @@ def _module_fold(view: ModuleView, gate: bool) -> str:
     counts = ", ".join(f"{n} {o.value}" for o, n in
                        sorted(Counter(c.outcome for c in view.failing).items(),
                               key=lambda p: -p[0].severity))
-    lines = [f"<details><summary><b>{escape_html(view.name)}</b>: {counts} "
+    lines = [f"<details><summary><b>{html_line(view.name)}</b>: {counts} "
              f"of {plural(view.ran, 'case')}</summary>", "",
              "| case | outcome | max abs | max rel | ULP | why |" + (" baseline |" if gate else ""),
              "|---|---|---|---|---|---|" + ("---|" if gate else "")]
@@ -181,8 +184,8 @@ def _localisation(case: CaseResult) -> list[str]:
     loc = case.localisation
     if loc is None:
         return []
-    out = [f"<details><summary>Localisation of {escape_html(case.key.junit_name)}: "
-           f"{escape_html('; '.join(loc.summary()[:2]) or 'no cause found')}</summary>", ""]
+    out = [f"<details><summary>Localisation of {html_line(case.key.junit_name)}: "
+           f"{html_line('; '.join(loc.summary()[:2]) or 'no cause found')}</summary>", ""]
     out += [f"- {md_cell(line, 400)}" for line in loc.summary()]
     if loc.known_op is not None:
         out.append(f"- known op-sweep finding {md_code(loc.known_op.finding)}: "
@@ -208,13 +211,22 @@ def _curve_chart(case: CaseResult) -> list[str]:
     assert loc is not None
     points = [(p.module, p.max_abs) for p in loc.curve]
     logs = [round(math.log10(v), 2) if v and v > 0 else -12.0 for _, v in points]
-    names = ", ".join(json.dumps(m) for m, _ in points)
+    names = ", ".join(json.dumps(_label(m)) for m, _ in points)
     return ["```mermaid", "xychart-beta",
-            f'    title "log10 max |error| by layer ({case.key.dtype})"',
+            f'    title "log10 max |error| by layer ({_label(case.key.dtype)})"',
             f"    x-axis [{names}]",
             f'    y-axis "log10 max abs error" {min([*logs, -8.0]):.0f} --> '
             f"{max([*logs, 0.0]) + 0.5:.1f}",
             f"    line [{', '.join(f'{v:g}' for v in logs)}]", "```"]
+
+
+def _label(name: str) -> str:
+    """A layer or dtype name as a mermaid label: what a module path holds (`h.0.attn`), the
+    rest replaced, so no backtick run can close the block and no quote end the label."""
+    return _LABEL.sub("_", name)[:80]
+
+
+_LABEL = re.compile(r"[^A-Za-z0-9_.:/-]")
 
 
 # ---------------------------------------------------------------- the rest
@@ -315,8 +327,9 @@ def _delta_section(deltas: Deltas | None) -> str:
     out = [head, "", f"{len(deltas.changes)} changed, {deltas.unchanged} unchanged.", "",
            "| case | outcome | max abs | max rel | growth |", "|---|---|---|---|---|"]
     for d in deltas.changes[:DELTA_ROWS]:
-        outcome = (f"{d.old_outcome or '(new case)'} → **{d.new_outcome or '(gone)'}**"
-                   if d.outcome_changed else str(d.new_outcome))
+        outcome = (f"{md_text(d.old_outcome or '(new case)')} → "
+                   f"**{md_text(d.new_outcome or '(gone)')}**"
+                   if d.outcome_changed else md_text(d.new_outcome))
         growth = "n/a" if d.growth is None else f"{num(d.growth)}×"
         out.append(f"| {md_code(d.id)} | {outcome} | {num(d.old.max_abs)} → "
                    f"{num(d.new.max_abs)} | {num(d.old.max_rel)} → {num(d.new.max_rel)} | "
