@@ -21,6 +21,7 @@ from typing import Any
 from parity_gate.github.client import GitHubClient, GitHubError
 from parity_gate.github.upstream import markdown as upstream_markdown
 from parity_gate.model.results import RunResult
+from parity_gate.model.text import GITHUB, code_span, github_url, md_link, md_text
 from parity_gate.report.markdown import render
 
 COMMENT_LIMIT = 65536  # GitHub rejects issue comments longer than this (characters)
@@ -140,17 +141,15 @@ def body(run: RunResult, key: str, pr: PullRequest | None, env: Mapping[str, str
         text = text.rstrip() + "\n\n" + extra
     server, repo, run_id = (env.get(k, "") for k in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY",
                                                      "GITHUB_RUN_ID"))
-    where = f" by [this run]({server}/{repo}/actions/runs/{run_id})" if server and run_id else ""
-    sha = f" for {pr.head_sha[:12]}" if pr and pr.head_sha else ""
-    footer = (f"\n\n<sub>parity-gate · `{_safe(key)}`{sha}{where}; the full report is in the "
-              "job summary and the JSON artifact.</sub>")
+    server = server or GITHUB
+    url = github_url(repo, "actions/runs", run_id, server) if run_id else None
+    where = f" by {md_link('this run', url, server)}" if url else ""
+    sha = f" for {md_text(pr.head_sha[:12])}" if pr and pr.head_sha else ""
+    footer = (f"\n\n<sub>parity-gate · {code_span(key[:200])}{sha}{where}; the full report "
+              "is in the job summary and the JSON artifact.</sub>")
     head = f"{MARKER.format(digest)}\n{STATE.format(state_digest(run))}\n"
     room = limit - len(head) - len(footer) - MARGIN
     return head + fit(text, room) + footer
-
-
-def _safe(text: str) -> str:
-    return text.replace("`", "'").replace("-->", "--&gt;")[:200]
 
 
 _HEADING = re.compile(r"^#{2,3} ", re.MULTILINE)

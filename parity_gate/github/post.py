@@ -21,7 +21,7 @@ from parity_gate.github import comment, upstream
 from parity_gate.github.client import DEFAULT_API_URL, GitHubClient, GitHubError
 from parity_gate.github.commands import Annotation, escape_data, write_outputs
 from parity_gate.model.results import RunResult
-from parity_gate.model.text import md_text
+from parity_gate.model.text import md_text, one_line
 from parity_gate.report.write import atomic_write, run_json
 
 if TYPE_CHECKING:
@@ -60,8 +60,10 @@ def report_only(inputs: Mapping[str, str], paths: Paths, github_output: str | No
     result = "fail" if run.verdict.blocks else "pass"
     write_outputs(github_output, outputs(result, run, dataclasses.replace(
         paths, out_dir=path.parent)))
-    print(f"parity-gate: results {path}: {run.verdict.result} ({run.verdict.why}); "
-          "the gate ran in the earlier job, nothing is run here")
+    # One line: the results may be a fork's, and a line of their text starting with `::`
+    # would be a workflow command in this trusted job.
+    print(one_line(f"parity-gate: results {path}: {run.verdict.result} ({run.verdict.why}); "
+                   "the gate ran in the earlier job, nothing is run here"))
     return 0
 
 
@@ -125,7 +127,7 @@ def _comment(run: RunResult, inputs: Mapping[str, str], env: Mapping[str, str],
                               comment.comment_key(run), env)
     except (comment.ContextError, GitHubError) as exc:
         return [f"comment: not posted: {exc}"]
-    print(f"parity-gate: comment {posted.action} ({posted.why}) {posted.url}".rstrip())
+    print(one_line(f"parity-gate: comment {posted.action} ({posted.why}) {posted.url}"))
     return []
 
 
@@ -146,10 +148,11 @@ def _summary(env: Mapping[str, str], text: str) -> None:
 
 
 def _warn(env: Mapping[str, str], warnings: list[str]) -> None:
-    """Each warning as an annotation and, together, in the job summary; stderr too."""
+    """Each warning as an annotation and, together, in the job summary; stderr too (one
+    line: the runner reads workflow commands there as well)."""
     for w in warnings:
         print(Annotation("warning", "parity-gate: GitHub", w).render(), flush=True)
-        print(f"parity-gate: warning: {w}", file=sys.stderr)
+        print(one_line(f"parity-gate: warning: {w}"), file=sys.stderr)
     if warnings:
         _summary(env, "\n".join(["### ⚠️ GitHub", "",
                                  *(f"- {md_text(w)}" for w in warnings), ""]))

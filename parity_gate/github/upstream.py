@@ -23,7 +23,15 @@ from typing import Any
 from parity_gate.github.client import GitHubClient, GitHubError, RateLimited
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, RunResult
-from parity_gate.model.text import md_cell
+from parity_gate.model.text import (
+    code_block,
+    code_span,
+    github_url,
+    md_cell,
+    md_link,
+    md_text,
+    one_line,
+)
 from parity_gate.model.upstream import MatchKind, OpRef, UpstreamMatch, UpstreamReport
 
 
@@ -42,6 +50,7 @@ NOT_EXPORTER = frozenset({Outcome.NO_KERNEL, Outcome.EAGER_ERROR})
 STATE_SCORE = {MatchKind.OPEN_PR: 3.0, MatchKind.MERGED_PR: 2.5, MatchKind.OPEN_ISSUE: 2.0,
                MatchKind.CLOSED_ISSUE: 1.0, MatchKind.CLOSED_PR: 0.5}
 FINGERPRINT_PREFIX = "parity-gate-finding"
+TITLE_LIMIT = 256  # GitHub rejects longer issue titles
 
 
 # ---- which findings pin an op
@@ -182,33 +191,47 @@ def target_repo(cases: list[CaseResult]) -> str:
     return "pytorch/pytorch" if exporter == "torchscript" else "microsoft/onnxscript"
 
 
-def draft(op: OpRef, cases: list[CaseResult], run: RunResult, repro: str | None) -> tuple[
-        str, str, str]:
-    """(repository, title, body) of a new report in that repository's convention."""
-    repo = target_repo(cases)
-    first = cases[0]
+def _title(op: OpRef, cases: list[CaseResult], repo: str) -> tuple[str, str]:
+    """(the repository's prefix, what failed): the issue's title, in two parts so that the
+    draft's heading can escape only the part that comes from outside."""
     outcomes = sorted({c.outcome.value for c in cases})
     dtypes = sorted({c.key.dtype for c in cases})
     prefix = "[ONNX]" if repo == "pytorch/pytorch" else "[torchlib]"
-    title = f"{prefix} {op.overload}: {', '.join(outcomes)} for {', '.join(dtypes)}"
+    return prefix, f"{op.overload}: {', '.join(outcomes)} for {', '.join(dtypes)}"
+
+
+def draft(op: OpRef, cases: list[CaseResult], run: RunResult, repro: str | None) -> tuple[
+        str, str, str]:
+    """(repository, title, body) of a new report in that repository's convention.
+
+    Every value from the run (results.json may be a fork's) is inert where it lands:
+    the title one plain line, prose and cells escaped markdown, ids in code spans, the
+    repro in a fence no backtick run inside can close."""
+    repo = target_repo(cases)
+    first = cases[0]
+    prefix, subject = _title(op, cases, repo)
+    title = one_line(f"{prefix} {subject}")[:TITLE_LIMIT]
+    dynamo = first.provenance.exporter != "torchscript"
     lines = ["### 🐛 Describe the bug", "",
-             f"`torch.onnx.export(..., dynamo={first.provenance.exporter != 'torchscript'})` "
-             f"of a module calling `{op.overload}` (variant `{op.variant}`) gives results that "
+             f"{code_span(f'torch.onnx.export(..., dynamo={dynamo})')} of a module calling "
+             f"{code_span(op.overload)} (variant {code_span(op.variant)}) gives results that "
              "differ from eager PyTorch when run in ONNX Runtime.", "",
-             f"{first.explanation}", "", "### Expected vs actual", "",
+             md_text(first.explanation), "", "### Expected vs actual", "",
              "| case | outcome | expected (eager) vs actual (ONNX Runtime) |", "|---|---|---|"]
     for case in cases[:10]:
-        lines.append(f"| `{case.id}` | {case.outcome.value} | {md_cell(_expected_actual(case))} |")
+        lines.append(f"| {code_span(case.id, table=True)} | {case.outcome.value} | "
+                     f"{md_cell(_expected_actual(case))} |")
     if len(cases) > 10:
         lines.append(f"\n{len(cases) - 10} more cases fail the same way.")
     lines += ["", "### Minimal repro", ""]
-    lines += (["```python", repro.rstrip(), "```"] if repro
-              else ["(no repro script was written for this finding; run `parity-gate ops "
-                    f"--select '{op.variant}'` to write one)"])
+    command = code_span(f"parity-gate ops --select '{op.variant}'")
+    lines += ([code_block(repro, "python")] if repro
+              else [f"(no repro script was written for this finding; run {command} to write "
+                    "one)"])
     lines += ["", "### Versions", ""]
     for name in ("torch", "onnx", "onnxscript", "onnxruntime", "onnxruntime-gpu", "python"):
         if name in run.versions:
-            lines.append(f"- {name}: {run.versions[name]}")
+            lines.append(f"- {name}: {md_text(run.versions[name])}")
     lines += ["", f"<sub>Found by parity-gate's op sweep ({FINGERPRINT_PREFIX}: "
               f"`{fingerprint(op, cases)}`).</sub>", ""]
     return repo, title, "\n".join(lines)
@@ -225,10 +248,14 @@ def _expected_actual(case: CaseResult) -> str:
 
 
 def find_repro(cases: list[CaseResult], repro_dir: Path | None) -> str | None:
-    """The op sweep's standalone script for this finding (`repro/<variant>__<outcome>.py`)."""
+    """The op sweep's standalone script for this finding (`repro/<variant>__<outcome>.py`);
+    a variant naming another folder (`../..`) has none: what it reads may be posted."""
     if repro_dir is None or not cases or cases[0].op is None:
         return None
-    path = repro_dir / f"{cases[0].op.variant}__{cases[0].outcome.value}.py"
+    name = f"{cases[0].op.variant}__{cases[0].outcome.value}.py"
+    if Path(name).name != name or name.startswith("."):
+        return None
+    path = repro_dir / name
     try:
         return path.read_text(encoding="utf-8")
     except OSError:
@@ -243,12 +270,13 @@ def write_drafts(run: RunResult, reports: list[UpstreamReport],
     out = []
     for report in reports:
         if report.match is None and report.searched:
-            repo, title, body = draft(report.op, cases[report.op.key], run,
-                                      find_repro(cases[report.op.key], repro_dir))
+            repo, _, body = draft(report.op, cases[report.op.key], run,
+                                  find_repro(cases[report.op.key], repro_dir))
+            prefix, subject = _title(report.op, cases[report.op.key], repo)
             folder.mkdir(parents=True, exist_ok=True)
             path = folder / f"{_slug(report.op.overload)}.md"
             path.write_text(f"<!-- open at https://github.com/{repo}/issues/new -->\n"
-                            f"# {title}\n\n{body}", encoding="utf-8")
+                            f"# {prefix} {md_text(subject)}\n\n{body}", encoding="utf-8")
             report = _replace(report, draft=str(path))
         out.append(report)
     return out
@@ -334,10 +362,21 @@ def markdown(reports: list[UpstreamReport], warnings: Iterable[str] = ()) -> str
     lines = [f"### Upstream ({len(reports)} op(s) searched in microsoft/onnxscript and "
              "pytorch/pytorch)", "", "| op | cases | upstream |", "|---|---|---|"]
     for r in reports:
-        link = f" — [{md_cell(r.match.title, 80)}]({r.match.url})" if r.match else ""
-        lines.append(f"| `{r.op.overload}` | {len(r.cases)} | {md_cell(r.describe())}{link} |")
+        link = ""
+        if r.match is not None:  # rebuilt from repo and number: a record's url is not used
+            link = f" — {md_link(r.match.title[:80], _issue_url(r.match.repo, r.match.number))}"
+        elif r.created:  # linked only where it is an issue page on github.com
+            link = f" — {md_link('the new issue', r.created)}"
+        lines.append(f"| {code_span(r.op.overload, table=True)} | {len(r.cases)} | "
+                     f"{md_cell(r.describe())}{link} |")
     lines += [f"\n> ⚠️ {md_cell(w, 300)}" for w in warnings]
     return "\n".join([*lines, ""])
+
+
+def _issue_url(repo: str, number: int) -> str | None:
+    """The github.com page of an issue or pull request in one of the searched repositories
+    (`/issues/N` shows a pull request too); None for any other repository."""
+    return github_url(repo, "issues", number) if repo in {r.name for r in REPOS} else None
 
 
 # ---- one pass, shared by `parity-gate upstream` and the Action
