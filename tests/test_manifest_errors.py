@@ -216,8 +216,36 @@ def test_include_joins_fixtures_and_defaults(tmp_path: Path) -> None:
         "modules[0].inputs[0].name"
 
 
+def test_every_top_level_key_survives_include(tmp_path: Path) -> None:
+    """An included file's setting of any top-level key reaches the merged manifest (the
+    merge copied only some keys: `localise:` in an included file was silently dropped).
+    Each key the schema lists is set, in the included file only, to a non-default value."""
+    from parity_gate.manifest.load import load_manifest
+    from parity_gate.manifest.models import Manifest
+
+    values = {
+        "python_path": "python_path: [lib]",
+        "seed": "seed: 7",
+        "defaults": "defaults:\n  timeout_s: 77",
+        "providers": "providers:\n  cuda: {required: false}",
+        "localise": "localise:\n  max_cases: 9\n  artefacts: pass",
+    }
+    own = {"version", "include", "fixtures", "modules"}  # the pair sets these already
+    assert set(Manifest.model_fields) - own == set(values), "a new top-level key: add it here"
+    (tmp_path / "shared" / "lib").mkdir(parents=True)
+    path = write_pair(tmp_path, shared_text=SHARED.replace(
+        "defaults:\n  batch_sizes: [2]\n", "") + "\n".join(values.values()) + "\n")
+    manifest = load_manifest(path)
+    assert manifest.python_path[-1] == str(tmp_path / "shared" / "lib")
+    assert manifest.seed == 7
+    assert manifest.defaults.timeout_s == 77
+    assert "cuda" in manifest.providers
+    assert manifest.localise.max_cases == 9 and manifest.localise.artefacts == "pass"
+
+
 def test_problems_in_an_included_file_point_into_it(tmp_path: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "shared" / "lib").mkdir(parents=True)
     path = write_pair(tmp_path, shared_text=SHARED.replace("kind: random", "kind: randm"))
     assert main(["check", str(path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()

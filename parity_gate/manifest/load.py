@@ -203,7 +203,18 @@ def _merge(sources: list[_Source]) -> dict[str, Any]:
                 continue
             out["modules"].append(module)
             out["origins"].append((src.doc, ("modules", i)))
+        for key in data.keys() - _MERGED_APART:  # every other key (localise, ...): later
+            value = data[key]                     # files win, mappings key by key
+            if isinstance(value, dict) and isinstance(out.get(key), dict):
+                value = {**out[key], **value}
+            out[key] = value
     return out
+
+
+# Keys `_merge` joins by their own rule; every other top-level key of the manifest is
+# carried over generically, so a new key cannot be dropped by an include.
+_MERGED_APART = frozenset({"version", "include", "python_path", "providers", "seed", "defaults",
+                           "fixtures", "modules"})
 
 
 def _claimed(owner: dict[tuple[str, str], tuple[_Source, Loc]], what: tuple[str, str],
