@@ -34,6 +34,10 @@ ALL_SKIPPED = ("every case was skipped, so nothing was checked: blocking (expect
                "one case to run; pass --allow-all-skipped, or the Action input "
                "allow_all_skipped: true, to accept that)")
 
+UNREPORTED = ("{n} planned case(s) have no outcome although the run was not interrupted: "
+              "blocking (every planned case must end with an outcome; this is a bug in "
+              "parity-gate, please report it)")
+
 
 @dataclass
 class GatePolicy:
@@ -91,7 +95,8 @@ def finish(run: RunResult, rulings: list[Ruling], stale: list[Stale], fail_on: s
            allow_all_skipped: bool = False) -> GateDecision:
     """Blocking follows from the rulings: regressions (plus known under any-failure,
     plus fixed under --strict); `never` lists them but passes. A run in which no case
-    ran blocks too, unless `allow_all_skipped`."""
+    ran blocks too, unless `allow_all_skipped`; one that has fewer outcomes than planned
+    cases without being interrupted always does (the invariant: no case is dropped)."""
     block = {REGRESSION} | ({KNOWN} if fail_on == "any-failure" else set()) \
         | ({FIXED} if strict else set())
     blocking_ids = {r.id for r in rulings if r.category in block}
@@ -99,12 +104,20 @@ def finish(run: RunResult, rulings: list[Ruling], stale: list[Stale], fail_on: s
                                      key=lambda c: (-c.outcome.severity, c.id))]
     order = {c: i for i, c in enumerate(CATEGORIES)}
     rulings = sorted(rulings, key=lambda r: (order[r.category], r.id))
-    all_skipped = all(c.outcome is Outcome.SKIPPED for c in run.cases)
+    # An interrupted run says so itself; "nothing was checked" would misstate why.
+    all_skipped = not run.interrupted and all(c.outcome is Outcome.SKIPPED for c in run.cases)
     hazards = sorted({f"{f.module}: {f.hazard.rule}" for f in run.findings
                       if f.hazard is not None and f.hazard.blocks})
     return GateDecision(blocking, fail_on, strict, baseline, factor, rulings, stale,
                         all_skipped=all_skipped, allow_all_skipped=allow_all_skipped,
-                        hazards=hazards)
+                        hazards=hazards, unreported=unreported(run))
+
+
+def unreported(run: RunResult) -> int:
+    """Planned cases without an outcome, in a run no signal stopped (else 0)."""
+    if run.interrupted or run.planned is None:
+        return 0
+    return max(0, run.planned - len({c.id for c in run.cases}))
 
 
 def rule(case: CaseResult, baseline: Baseline | None, factor: float) -> Ruling | None:
@@ -198,6 +211,8 @@ def notices(decision: GateDecision) -> list[str]:
     """Console lines: nothing checked; for a baseline run regressions, then fixed, then
     stale entries."""
     lines = [f"parity-gate: {ALL_SKIPPED}"] if decision.unchecked else []
+    if decision.unreported:
+        lines.append(f"parity-gate: {UNREPORTED.format(n=decision.unreported)}")
     if decision.baseline is None:
         return lines
     lines += [f"parity-gate: regression {r.id}: {r.why}" for r in decision.of(REGRESSION)]

@@ -134,6 +134,9 @@ class GateDecision(Record):
     allow_all_skipped: bool = False
     # Export hazards whose rule the manifest promoted to `fail` ("module: rule").
     hazards: list[str] = field(default_factory=list)
+    # Planned cases with no outcome in a run nobody interrupted: a case was lost on the
+    # way, and a run that checked less than it planned never passes, whatever `fail_on`.
+    unreported: int = 0
 
     @property
     def unchecked(self) -> bool:
@@ -143,7 +146,7 @@ class GateDecision(Record):
     @property
     def passed(self) -> bool:
         return ((not self.blocking and not self.hazards) or self.fail_on == "never") \
-            and not self.unchecked
+            and not self.unchecked and not self.unreported
 
     @property
     def exit_code(self) -> int:

@@ -178,6 +178,9 @@ class RunResult(Record):
             if gate.hazards:
                 reasons.append(f"export hazards the manifest makes failing: "
                                f"{', '.join(gate.hazards)}")
+            if gate.unreported:
+                reasons.append(f"{gate.unreported} of {planned} planned cases have no outcome "
+                               "(the run was not interrupted)")
             why = "; ".join(reasons) or (f"no case ran ({finished} skipped): nothing was "
                                          "checked (--allow-all-skipped accepts that)")
         else:
