@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from parity_gate import __version__
 from parity_gate.engine.environment import usable_cores
 from parity_gate.errors import EXIT_FAIL, EXIT_INTERNAL, EXIT_PASS, EXIT_USAGE, UserError
+from parity_gate.model.files import kind_of
 from parity_gate.model.policy import FAIL_ON
 from parity_gate.model.units import DEFAULT_PRUNE_AGE, parse_age, parse_size
 
@@ -306,8 +307,13 @@ def _localise_policy(args: argparse.Namespace, manifest: Any) -> Any:
     line = ", ".join(f"{name} {found[name]}" for name in ("onnxscript", "torch", "onnxruntime")
                      if name in found)
     cap = settings.max_cases if args.localise_cases is None else args.localise_cases
+    artifacts = args.artifacts or args.out / "artifacts"
+    if os.path.lexists(artifacts) and (os.path.islink(artifacts) or not artifacts.is_dir()):
+        raise UserError(f"{'--artifacts' if args.artifacts else '--out'}: {artifacts} is "
+                        f"{kind_of(artifacts)} (expected a folder for the repro folders, or a "
+                        "path that does not exist yet; parity-gate never writes through a link)")
     return LocalisePolicy(cap=cap, step_timeout_s=settings.step_timeout_s,
-                          artifacts=args.artifacts or args.out / "artifacts",
+                          artifacts=artifacts,
                           version=__version__, version_line=line,
                           artefacts_pass=settings.artefacts == "pass")
 
@@ -481,7 +487,57 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "merge": _cmd_merge, "report": _cmd_report, "cache": _cmd_cache}
 
 
+class _Console:
+    """stdout or stderr whose reader went away (`parity-gate schema | head -1`): the rest of
+    the output is dropped quietly, as a command-line tool does on EPIPE, and the command
+    goes on (a run still writes its reports) to its own exit code; no traceback."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.gone = False
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                return int(self.stream.write(text))
+            except BrokenPipeError:
+                self._gone()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self.stream.flush()
+            except BrokenPipeError:
+                self._gone()
+
+    def _gone(self) -> None:
+        """From now on the stream's descriptor is /dev/null: what is still buffered (and
+        the interpreter's last flush) lands there instead of raising again."""
+        self.gone = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError, AttributeError):
+            pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
 def main(argv: list[str] | None = None) -> int:
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Console(sys.stdout), _Console(sys.stderr)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sys.stdout, sys.stderr = streams
+
+
+def _main(argv: list[str] | None) -> int:
     try:
         args = build_parser().parse_args(argv)
         return COMMANDS[args.command](args)

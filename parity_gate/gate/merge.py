@@ -67,9 +67,10 @@ def problems(loaded: list[Loaded]) -> list[str]:
                            "case in exactly one shard)")
                 break
             seen[case.id] = path
-        if run.planned is not None and len(run.cases) > run.planned:
-            out.append(f"{path}: {len(run.cases)} cases where the run planned {run.planned} "
-                       "(expected no case the run did not plan)")
+        else:
+            if run.planned is not None and len(run.cases) > run.planned:
+                out.append(f"{path}: {len(run.cases)} cases where the run planned "
+                           f"{run.planned} (expected no case the run did not plan)")
     return out
 
 

@@ -32,6 +32,7 @@ from parity_gate.github.commands import (
 from parity_gate.github.inputs import INPUTS, InputError, input_env, read_inputs, without_secrets
 from parity_gate.github.install import install_self
 from parity_gate.github.paths import Paths, resolve_paths
+from parity_gate.model.files import append_step_summary
 from parity_gate.model.units import parse_age
 from parity_gate.report.secrets import Masker, secret_values
 
@@ -186,10 +187,9 @@ def _failure_annotation(rc: int, tail: list[str], what: str, lead: str = "") -> 
 
 def _append_summary(env: Mapping[str, str], note: Annotation) -> None:
     """Only when `run` wrote no report (and so no summary) of its own."""
-    path = env.get("GITHUB_STEP_SUMMARY")
-    if path:
-        with open(path, "a", encoding="utf-8") as fh:
-            fh.write(f"## ⚠️ {note.title}\n\n```\n{note.message}\n```\n")
+    problem = append_step_summary(f"## ⚠️ {note.title}\n\n```\n{note.message}\n```\n", env)
+    if problem:  # a folder there, say: said once, the annotation still carries the note
+        print(f"parity-gate: {problem}", file=sys.stderr)
 
 
 def run_action(inputs: Mapping[str, str], paths: Paths, env: Mapping[str, str]) -> int:

@@ -111,12 +111,12 @@ def write(folder: Path, *, case_id: str, model: bytes | str, inputs: dict[str, n
     put("case.json", json.dumps({
         "case": case_id, "atol": atol, "rtol": rtol, "providers": providers,
         "outputs": list(expected)}, indent=1) + "\n", binary=False)
-    put("repro.py", SCRIPT.format(case_id=case_id, provider=providers[0], atol=atol,
-                                  rtol=rtol, version=version, withheld=WITHHELD), binary=False)
     if notes:
         put(WITHHELD, "".join(f"{note}\n" for note in notes), binary=False)
     else:
         remove(folder / WITHHELD)  # an earlier run's note does not apply to these files
+    put("repro.py", SCRIPT.format(case_id=case_id, provider=providers[0], atol=atol,
+                                  rtol=rtol, version=version, withheld=WITHHELD), binary=False)
     return folder
 
 

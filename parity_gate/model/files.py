@@ -17,12 +17,15 @@ import os
 import shutil
 import stat
 import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 from parity_gate.errors import UserError
 from parity_gate.model.secrets import Masker
 
 NO_LINKS = "parity-gate never follows links in its own folders"
+STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
 
 
 def kind_of(path: Path | str, st: os.stat_result | None = None) -> str:
@@ -138,7 +141,7 @@ def withheld_note(path: Path) -> str:
             "node name, say); the reports show it as ***")
 
 
-def _replace(path: Path, fill: object) -> None:
+def _replace(path: Path, fill: Callable[[BinaryIO], object]) -> None:
     problem = target_problem(path)
     if problem:
         raise UserError(problem)
@@ -147,7 +150,7 @@ def _replace(path: Path, fill: object) -> None:
     try:
         os.fchmod(fd, 0o666 & ~current_umask())
         with os.fdopen(fd, "wb") as fh:
-            fill(fh)  # type: ignore[operator]
+            fill(fh)
             fh.flush()
             os.fsync(fh.fileno())
         problem = target_problem(path)  # made meanwhile: still never replaced
@@ -157,6 +160,26 @@ def _replace(path: Path, fill: object) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def append_step_summary(text: str, env: Mapping[str, str] | None = None) -> str:
+    """Append (masked) to GitHub's job summary file, if the job has one; returns why not
+    ('' when done). A folder, link or special file there is refused like a report's path."""
+    path = (os.environ if env is None else env).get(STEP_SUMMARY)
+    if not path:
+        return ""
+    problem = target_problem(Path(path))
+    if problem:
+        return f"{STEP_SUMMARY}: {problem}"
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                     | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o666)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(Masker().text(text))
+    except OSError as err:
+        return (f"{STEP_SUMMARY}: cannot append to {path}: {err.strerror or err} (expected "
+                "the job summary file GitHub Actions sets)")
+    return ""
 
 
 def remove(path: Path) -> None:

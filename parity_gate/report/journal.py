@@ -35,7 +35,7 @@ from parity_gate.model.findings import Finding
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.report.secrets import Masker
-from parity_gate.report.write import target_problem, write_problem
+from parity_gate.report.write import target_problem
 
 VERSION = 1
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
@@ -112,8 +112,9 @@ class Journal:
                 view = view[os.write(self.fd, view):]
             os.fsync(self.fd)
         except OSError as err:  # a full disk: the run's results stay in memory for the reports
-            self.problem = write_problem("--out", self.path, err)
-            print(f"parity-gate: {self.problem}; the run goes on and writes what reports fit",
+            self.problem = (f"--out: cannot write {self.path}: {err.strerror or err} (expected "
+                            "a folder with room for the journal and the reports)")
+            print(f"parity-gate: {self.problem}; the journal stops here, the run goes on",
                   file=sys.stderr)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)

@@ -16,7 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from parity_gate.errors import UserError
-from parity_gate.model.files import atomic_write, current_umask, kind_of, target_problem
+from parity_gate.model.files import (
+    append_step_summary,
+    atomic_write,
+    current_umask,
+    kind_of,
+    target_problem,
+)
 from parity_gate.model.results import RunResult
 from parity_gate.report import junit, markdown
 from parity_gate.report.html import render as render_html
@@ -24,7 +30,6 @@ from parity_gate.report.locate import locate
 from parity_gate.report.secrets import Masker
 
 NAMES = ("json", "junit", "summary", "html")
-STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
 __all__ = ["ReportPaths", "atomic_write", "check_outputs", "current_umask", "folder_problem",
            "masked", "run_json", "target_problem", "write_all"]
 
@@ -164,28 +169,8 @@ def write_all(run: RunResult, paths: ReportPaths, summary: str | None = None) ->
 
 def write_problem(flag: str, path: Path, err: OSError) -> str:
     """One line for a report the disk refused: the flag that chose the path, the path, why."""
-    return (f"{flag}: cannot write {path}: {err.strerror or err} (expected a folder with room "
-            "for the reports; the others were written where they fit)")
-
-
-def append_step_summary(text: str, env: dict[str, str] | None = None) -> str:
-    """Append to GitHub's job summary file, if the job has one; returns why not ('' when
-    done). A folder, link or special file there is refused like a report's path."""
-    path = (os.environ if env is None else env).get(STEP_SUMMARY)
-    if not path:
-        return ""
-    problem = target_problem(Path(path))
-    if problem:
-        return f"{STEP_SUMMARY}: {problem}"
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
-                     | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o666)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(Masker().text(text))
-    except OSError as err:
-        return (f"{STEP_SUMMARY}: cannot append to {path}: {err.strerror or err} (expected "
-                "the job summary file GitHub Actions sets)")
-    return ""
+    return (f"{flag}: cannot write {path}: {err.strerror or err} (expected room for the "
+            "reports there; the smaller ones are written first)")
 
 
 def _to_stdout(summary: str) -> None:
