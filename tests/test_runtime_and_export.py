@@ -129,3 +129,37 @@ def test_real_unsupported_op_is_classified() -> None:
                       [InputSpec(name="x")], ["y"], ExportSettings())
     assert info.value.outcome is Outcome.UNSUPPORTED_OP
     assert "linalg_inv" in info.value.reason
+
+
+@pytest.mark.process
+def test_a_warning_is_placed_at_the_models_line_not_in_contextlib() -> None:
+    """A warning raised from a generator context manager is filed by Python at
+    contextlib.py (its __exit__ resumes the generator); the finding must name the model's
+    own line, where the user can act."""
+    import contextlib
+    import inspect
+    import warnings
+
+    import torch
+
+    from parity_gate.engine.exporting import export_module
+    from parity_gate.manifest.models import ExportSettings, InputSpec
+
+    @contextlib.contextmanager
+    def legacy_scale() -> object:
+        yield
+        warnings.warn("legacy_scale is deprecated; pass `factor`", UserWarning, stacklevel=2)
+
+    class Scaled(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            with legacy_scale():
+                y = x * 3
+            return y
+
+    exported = export_module(Scaled().eval(), [torch.ones(2, 3)], [InputSpec(name="x")], ["y"],
+                             ExportSettings())
+    (found,) = [w for w in exported.raw_warnings if "legacy_scale" in w.message]
+    assert found.filename == __file__, found.source
+    # the innermost line of the model's own code: the helper's warn call
+    lines, first = inspect.getsourcelines(legacy_scale)
+    assert "warnings.warn" in lines[found.lineno - first]

@@ -7,12 +7,15 @@ constant is the "baked shape" defect, recorded here before anything runs.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
+import sys
+import sysconfig
 import tempfile
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,7 +173,7 @@ def export_module(
     import torch
 
     names = [i.name for i in inputs]
-    with warnings.catch_warnings(record=True) as caught:
+    with warnings.catch_warnings(), _recorded_at_model_lines() as caught:
         warnings.simplefilter("always")
         try:
             program, path = None, None
@@ -285,6 +288,49 @@ _NOISE = (
     "torchvision is not installed",
     "will not be used, since it shares the same shape constraints",  # shared dim symbols
 )
+
+
+@contextlib.contextmanager
+def _recorded_at_model_lines() -> Iterator[list[warnings.WarningMessage]]:
+    """Record warnings (inside a `catch_warnings()`), each placed at the model's own line.
+
+    Python files a warning where `stacklevel` points, which for a warning raised in a
+    generator context manager or a library helper is `contextlib.py:144` or torch's
+    code: the innermost frame of the call stack outside the standard library, torch,
+    onnx, onnxscript and parity-gate is where the model asked for it."""
+    caught: list[warnings.WarningMessage] = []
+
+    def keep(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: Any = None, line: str | None = None) -> None:
+        if not _model_file(filename):
+            frame = sys._getframe(1)
+            while frame is not None and not _model_file(frame.f_code.co_filename):
+                frame = frame.f_back  # type: ignore[assignment]
+            if frame is not None:
+                filename, lineno = frame.f_code.co_filename, frame.f_lineno
+        caught.append(warnings.WarningMessage(message, category, filename, lineno, file, line))
+
+    warnings.showwarning = keep  # restored by the enclosing catch_warnings()
+    yield caught
+
+
+_NOT_MODEL = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib")}) + tuple(
+    os.path.dirname(m.__file__ or "") + os.sep for m in (warnings, contextlib))
+
+
+def _model_file(filename: str) -> bool:
+    """A file of the model's own (not the stdlib, nor torch/onnx/onnxscript/parity-gate)."""
+    from parity_gate.hazards.context import in_library
+
+    if not filename or filename.startswith(("<", _OWN)) or in_library(filename):
+        return False
+    return filename.startswith(_PACKAGES) or not filename.startswith(_NOT_MODEL)
+
+
+_OWN = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+# Installed packages (a model library such as transformers) are model code, even where
+# site-packages lies inside the standard library's folder.
+_PACKAGES = tuple({sysconfig.get_paths()[k] + os.sep for k in ("purelib", "platlib")})
 
 
 def _interesting_warnings(caught: list[warnings.WarningMessage]) -> list[str]:
