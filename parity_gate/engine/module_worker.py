@@ -483,8 +483,9 @@ def _against_float64(ctx: _Ctx, mod: _Module, result: CaseResult, ref: _Referenc
     name = worst.name if worst is not None else "output"
     if _contract(ctx.job, mod.dtype, name):
         tol = tolerance_for(ctx.job, mod.dtype, _output_spec(ctx.job, name))
-        result.reference = replace(judged, needed_atol=worst.needed_atol if worst is not None else None,
-                                   manifest_atol=tol.atol, manifest_rtol=tol.rtol)
+        needed = worst.needed_atol if worst is not None else None
+        result.reference = replace(judged, needed_atol=needed, manifest_atol=tol.atol,
+                                   manifest_rtol=tol.rtol)
         return result
     plain = result.reexport
     better = (f"; exported with optimize: false, onnx needs only atol>={plain.onnx_error:.3g} "
@@ -532,6 +533,11 @@ def _float64_run(ctx: _Ctx, mod: _Module, ref: _Reference) -> None:
 
     ctx.step(Stage.RECHECKING, mod.dtype, "float64 reference")
     try:
+        unstable = _nondeterministic(ctx.job, mod, ref)
+        if unstable:  # a random op in forward: no second run, float64 or not, is the truth
+            ref.truth_error = (f"eager is not deterministic: two runs on the same inputs "
+                               f"differ in {unstable} (a random op in forward?)")
+            return
         if mod.float64 is None:
             mod.float64 = copy.deepcopy(mod.source).to(torch.float64).to(mod.device)
         truth = []
@@ -545,6 +551,24 @@ def _float64_run(ctx: _Ctx, mod: _Module, ref: _Reference) -> None:
         ref.truth = truth
     except Exception as exc:  # e.g. an op with no float64 kernel: the case stays as it is
         ref.truth_error = f"float64 run failed: {first_line(repr(exc))}"
+
+
+def _nondeterministic(job: ModuleJob, mod: _Module, ref: _Reference) -> str:
+    """The first output a second eager run on the first sample's inputs puts out of the
+    case's tolerance of the first run ("" when none): the float64 check measures both
+    sides against one more run, which means nothing for a model that draws random numbers."""
+    import torch
+
+    inputs = ref.inputs[0]
+    with torch.inference_mode():
+        out = mod.binding.call(mod.typed, {n: to_torch(inputs[n], mod.device)
+                                           for n in mod.binding.order})
+    again = [to_numpy(t) for t in leaves(out)]
+    for name, first, second in zip(ref.names, ref.outputs[0], again, strict=False):
+        tol = _tolerance(job, mod.dtype, _output_spec(job, name))
+        if first.shape != second.shape or not cmp.compare(first, second, tol).passed:
+            return name
+    return ""
 
 
 def _run_case(job: ModuleJob, session: Any, key: CaseKey, ref: _Reference, feed_names: set[str],

@@ -44,3 +44,14 @@ class Shifted(Cancellation):
 
 def shifted() -> torch.nn.Module:
     return Shifted()
+
+
+class Noisy(torch.nn.Module):
+    """Draws random numbers in forward: a float64 run is one more draw, no truth."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.rand_like(x)
+
+
+def noisy() -> torch.nn.Module:
+    return Noisy()
