@@ -151,3 +151,23 @@ def test_browser_draws_the_charts_without_console_errors(tmp_path: Path) -> None
     assert len(probe["charts"]) == 8
     assert all(c["w"] > 100 and c["h"] > 50 and c["drawn"] > 0 for c in probe["charts"])
     assert len(set(probe["cells"])) == 3  # crash, mismatch and skipped in three colours
+
+
+def test_a_pass_by_the_float64_check_is_marked_apart_from_a_plain_match() -> None:
+    """Eager and ONNX differ, a float64 run excused it: the grid cell says so (dotted, with
+    a legend) and the module's diagnosis says what excused it; a plain match is unmarked."""
+    from parity_gate.model.precision import Reference, Ruling
+
+    excused = Reference(Ruling.ONNX_ROUNDING, output="y", eager_error=1e-5, onnx_error=2e-5,
+                        case_dtype="float32")
+    run = RunResult(cases=[
+        CaseResult(CaseKey("judged", "float32", "f", 1, "cpu"), Outcome.PASS,
+                   "y: float32 eager and ONNX differ, but against float64 ...",
+                   reference=excused),
+        CaseResult(CaseKey("plain", "float32", "f", 1, "cpu"), Outcome.PASS)])
+    page = html.render(run)
+    cells = re.findall(r'<td class="cell([^"]*)"[^>]*>.*?</td>', page)
+    assert sorted(cells) == ["", " judged"]
+    assert "pass 1 (1 by float64)" in page
+    assert "dotted: passed by the float64 check" in page
+    assert "1 of 1 cases differ from eager but pass the float64 check: y: float32" in page

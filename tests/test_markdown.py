@@ -210,3 +210,17 @@ def test_trim_of_a_foreign_summary_closes_its_fold() -> None:
     assert len(out.encode()) <= 4096
     _, page = github(out)
     assert "Summary trimmed" in "".join(page.outside)
+
+
+def test_headline_counts_a_module_under_each_failing_outcome() -> None:
+    """A module whose float16 eager run fails and whose float32 export fails: counted by
+    its worst outcome alone, the export error went unsaid in the headline."""
+    def case(module: str, dtype: str, outcome: Outcome) -> CaseResult:
+        return CaseResult(CaseKey(module, dtype, "f", 1, "cpu"), outcome, "why")
+
+    run = RunResult(cases=[case("a", "float32", Outcome.EAGER_ERROR),
+                           case("b", "float32", Outcome.EXPORT_ERROR),
+                           case("b", "float16", Outcome.EAGER_ERROR),
+                           case("c", "float32", Outcome.EXPORT_ERROR)])
+    assert markdown.headline(run).startswith(
+        "## ❌ parity-gate: 2 modules fail in eager, 2 fail to export — blocking")

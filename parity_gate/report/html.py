@@ -221,6 +221,7 @@ text-align:left;vertical-align:top}th{background:#f6f8fa}
 td.cell{color:#fff;font-weight:600;text-align:center;min-width:80px}
 td.cell a{color:#fff;text-decoration:none}
 .legend span{display:inline-block;color:#fff;padding:1px 8px;margin:2px;border-radius:4px}
+.judged{outline:3px dotted #fff;outline-offset:-6px}
 .known{text-shadow:0 0 2px rgba(0,0,0,.6);
 background-image:repeating-linear-gradient(135deg,rgba(255,255,255,.16) 0 6px,
 transparent 6px 12px)}
@@ -260,7 +261,7 @@ def _grid(run: RunResult, views: list[ModuleView], anchors: dict[str, str],
     """One cell per module, dtype and provider, coloured by its worst outcome; a cell whose
     failing cases the baseline knows (none blocking) is striped and says `known`."""
     category = {r.id: r.category for r in decision.rulings}
-    any_known = False
+    any_known = any_judged = False
     columns = sorted({(c.key.dtype, c.key.provider) for c in run.cases})
     cells: dict[tuple[str, str, str], list[CaseResult]] = defaultdict(list)
     for c in run.cases:
@@ -281,19 +282,30 @@ def _grid(run: RunResult, views: list[ModuleView], anchors: dict[str, str],
             known = bool(failing) and all(category.get(c.id) == KNOWN
                                           for c in group if c.failed)
             any_known |= known
+            judged = sum(1 for c in group if c.judged_pass)
+            any_judged |= bool(judged) and not failing
             text = (f"{worst.outcome.value} {failing}/{len(group)}" if failing
                     else f"{worst.outcome.value} {len(group)}") + (" known" if known else "")
+            if judged and not failing:
+                text += f" ({judged} by float64)"
             tip = ", ".join(f"{k}: {n}" for k, n in count.items()) + (
-                " (known failures in the baseline, not blocking)" if known else "")
+                " (known failures in the baseline, not blocking)" if known else "") + (
+                f"; {judged} passed by the float64 check: eager and ONNX differ, and ONNX "
+                "is as close to a float64 run as float rounding allows" if judged else "")
+            marks = " known" if known else " judged" if judged and not failing else ""
             link = anchors.get(v.name)
             inner = f'<a href="#{link}">{esc(text)}</a>' if link else esc(text)
-            tds.append(f'<td class="cell{" known" if known else ""}" '
+            tds.append(f'<td class="cell{marks}" '
                        f'style="background-color:{colour(worst.outcome)}" '
                        f'data-outcome="{esc(worst.outcome.value)}" title="{esc(tip)}">'
                        f"{inner}</td>")
         rows.append(f"<tr><th><code>{esc(v.name)}</code></th>{''.join(tds)}</tr>")
     legend = "".join(f'<span style="background:{colour(o)}">{esc(o.value)}</span>'
                      for o in sorted({c.outcome for c in run.cases}, key=lambda o: o.severity))
+    if any_judged:
+        legend += (f'<span class="judged" style="background-color:{colour(Outcome.PASS)}">'
+                   "dotted: passed by the float64 check (eager and ONNX differ within "
+                   "float rounding)</span>")
     if any_known:
         legend += ('<span class="known" style="background-color:#8c959f">striped: known '
                    "failures (baseline), not blocking</span>")

@@ -53,8 +53,10 @@ class _Block:
 
 
 def what_happened(views: list[ModuleView]) -> str:
-    """`2 modules crash, 1 times out, 1 mismatches`: modules by their worst outcome."""
-    counts = Counter(v.outcome for v in views if v.worst is not None)
+    """`2 modules crash, 1 times out, 1 mismatches`: modules by each failing outcome they
+    have (a module whose float16 eager run fails and whose float32 export fails is counted
+    under both: by its worst alone, the export error went unsaid)."""
+    counts = Counter(o for v in views for o in {c.outcome for c in v.failing})
     parts = []
     for i, (outcome, n) in enumerate(sorted(counts.items(), key=lambda p: -p[0].severity)):
         verb = outcome.info.verbs[0 if n == 1 else 1]
