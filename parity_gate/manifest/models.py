@@ -117,7 +117,8 @@ class Settings(_Strict):
         description="dtypes the module and its floating inputs are cast to, one export each",
     )
     tolerances: ToleranceTable | None = Field(
-        None, description="per-dtype tolerance; merged over the built-in defaults"
+        None, description="per-dtype tolerance, merged over the built-in defaults; one set "
+        "here is a contract the float64 check does not waive (README: Tolerances)"
     )
     export: ExportSettings | None = Field(
         None, description="how torch.onnx.export is called (merged key by key)"
