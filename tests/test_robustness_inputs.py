@@ -193,7 +193,8 @@ def test_journal_reads_back_a_torn_last_line_and_keeps_the_last_record_per_case(
         tmp_path: Path) -> None:
     path = tmp_path / "journal.jsonl"
     head = RunResult(tool_version="t", planned=5, manifest={"path": "p", "sha256": "s"})
-    j = journal.Journal(path, head, {"fail_on": "any-failure"}, ["m/a", "m/b"])
+    planned = ["m/float32/vec/b2/cpu", "m/float32/vec/b3/cpu"]
+    j = journal.Journal(path, head, {"fail_on": "any-failure"}, planned)
     j.case(case("m", Outcome.MISMATCH, reason="first"))
     j.finding(Finding("m", "training_mode", "was training"))
     j.case(case("m", Outcome.MISMATCH, reason="again, localised"))
@@ -205,7 +206,7 @@ def test_journal_reads_back_a_torn_last_line_and_keeps_the_last_record_per_case(
     assert [c.reason for c in replay.run.cases] == ["again, localised", ""]
     assert replay.run.interrupted and replay.run.planned == 5 and not replay.ended
     assert replay.run.findings == [Finding("m", "training_mode", "was training")]
-    assert replay.policy == {"fail_on": "any-failure"} and replay.universe == ["m/a", "m/b"]
+    assert replay.policy == {"fail_on": "any-failure"} and replay.universe == planned
     assert oct(path.stat().st_mode & 0o777) == oct(0o666 & ~_umask())
 
 

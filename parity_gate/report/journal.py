@@ -10,8 +10,8 @@ that appears twice (its localisation came later) counts once, the last line;
 but a later line never turns a failure into a pass (only the localisation's
 `artefacts: pass` settlement may), and a case the header did not plan is left
 out: both are flagged in the report as findings. Every line is masked like the
-reports. A run holds a lock on its out folder (`OUT/.parity-gate.lock`, flock)
-from its first look at the journal to its end, so a second run into the same
+reports. A run holds a lock on its out folder (`OUT/.parity-gate.lock`, flock,
+removed at the end) from its first look at the journal to its end, so a second run into the same
 folder is refused instead of moving the live run's journal aside. A journal the
 disk refuses (ENOSPC) is said once and the run goes on, its results in memory
 for the reports; the run then ends with that line, exit 2.
@@ -123,25 +123,33 @@ class Journal:
 def hold_lock(out: Path) -> None:
     """Lock the out folder for this run (flock on OUT/.parity-gate.lock, released when the
     journal closes or the process ends, however it ends): another live run there is a
-    UserError naming it, before its journal is touched."""
+    UserError naming it, before its journal is touched. The file is removed on release;
+    a lock taken on a file removed meanwhile is taken again on the new one."""
     key = out.absolute()
     if key in _held:
         return
     lock = out / LOCK
-    problem = target_problem(lock)
-    if problem:
-        raise UserError(f"--out: {problem}")
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-                 | getattr(os, "O_CLOEXEC", 0), 0o666)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        other = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
-        os.close(fd)
-        raise UserError(f"--out: {out} is in use by another parity-gate run"
-                        f"{f' (pid {other})' if other.isdigit() else ''} (expected one run per "
-                        "out folder: give this one its own --out, or wait for that one)"
-                        ) from None
+    while True:
+        problem = target_problem(lock)
+        if problem:
+            raise UserError(f"--out: {problem}")
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                     | getattr(os, "O_CLOEXEC", 0), 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            other = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
+            os.close(fd)
+            raise UserError(f"--out: {out} is in use by another parity-gate run"
+                            f"{f' (pid {other})' if other.isdigit() else ''} (expected one run "
+                            "per out folder: give this one its own --out, or wait for that one)"
+                            ) from None
+        try:
+            if os.fstat(fd).st_ino == os.lstat(lock).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # its run released and removed it meanwhile: lock the one there now
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     _held[key] = fd
@@ -150,7 +158,8 @@ def hold_lock(out: Path) -> None:
 def release_lock(out: Path) -> None:
     fd = _held.pop(out.absolute(), None)
     if fd is not None:
-        os.close(fd)  # closing the last fd of the lock's file description releases the flock
+        (out / LOCK).unlink(missing_ok=True)  # still locked: no other run holds this file
+        os.close(fd)
 
 
 def keep_unfinished(path: Path) -> Path | None:
