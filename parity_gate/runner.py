@@ -17,7 +17,7 @@ from parity_gate import __version__
 from parity_gate.engine.environment import versions
 from parity_gate.engine.pool import Activity, WorkerPool
 from parity_gate.engine.runtime import available_providers
-from parity_gate.engine.signals import Interrupted, interruptible
+from parity_gate.engine.signals import Interrupted, Signals, interruptible
 from parity_gate.errors import UserError
 from parity_gate.gate.decision import GatePolicy, apply
 from parity_gate.localise.run import LocalisePolicy, localise
@@ -62,7 +62,18 @@ def apply_provider_override(manifest: Manifest, names: list[str] | None) -> Mani
 
 def run_manifest(manifest: Manifest, manifest_path: Path,
                  options: RunOptions) -> tuple[RunResult, GateDecision, int | None]:
-    """Run everything; returns the result, the decision and the signal that stopped it."""
+    """Run everything; returns the result, the decision and the signal that stopped it.
+
+    A signal while the run is being set up waits until its reports can be written, and
+    then stops it as one during the work would (the interrupted report, never a
+    traceback)."""
+    with interruptible(armed=False) as signals:
+        run, decision = _run(manifest, manifest_path, options, signals)
+    return run, decision, signals.stopped
+
+
+def _run(manifest: Manifest, manifest_path: Path, options: RunOptions,
+         signals: Signals) -> tuple[RunResult, GateDecision]:
     manifest = apply_provider_override(manifest, options.providers)
     available = available_providers()
     missing = missing_required_providers(manifest, available)
@@ -101,47 +112,45 @@ def run_manifest(manifest: Manifest, manifest_path: Path,
     if work.jobs:
         progress.started(len(work.jobs), min(options.jobs, len(work.jobs)))
     t0 = time.monotonic()
-    with interruptible() as signals:
-        pool: WorkerPool | None = None
-        try:
-            pool = WorkerPool(options.jobs, warm=(ModuleJob.entry.partition(":")[0],))
-            for event in pool.run(work.jobs):
-                if isinstance(event, CaseResult):
-                    _record(run, progress, event, journal)
-                elif isinstance(event, Activity):
-                    progress.step(event.module, event.step)
-                else:
-                    _note(run, progress, event, journal)
-            if options.localise is not None:  # follow-up checks on the failing cases
+    pool: WorkerPool | None = None
+    try:
+        signals.arm()  # a signal during the set-up stops the run here
+        pool = WorkerPool(options.jobs, warm=(ModuleJob.entry.partition(":")[0],))
+        for event in pool.run(work.jobs):
+            if isinstance(event, CaseResult):
+                _record(run, progress, event, journal)
+            elif isinstance(event, Activity):
+                progress.step(event.module, event.step)
+            else:
+                _note(run, progress, event, journal)
+        if options.localise is not None:  # follow-up checks on the failing cases
 
-                def localised(case: CaseResult) -> None:
-                    if journal is not None:
-                        journal.case(case)  # again, with its localisation: the last one counts
-                    progress.message(f"localised {case.id}: " + "; ".join(
-                        case.localisation.summary() if case.localisation else []))
+            def localised(case: CaseResult) -> None:
+                if journal is not None:
+                    journal.case(case)  # again, with its localisation: the last one counts
+                progress.message(f"localised {case.id}: " + "; ".join(
+                    case.localisation.summary() if case.localisation else []))
 
-                localise(run, work.jobs, pool, options.localise, on_case=localised)
-        except Interrupted as stop:
-            signals.shutting_down()
-            run.interrupted = True
-            progress.message(stop.notice("parity-gate", len(run.cases), run.planned))
-        finally:
-            signals.shutting_down()
-            if pool is not None:
-                pool.close()
-        run.duration_s = time.monotonic() - t0
-        decision = apply(run, options.policy, universe)
-        run.gate = decision
-        if options.cache_dir is not None:
-            progress.message(_cache_line(run, options.cache_dir))
-        progress.final(run)
-        write_all(run, options.reports)
-        if journal is not None:
-            journal.end(run)
-            journal.close()
-    stopped = signals.first if signals.first is not None else (
-        signals.later[0] if signals.later else None)
-    return run, decision, stopped
+            localise(run, work.jobs, pool, options.localise, on_case=localised)
+    except Interrupted as stop:
+        signals.shutting_down()
+        run.interrupted = True
+        progress.message(stop.notice("parity-gate", len(run.cases), run.planned))
+    finally:
+        signals.shutting_down()
+        if pool is not None:
+            pool.close()
+    run.duration_s = time.monotonic() - t0
+    decision = apply(run, options.policy, universe)
+    run.gate = decision
+    if options.cache_dir is not None:
+        progress.message(_cache_line(run, options.cache_dir))
+    progress.final(run)
+    write_all(run, options.reports)
+    if journal is not None:
+        journal.end(run)
+        journal.close()
+    return run, decision
 
 
 def policy_record(policy: GatePolicy) -> dict[str, Any]:

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
+import enum
 import faulthandler
 import importlib
 import multiprocessing as mp
@@ -32,16 +34,29 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
 from parity_gate.engine.environment import usable_cores
-from parity_gate.engine.protocol import Done, Fatal, Job, Ready, entry_point
+from parity_gate.engine.protocol import (
+    Corrupted,
+    Done,
+    Fatal,
+    Job,
+    Ready,
+    Receiver,
+    Sender,
+    ended_by,
+    entry_point,
+    new_key,
+)
 from parity_gate.engine.runtime import set_thread_budget
 from parity_gate.model.findings import Finding, Lost, Stage, Step
 from parity_gate.model.keys import CaseKey
@@ -230,10 +245,21 @@ def limit_memory(limit: int | None) -> None:
         pass  # not POSIX, or not allowed: the pool's crash handling still applies
 
 
-def _worker_main(conn: Connection, log_path: str, threads: int, warm: Sequence[str],
-                 gate_pid: int = 0, memory_limit: int | None = None) -> None:
-    """Worker loop: import the heavy stack once, then serve jobs until told to stop."""
+def _worker_main(jobs: Connection, results: Connection, key: bytes, log_path: str,
+                 threads: int, warm: Sequence[str], gate_pid: int = 0,
+                 memory_limit: int | None = None) -> None:
+    """Worker loop: import the heavy stack once, then serve jobs until told to stop.
+
+    Jobs arrive pickled on `jobs`; everything goes back as authenticated frames on
+    `results` (protocol.Sender). Both stay out of the processes a module starts."""
+    # The gate spawned this process with SIGINT blocked (a Ctrl-C reaches the whole
+    # terminal's process group, this one too until _die_with): ignore it, then unblock,
+    # which drops one that came in between, so an early Ctrl-C prints no traceback here.
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    os.set_inheritable(jobs.fileno(), False)
+    send = Sender(results.fileno(), key)
+    _leave_resource_tracker()
     if gate_pid:
         _die_with(gate_pid)
         _start_sentinel(gate_pid, str(Path(log_path).parent))
@@ -260,6 +286,10 @@ def _worker_main(conn: Connection, log_path: str, threads: int, warm: Sequence[s
         logging.disable(logging.WARNING)
         import torch
 
+        # Every export and hazard check imports dynamo on first use: 2-5 s that are this
+        # worker's start-up, not the first module's time limit.
+        import torch._dynamo
+
         torch.set_num_threads(threads)
         set_thread_budget(threads)  # ONNX Runtime sessions get the same share
         import onnx  # noqa: F401
@@ -268,25 +298,42 @@ def _worker_main(conn: Connection, log_path: str, threads: int, warm: Sequence[s
         for name in warm:  # the caller's job code, imported once per worker
             importlib.import_module(name)
     except BaseException:
-        conn.send(Fatal(traceback.format_exc()))
+        send(Fatal(traceback.format_exc()))
         return
-    conn.send(Ready(os.getpid()))
+    send(Ready(os.getpid()))
     while True:
         try:
-            message = conn.recv()
+            message = jobs.recv()
         except EOFError:
             message = None
         if message is None:
             _exit_now()
         job: Job = message
         limit_memory(getattr(job, "memory_limit", None) or memory_limit)  # the module's own
+        done = Done(job.name)
         try:
-            entry_point(job)(job, conn.send)
-        except BaseException:  # an entry point must not raise; its cases become crashes
-            traceback.print_exc()
+            entry_point(job)(job, send)
+        except BaseException as exc:  # sys.exit or KeyboardInterrupt in model code (entry
+            traceback.print_exc()     # points catch the rest): the pool fails what is left
+            done = dataclasses.replace(ended_by(exc), job=job.name)
         _flush_output()
         _release_memory()
-        conn.send(Done(job.name))
+        send(done)
+
+
+def _leave_resource_tracker() -> None:
+    """Close the pipe to the gate's multiprocessing resource tracker that spawning hands
+    every worker: model code writing into every descriptor it holds would feed that
+    tracker lines it prints tracebacks for (or acts on). The worker registers nothing;
+    should a module use multiprocessing, it starts a tracker of its own."""
+    tracker = getattr(resource_tracker, "_resource_tracker", None)
+    fd = getattr(tracker, "_fd", None)
+    if isinstance(fd, int):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        with contextlib.suppress(AttributeError):
+            tracker._fd = None  # type: ignore[union-attr]
+            tracker._pid = None  # type: ignore[union-attr]
 
 
 def descendants(pid: int) -> list[int]:
@@ -323,20 +370,72 @@ def _release_memory() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)  # glibc keeps freed heap pages otherwise
 
 
+# A worker that has not reported ready by then never will: its imports hang. The module's
+# own timeout starts when it is ready, so a loaded machine's slow start costs it nothing.
+STARTUP_S = 120.0
+
+
+class _End(enum.Enum):
+    """How a worker's job stopped, when it did (see WorkerPool._end)."""
+
+    DONE = "done"
+    DIED = "died"
+    CORRUPTED = "corrupted"
+    TIMED_OUT = "timed_out"
+
+
+CORRUPTED = "the worker's result channel was corrupted (a stray write from model code?)"
+
+
+@contextlib.contextmanager
+def _sigint_held() -> Iterator[None]:
+    """Start a worker with SIGINT held back, in it and here.
+
+    A Ctrl-C reaches the terminal's whole process group: a worker born with SIGINT
+    blocked (it ignores it once it runs) prints no KeyboardInterrupt traceback from its
+    imports. Here, one that arrives meanwhile is handed to the gate's handler only once
+    the worker is on record (close() finds it), not in the middle of process.start(),
+    which would leave a half-started child reading its spawn data from a closed pipe."""
+    # Spawning starts multiprocessing's resource tracker the first time, and that
+    # unblocks SIGINT after it; started first, it leaves the mask alone.
+    resource_tracker.ensure_running()
+    held: list[int] = []
+    main = (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGINT) is not None)  # None: not set from Python
+    previous = signal.signal(signal.SIGINT, lambda signum, _: held.append(signum)) \
+        if main else None
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        if main:
+            signal.signal(signal.SIGINT, previous)
+            if held and callable(previous):
+                previous(held[0], None)
+            elif held and previous == signal.SIG_DFL:
+                signal.raise_signal(signal.SIGINT)
+
+
 @dataclass
 class _Worker:
     process: Any
-    conn: Connection
+    conn: Connection  # jobs to the worker (pickled: the gate writes them)
+    results: Connection  # the read end of its result channel, waited on, read raw
+    receiver: Receiver
     log_path: str
+    spawned_at: float = 0.0
     job: Job | None = None
+    sent: bool = False  # the job went to the worker (it does once the worker is ready)
     deadline: float = 0.0
     step: Step = field(default_factory=lambda: Step(Stage.STARTING))
     pending: list[CaseKey] = field(default_factory=list)
-    started: float = 0.0
     log_start: int = 0  # where this job's output begins in the worker's log
     mark: float = 0.0  # when the worker last reported (a step or a result)
     untimed: list[CaseResult] = field(default_factory=list)
     ready: bool = False  # imports done (a warm worker starts the next job at once)
+    done: Done | None = None  # how the job ended, as the worker said
+    problem: str = ""  # why the channel was judged corrupted
 
 
 @dataclass(frozen=True)
@@ -354,29 +453,44 @@ class WorkerPool:
     """Runs module jobs on `size` warm workers and yields results as they arrive."""
 
     def __init__(self, size: int = 1, threads: int | None = None,
-                 warm: Sequence[str] = (), memory_limit: int | None = None) -> None:
+                 warm: Sequence[str] = (), memory_limit: int | None = None,
+                 start_timeout_s: float = STARTUP_S) -> None:
         """`memory_limit`: bytes each worker may allocate (default: its share of the
         machine's memory, see default_worker_memory); a job with a `memory_limit` of its
-        own (a module's `worker_memory`) runs under that instead."""
+        own (a module's `worker_memory`) runs under that instead. `start_timeout_s`: how
+        long a new worker may take to import its stack before its job fails."""
         self.size = max(1, size)
         self.warm = tuple(warm)
         self.memory_limit = memory_limit or default_worker_memory(self.size)
         self.threads = threads or max(1, usable_cores() // self.size)  # no oversubscription
+        self.start_timeout_s = start_timeout_s
         remove_stale_folders()
         self._logdir = tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{os.getpid()}-")
         self._workers: list[_Worker] = []
+        self._live: list[_Worker] = []  # every worker started and not yet killed
         self._spawned = 0
 
     def _spawn(self) -> _Worker:
         self._spawned += 1
         log_path = str(Path(self._logdir) / f"worker-{self._spawned}.log")
-        parent, child = _CTX.Pipe()
-        process = _CTX.Process(target=_worker_main, args=(child, log_path, self.threads, self.warm,
-                                                          os.getpid(), self.memory_limit),
+        job_reader, job_writer = _CTX.Pipe(duplex=False)
+        result_reader, result_writer = _CTX.Pipe(duplex=False)
+        key = new_key()
+        process = _CTX.Process(target=_worker_main,
+                               args=(job_reader, result_writer, key, log_path, self.threads,
+                                     self.warm, os.getpid(), self.memory_limit),
                                daemon=True, name=f"parity-gate-worker-{self._spawned}")
-        process.start()
-        child.close()
-        return _Worker(process, parent, log_path)
+        with _sigint_held():
+            try:
+                process.start()
+                worker = _Worker(process, job_writer, result_reader,
+                                 Receiver(result_reader.fileno(), key), log_path,
+                                 spawned_at=time.monotonic())
+                self._live.append(worker)
+            finally:
+                job_reader.close()
+                result_writer.close()
+        return worker
 
     @property
     def spawned(self) -> int:
@@ -401,53 +515,88 @@ class WorkerPool:
                     yield Activity(worker.job.name, worker.step)
             now = time.monotonic()
             timeout = max(0.0, min(w.deadline for w in busy) - now)
-            ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy],
+            ready = wait([w.results for w in busy] + [w.process.sentinel for w in busy],
                          timeout=min(timeout, 1.0))
             for worker in list(busy):
-                finished: bool | None = False
-                if worker.conn in ready or worker.process.sentinel in ready:
-                    finished, events = self._drain(worker)
+                end: _End | None = None
+                if worker.results in ready or worker.process.sentinel in ready:
+                    end, events = self._drain(worker)
                     yield from events
-                    if finished is None:  # died
-                        yield from self._lost(worker, Outcome.CRASH, *self._death(worker))
-                        busy.remove(worker)
-                        idle.append(self._replace(worker))
-                        continue
-                if finished:
-                    busy.remove(worker)
-                    idle.append(worker)
-                elif time.monotonic() > worker.deadline:
-                    _, events = self._drain(worker)
+                if end is None and time.monotonic() > worker.deadline:
+                    end, events = self._drain(worker)  # its last words first
                     yield from events
-                    self._dump_stacks(worker)
-                    limit = worker.job.timeout_s if worker.job else 0
-                    yield from self._lost(worker, Outcome.TIMEOUT,
-                                          f"module exceeded its timeout of {limit:g}s "
-                                          f"while {worker.step.describe()}", Lost(worker.step))
-                    busy.remove(worker)
-                    idle.append(self._replace(worker))
+                    end = end or _End.TIMED_OUT
+                if end is None:
+                    continue
+                busy.remove(worker)
+                yield from self._end(worker, end)
+                healthy = end is _End.DONE and worker.done is not None and not worker.done.ended
+                idle.append(worker if healthy else self._replace(worker))
+
+    def _end(self, worker: _Worker, end: _End) -> Iterator[Event]:
+        """The cases a stopped job left unreported, each with why; nothing is dropped."""
+        step = worker.step
+        where = f"while {step.describe()}"
+        if end is _End.DIED:
+            yield from self._lost(worker, Outcome.CRASH, *self._death(worker))
+        elif end is _End.CORRUPTED:
+            yield from self._lost(worker, Outcome.CRASH, f"{CORRUPTED} {where}: {worker.problem}",
+                                  Lost(step))
+        elif end is _End.TIMED_OUT:
+            self._dump_stacks(worker)
+            if not worker.ready:
+                limit = worker.job.timeout_s if worker.job else 0
+                reason = (f"worker did not become ready within {self.start_timeout_s:g}s "
+                          "(importing torch, onnxruntime and the job's code); the module's "
+                          f"timeout of {limit:g}s starts when it is")
+            else:
+                limit = worker.job.timeout_s if worker.job else 0
+                reason = f"module exceeded its timeout of {limit:g}s {where}"
+            yield from self._lost(worker, Outcome.TIMEOUT, reason, Lost(step))
+        elif worker.pending:  # Done, yet cases are left: model code ended the job early
+            done = worker.done or Done("")
+            reason = (f"{done.ended} {where}" if done.ended else
+                      f"the worker ended its job without reporting this case {where}")
+            yield from self._lost(worker, Outcome.CRASH, reason,
+                                  Lost(step, exit_code=done.exit_code))
+        else:
+            yield from self._timed(worker)
 
     def _assign(self, worker: _Worker, job: Job) -> None:
         worker.job = job
         worker.pending = list(job.cases)
         worker.step = Step(Stage.STARTING)
-        worker.started = worker.mark = time.monotonic()
         worker.untimed = []
+        worker.done = None
+        worker.sent = False
         worker.log_start = self._log_size(worker)
-        # The first job also pays the worker's torch import; give it that time.
-        worker.deadline = worker.started + job.timeout_s
-        worker.conn.send(job)
+        if worker.ready:
+            self._send(worker)
+        else:  # the job goes when the worker is ready; until then, only the start-up bound
+            worker.deadline = worker.spawned_at + self.start_timeout_s
+            worker.mark = time.monotonic()
 
-    def _drain(self, worker: _Worker) -> tuple[bool | None, list[Event]]:
-        """Read everything available; (True, ...) when the job is done, None if the worker died."""
+    def _send(self, worker: _Worker) -> None:
+        """Hand the job to a ready worker: the module's time limit starts now."""
+        assert worker.job is not None
+        worker.sent = True
+        worker.mark = time.monotonic()
+        worker.deadline = worker.mark + worker.job.timeout_s
+        worker.conn.send(worker.job)
+
+    def _drain(self, worker: _Worker) -> tuple[_End | None, list[Event]]:
+        """Handle every whole message there is; the job's end when it ended (None: still
+        running)."""
         events: list[Event] = []
+        worker.receiver.fill()
         while True:
             try:
-                if not worker.conn.poll(0):
-                    break
-                message = worker.conn.recv()
-            except (EOFError, OSError):
-                return None, events
+                message = worker.receiver.next()
+            except Corrupted as bad:
+                worker.problem = str(bad)
+                return _End.CORRUPTED, events + self._timed(worker)
+            if message is None:
+                break
             if isinstance(message, CaseResult) and not message.timings:
                 if message.key in worker.pending:  # timed when its batch is complete
                     worker.pending.remove(message.key)
@@ -468,16 +617,18 @@ class WorkerPool:
                     events.append(Activity(worker.job.name, message))
             elif isinstance(message, Ready):
                 worker.ready = True
-                worker.deadline = time.monotonic() + (worker.job.timeout_s if worker.job else 0)
+                if worker.job is not None and not worker.sent:
+                    self._send(worker)
             elif isinstance(message, Fatal):
                 last = message.traceback.strip().splitlines()[-1]
                 worker.step = Step(Stage.STARTING, detail=f"(import failed: {last})")
-                return None, events
+                return _End.DIED, events
             elif isinstance(message, Done):
-                return True, events
-        if not worker.process.is_alive():
-            return None, events + self._timed(worker)
-        return False, events
+                worker.done = message
+                return _End.DONE, events
+        if worker.receiver.closed or not worker.process.is_alive():
+            return _End.DIED, events + self._timed(worker)
+        return None, events
 
     @staticmethod
     def _timed(worker: _Worker) -> list[Event]:
@@ -537,6 +688,8 @@ class WorkerPool:
             extra = " (likely out of memory)" if name == "SIGKILL" else ""
             return (f"worker killed by {name}{extra} {where}",
                     Lost(worker.step, signal=name))
+        if code is None:  # alive, but its result channel is closed (model code closed it)
+            return f"worker stopped reporting: its result channel closed {where}", Lost(worker.step)
         return f"worker exited with code {code} {where}", Lost(worker.step, exit_code=code)
 
     def _log_tail(self, worker: _Worker, limit: int = 3000) -> str:
@@ -555,10 +708,11 @@ class WorkerPool:
         self._workers[self._workers.index(worker)] = fresh
         return fresh
 
-    @staticmethod
-    def _kill(worker: _Worker) -> None:
+    def _kill(self, worker: _Worker) -> None:
         """Kill the worker's process group and every process below it: the worker and any
         process its module started, one that left the group with setsid() included."""
+        if worker in self._live:
+            self._live.remove(worker)
         pid = worker.process.pid
         if pid is not None:
             below = descendants(pid)
@@ -571,6 +725,7 @@ class WorkerPool:
             worker.process.kill()
         worker.process.join(timeout=10)
         worker.conn.close()
+        worker.results.close()
 
     @property
     def pids(self) -> list[int]:
@@ -584,11 +739,12 @@ class WorkerPool:
     def close(self) -> None:
         """Tell every worker to stop at once, give them one shared 2 s, then kill the rest
         (an interrupted run's reports wait 2 s, not 2 s per worker)."""
-        for worker in self._workers:
+        workers = list(self._live)
+        for worker in workers:
             with contextlib.suppress(OSError, ValueError):
                 worker.conn.send(None)
         deadline = time.monotonic() + 2.0
-        for worker in self._workers:
+        for worker in workers:
             with contextlib.suppress(OSError, ValueError, AssertionError):
                 worker.process.join(timeout=max(0.0, deadline - time.monotonic()))
             self._kill(worker)

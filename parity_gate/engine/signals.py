@@ -32,16 +32,26 @@ class Signals:
     """SIGINT/SIGTERM stop the run once; every further one, and any during shutdown, is
     noted and ignored until the reports are on disk (a second Ctrl-C must not lose them)."""
 
-    def __init__(self) -> None:
+    def __init__(self, armed: bool = True) -> None:
         self.first: int | None = None
         self.running = True
+        self.armed = armed  # False: a first signal is noted, and raised by arm()
         self.later: list[int] = []
 
     def __call__(self, signum: int, _frame: Any) -> None:
         if self.running and self.first is None:
             self.first = signum
-            raise Interrupted(signum)
+            if self.armed:
+                raise Interrupted(signum)
+            return
         self.later.append(signum)
+
+    def arm(self) -> None:
+        """From here a signal stops the work; one that came before stops it now (a run
+        that is still being set up has no reports to write yet)."""
+        self.armed = True
+        if self.first is not None and self.running:
+            raise Interrupted(self.first)
 
     def shutting_down(self) -> None:
         self.running = False
@@ -53,9 +63,10 @@ class Signals:
 
 
 @contextmanager
-def interruptible() -> Iterator[Signals]:
-    """Installed for the whole run, reports included; restored after."""
-    state = Signals()
+def interruptible(armed: bool = True) -> Iterator[Signals]:
+    """Installed for the whole run, reports included; restored after. Not `armed`: a
+    signal waits for `Signals.arm()`."""
+    state = Signals(armed)
     previous = {s: signal.signal(s, state) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield state
