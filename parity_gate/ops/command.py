@@ -35,6 +35,13 @@ def add_parser(sub: Any, commands: dict[str, Callable[[argparse.Namespace], int]
                    help="only these dtypes, e.g. float16,int8")
     p.add_argument("--family", type=_csv, default=[], metavar="F[,F]",
                    help="only these families, e.g. reduction,loss (see --list)")
+    p.add_argument("--source", type=_csv, default=["catalogue"], metavar="S[,S]",
+                   help="what to sweep: catalogue (the hand-written records, default), "
+                   "opinfo (every sample of PyTorch's OpInfo database; needs expecttest), "
+                   "or both: catalogue,opinfo")
+    p.add_argument("--shard", default=None, metavar="K/N",
+                   help="run one part of an N-way split (whole variants), e.g. 2/8; "
+                   "`parity-gate merge` joins the shards' results.json")
     p.add_argument("--providers", type=_csv, default=["cpu"], metavar="P[,P]",
                    help="execution providers (default: cpu)")
     p.add_argument("--jobs", type=int, default=2, help="warm worker processes (default 2)")
@@ -65,32 +72,33 @@ def run_command(args: argparse.Namespace) -> int:
     import parity_gate.ops.sweep  # noqa: F401  (imported before the signal handler is set)
     from parity_gate.ops import gating
     from parity_gate.ops.accepted import accepted
-    from parity_gate.ops.jobs import DEFAULT_SOURCES
     from parity_gate.ops.planner import DEFAULT_BATCH, Selection, case_ids, plan
-    from parity_gate.ops.registry import load_variants
+    from parity_gate.plan.sharding import Shard
     from parity_gate.report.write import atomic_write
 
     if args.jobs < 1:
         raise UserError(f"--jobs: got {args.jobs} (expected an integer >= 1)")
+    shard = Shard.parse(args.shard) if args.shard is not None else None
+    sources = _sources(args.source)
     _check_providers(args.providers)
-    variants = load_variants(DEFAULT_SOURCES)
+    variants, eager_dtypes = load_sources(sources, accepted)
     selection = Selection(args.select, args.dtype, args.family, args.providers)
-    eager_dtypes = accepted(variants, DEFAULT_SOURCES)
     op_plan = plan(variants, selection, batch_size=args.batch_size or DEFAULT_BATCH,
-                   seed=args.seed, accepted=eager_dtypes)
+                   seed=args.seed, accepted=eager_dtypes, sources=sources, shard=shard)
     if args.list:
         return _list(op_plan, selection)
     if not op_plan.total:
         raise UserError("ops: the filters match no case (see `parity-gate ops --list`)")
-    if args.update_baseline and (args.select or args.dtype or args.family):
+    if args.update_baseline and (args.select or args.dtype or args.family or shard):
         raise UserError("--update-baseline: only on the whole catalogue (expected no --select, "
-                        "--dtype or --family; entries of the ops left out would be dropped "
-                        "as stale)")
+                        "--dtype, --family or --shard; entries of the ops left out would be "
+                        "dropped as stale)")
     path = None if args.no_baseline else (args.baseline or gating.BUNDLED)
     if args.baseline is not None and not args.baseline.is_file() and not args.update_baseline:
         raise UserError(f"--baseline: {args.baseline}: file not found")
     baseline = gating.load_baseline(path if path and path.is_file() else None, variants)
     run = new_run(op_plan)
+    run.shard = str(shard) if shard is not None else None
     with interruptible() as signals:  # reports included: later signals wait for them
         execute(run, op_plan, selection, args.jobs, signals, quiet=args.quiet)
         decision = gating.gate(run, baseline, args.fail_on, args.strict,
@@ -111,6 +119,32 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"parity-gate ops: wrote {target}", file=sys.stderr)
         return 0
     return 128 + stopped if stopped is not None else decision.exit_code
+
+
+def _sources(names: list[str]) -> tuple[str, ...]:
+    from parity_gate.ops.jobs import SOURCES
+
+    bad = [n for n in names if n not in SOURCES]
+    if bad or not names:
+        raise UserError(f"--source: unknown source {bad[0] if bad else ''!r} (expected some "
+                        f"of {', '.join(SOURCES)})")
+    return tuple(SOURCES[n] for n in dict.fromkeys(names))
+
+
+def load_sources(sources: tuple[str, ...], accepted: Callable[..., Any]
+                 ) -> tuple[dict[str, Any], dict[str, tuple[str, ...]]]:
+    """Variants of every source, and the dtypes eager accepts for each: probed for the
+    catalogue (ops.accepted), as measured when the OpInfo variants were built."""
+    from parity_gate.ops.jobs import MEASURED_SOURCES
+    from parity_gate.ops.registry import load_variants
+
+    variants = load_variants(sources)
+    probed = tuple(s for s in sources if s not in MEASURED_SOURCES)
+    eager = accepted(load_variants(probed), probed) if probed else {}
+    for source in sources:
+        if source in MEASURED_SOURCES:
+            eager.update({vid: v.dtypes for vid, v in load_variants((source,)).items()})
+    return variants, eager
 
 
 def _check_providers(names: list[str]) -> None:

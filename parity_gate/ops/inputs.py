@@ -48,11 +48,13 @@ def make_inputs(variant: OpVariant, dtype: str, input_class: str,
     """All graph inputs of one case, keyed by arg name."""
     out: dict[str, np.ndarray] = {}
     data_index = 0
-    count = sum(1 for a in variant.args if a.kind == "data" and a.specials)
+    count = sum(1 for a in variant.args if a.follows and a.specials)
     for arg in variant.args:
         rng = np.random.default_rng(derive_seed(seed, variant.id, arg.name, dtype, input_class))
         shape = shape_for(arg, input_class)
-        if arg.kind == "data":
+        if arg.kind == "sample" and not arg.follows:
+            out[arg.name] = _cast(stored_values(arg), arg.dtype or "float32")
+        elif arg.follows:
             out[arg.name] = _data(arg, shape, dtype, input_class, data_index, rng, count)
             data_index += 1
         elif arg.kind == "index":
@@ -99,9 +101,35 @@ def _normal_values(arg: Arg, shape: tuple[int, ...], dtype: str,
     return values
 
 
+def stored_values(arg: Arg) -> np.ndarray:
+    """A `sample` arg's given values, as stored (bfloat16 is stored as float32)."""
+    stored = arg.stored or "float32"
+    kind = np.float32 if stored == "bfloat16" else NUMPY_DTYPES[stored]
+    return np.frombuffer(arg.sample, dtype=np.dtype(kind).newbyteorder("<")).reshape(
+        arg.shape).astype(kind)
+
+
+def _given(arg: Arg, dtype: str) -> np.ndarray:
+    """Given float data in another dtype: floats cast; integers truncated toward zero and
+    clipped to the dtype (unsigned ones take magnitudes); bools are the positive values."""
+    values = stored_values(arg).astype(np.float64)
+    if dtype in FLOATS:
+        return values
+    if dtype == "bool":
+        return values > 0
+    info = np.iinfo(NUMPY_DTYPES[dtype])
+    ints = np.trunc(np.nan_to_num(values, nan=0.0, posinf=info.max, neginf=info.min))
+    if info.min == 0:
+        ints = np.abs(ints)
+    return np.clip(ints, info.min, info.max).astype(np.int64)
+
+
 def _data(arg: Arg, shape: tuple[int, ...], dtype: str, input_class: str, position: int,
           rng: np.random.Generator, count: int = 1) -> np.ndarray:
-    values = _normal_values(arg, shape, dtype, rng)
+    if arg.kind == "sample" and shape == arg.shape:
+        values = _given(arg, dtype)
+    else:  # generated data, or a sample's empty class
+        values = _normal_values(arg, shape, dtype, rng)
     if input_class == RANGE and arg.specials and dtype in FLOATS and values.size:
         values = ordinary_range(arg, shape, rng)
     if input_class == SPECIALS and arg.specials and dtype != "bool" and values.size:

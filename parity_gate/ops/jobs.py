@@ -15,6 +15,11 @@ from parity_gate.model.keys import CaseKey
 from parity_gate.ops.records import variant_case_id
 
 DEFAULT_SOURCES: tuple[str, ...] = ("parity_gate.ops.catalogue:VARIANTS",)
+# `parity-gate ops --source NAME`: the hand-written catalogue, and PyTorch's OpInfo samples
+# (built per torch version; ops/opinfo.py). OpInfo records carry the dtypes eager accepts.
+SOURCES: dict[str, str] = {"catalogue": DEFAULT_SOURCES[0],
+                           "opinfo": "parity_gate.ops.opinfo:VARIANTS"}
+MEASURED_SOURCES = frozenset({SOURCES["opinfo"]})
 
 
 @dataclass(frozen=True, order=True)

@@ -18,6 +18,7 @@ from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult
 from parity_gate.ops.jobs import DEFAULT_SOURCES, OpBatchJob, Unit
 from parity_gate.ops.records import DTYPES, OpVariant, user_op, variant_case_id
+from parity_gate.plan.sharding import Shard
 
 DEFAULT_BATCH = 160
 
@@ -77,7 +78,10 @@ def base_op(v: OpVariant, op: str | None = None) -> OpCase:
 
 
 def guess_aten(v: OpVariant) -> str:
-    """Best static guess of the ATen name; workers replace it with the op they saw."""
+    """Best static guess of the ATen name; workers replace it with the op they saw.
+    OpInfo ids (`oi.nn.functional.conv2d.3`) name the op before the sample number."""
+    if v.id.startswith("oi."):
+        return f"aten.{v.id.rsplit('.', 1)[0].rsplit('.', 1)[-1]}"
     return f"aten.{v.id.split('.')[0]}"
 
 
@@ -119,11 +123,37 @@ def case_ids(variants: dict[str, OpVariant], providers: list[str],
     return {u.key(p).id for u in units for p in providers} | {c.id for c in skipped}
 
 
+def shard_of(units: list[Unit], skipped: list[CaseResult], shard: Shard
+             ) -> tuple[list[Unit], list[CaseResult]]:
+    """One part of a `--shard K/N` matrix: whole variants (their isolation stays in one
+    worker), assigned longest first to the least-loaded shard, ties by id, so every
+    runner computes the same split from the same plan (plan.sharding's rule for modules).
+    """
+    load: dict[str, int] = {}
+    for u in units:
+        load[u.variant] = load.get(u.variant, 0) + 1
+    for c in skipped:
+        vid = variant_of_key(c.key)
+        load[vid] = load.get(vid, 0) + 1
+    totals = [0] * shard.count
+    mine: set[str] = set()
+    for vid, n in sorted(load.items(), key=lambda kv: (-kv[1], kv[0])):
+        k = min(range(shard.count), key=lambda i: (totals[i], i))
+        totals[k] += n
+        if k == shard.index - 1:
+            mine.add(vid)
+    return ([u for u in units if u.variant in mine],
+            [c for c in skipped if variant_of_key(c.key) in mine])
+
+
 def plan(variants: dict[str, OpVariant], selection: Selection, *,
          batch_size: int = DEFAULT_BATCH, sources: tuple[str, ...] = DEFAULT_SOURCES,
-         seed: int = 0, accepted: dict[str, tuple[str, ...]] | None = None) -> OpPlan:
+         seed: int = 0, accepted: dict[str, tuple[str, ...]] | None = None,
+         shard: Shard | None = None) -> OpPlan:
     validate(selection, variants)
     units, skipped = units_of(variants.values(), selection, accepted)
+    if shard is not None:
+        units, skipped = shard_of(units, skipped, shard)
     order = {d: i for i, d in enumerate(DTYPES)}
     units.sort(key=lambda u: (order[u.dtype], variants[u.variant].family, u.variant,
                               u.input_class))

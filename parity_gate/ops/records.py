@@ -37,7 +37,7 @@ def input_classes_for(dtype: str) -> tuple[str, ...]:
     return (NORMAL, EMPTY) if dtype == "bool" else INPUT_CLASSES
 
 
-ArgKind = Literal["data", "index", "mask", "prob", "choice", "fixed"]
+ArgKind = Literal["data", "index", "mask", "prob", "choice", "fixed", "sample"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,13 @@ class Arg:
     unique: bool = False
     requires_grad: bool = False
     empty_shape: tuple[int, ...] | None = None
+    sample: bytes = b""
+    stored: str | None = None
+
+    @property
+    def follows(self) -> bool:
+        """Data that takes the case dtype and input class (given values or generated)."""
+        return self.kind == "data" or (self.kind == "sample" and self.dtype is None)
 
 
 @dataclass(frozen=True)
@@ -104,6 +111,7 @@ class OpVariant:
     shape_only: tuple[int, ...] = ()
     signed_zeros: bool = False
     expectations: tuple[Expectation, ...] = ()
+    ranged: bool | None = None  # gets the `range` class; None: by family (RANGED_FAMILIES)
 
     def __post_init__(self) -> None:
         if not self.args:
@@ -132,8 +140,9 @@ class OpVariant:
 
     def classes_for(self, dtype: str) -> tuple[str, ...]:
         classes = tuple(c for c in input_classes_for(dtype) if c in self.input_classes)
-        ranged = (self.family in RANGED_FAMILIES and dtype in FLOATS and NORMAL in classes
-                  and any(a.kind == "data" and a.specials for a in self.args))
+        wants = self.family in RANGED_FAMILIES if self.ranged is None else self.ranged
+        ranged = (wants and dtype in FLOATS and NORMAL in classes
+                  and any(a.follows and a.specials for a in self.args))
         return (*classes, RANGE) if ranged else classes
 
     def tolerance_for(self, dtype: str) -> tuple[float, float]:

@@ -347,7 +347,7 @@ def _truth(case: _Case) -> list[np.ndarray] | None:
                    for e in case.eager)
     upcast, changed = [], False
     for arg, t in zip(case.variant.args, case.tensors, strict=True):
-        if arg.kind in ("data", "prob", "choice") and (t.is_floating_point() or promotes):
+        if (arg.follows or arg.kind in ("prob", "choice")) and (t.is_floating_point() or promotes):
             upcast.append(t.detach().double().requires_grad_(t.requires_grad
                                                              and t.is_floating_point()))
             changed = True

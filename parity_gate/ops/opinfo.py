@@ -1,0 +1,443 @@
+"""Op variants from PyTorch's own OpInfo database (`common_methods_invocations.op_db`).
+
+Every OpInfo sample becomes one `OpVariant`: the call is rendered as text
+(`torch.nn.functional.conv2d(t0, t1, stride=2)`), every tensor of the sample
+is a graph input (a `sample` arg holding the sample's values), and the rest
+of the sweep (batching, bisection, re-checks, baseline, findings) treats it
+like a catalogue record. Float tensors take the case dtype and the input
+classes; integer and bool tensors (indices, masks, lengths) keep their
+values. The first `CROSS` samples of each OpInfo are crossed with the
+`specials` and `empty` classes (and `range` for unary and special
+functions); every sample runs `normal` on each dtype eager accepts.
+
+Building needs torch and the `expecttest` package (the OpInfo database
+imports it), so it runs once per torch version in a subprocess and is cached
+as JSON under `$XDG_CACHE_HOME/parity-gate/` (the parent never imports torch;
+workers read the same file). Generation is seeded per OpInfo, so every
+machine of one torch version plans the same case ids. A sample that cannot be
+rendered faithfully is dropped, counted by reason (`dropped`):
+the rendered call is run against the OpInfo's own callable at generation
+time and must give the same answer.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from parity_gate.errors import UserError
+from parity_gate.ops.records import EMPTY, NORMAL, SPECIALS, Arg, OpVariant
+
+FORMAT = 1
+PREFIX = "oi."
+CROSS = 2             # samples per OpInfo that also run specials, empty (and range)
+MAX_ELEMENTS = 4096   # a bigger sample would dominate its batch's time
+# Values that depend on a random draw, or on nothing but a shape: no parity to check.
+RANDOM = frozenset({
+    "bernoulli", "cauchy", "exponential", "geometric", "log_normal", "normal", "uniform",
+    "multinomial", "rand_like", "randint", "randint_like", "randn", "randn_like",
+    "nn.functional.dropout", "nn.functional.dropout2d", "nn.functional.dropout3d",
+    "nn.functional.alpha_dropout", "nn.functional.feature_alpha_dropout",
+    "nn.functional.rrelu", "nn.functional.fractional_max_pool2d",
+    "nn.functional.fractional_max_pool3d", "svd_lowrank", "pca_lowrank",
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided",
+    "empty_permuted", "native_dropout_backward", "resize_", "resize_as_", "item",
+})
+# Index outputs among ties of these ops are legitimately implementation-defined.
+TIES = frozenset({"sort", "argsort", "msort", "topk", "kthvalue", "median", "nanmedian",
+                  "mode", "max", "min", "cummax", "cummin", "unique", "unique_consecutive"})
+_DTYPE_NAMES = ("float32", "float64", "float16", "bfloat16", "int8", "int32", "int64",
+                "uint8", "bool", "int16")
+_ID_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def torch_version() -> str:
+    from parity_gate.ops.accepted import torch_version as version
+
+    return version()
+
+
+def cache_path(version: str, ops: tuple[str, ...] | None = None) -> Path:
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    part = "" if ops is None else "-" + hashlib.sha256(
+        ",".join(ops).encode()).hexdigest()[:12]
+    return root / "parity-gate" / f"opinfo-variants-torch-{version}{part}.json.gz"
+
+
+def variants(ops: Iterable[str] | None = None) -> list[OpVariant]:
+    """The OpInfo variants of the installed torch (or of the OpInfos named `ops`),
+    built in a subprocess on first use and read from the cache afterwards."""
+    subset = None if ops is None else tuple(sorted(ops))
+    version = torch_version()
+    path = cache_path(version, subset)
+    data = read(path, version)
+    if data is None:
+        generate(path, subset)
+        data = read(path, version)
+        if data is None:
+            raise UserError(f"ops: the OpInfo variants written to {path} cannot be read "
+                            "(expected a gzip JSON file; remove it and run again)")
+    return [from_json(v) for v in data["variants"]]
+
+
+def __getattr__(name: str) -> Any:
+    """`parity_gate.ops.opinfo:VARIANTS`, a registry source, built lazily: importing the
+    module costs nothing until the variants are asked for."""
+    if name == "VARIANTS":
+        found = variants()
+        globals()["VARIANTS"] = found
+        return found
+    raise AttributeError(name)
+
+
+def read(path: Path, version: str) -> dict[str, Any] | None:
+    try:
+        data = json.loads(gzip.decompress(path.read_bytes()))
+    except (OSError, ValueError, EOFError):
+        return None
+    if not isinstance(data, dict) or data.get("torch") != version or \
+            data.get("format") != FORMAT:
+        return None
+    return data
+
+
+def generate(path: Path, ops: tuple[str, ...] | None) -> None:
+    """Build in a fresh interpreter: torch and the OpInfo database stay out of the parent."""
+    cmd = [sys.executable, "-m", "parity_gate.ops.opinfo", "--write", str(path)]
+    if ops is not None:
+        cmd += ["--ops", ",".join(ops)]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, check=False)
+    except subprocess.TimeoutExpired:
+        raise UserError("ops: building the OpInfo variants took over 30 minutes "
+                        "(expected about a minute; is the machine swapping?)") from None
+    if done.returncode == 2:
+        raise UserError(done.stderr.strip().splitlines()[-1])
+    if done.returncode != 0:
+        tail = done.stderr.strip().splitlines()[-1:]
+        raise RuntimeError(f"building the OpInfo variants failed (exit {done.returncode}): "
+                           f"{tail}")
+
+
+# --------------------------------------------------------------------------
+# records ↔ JSON (pure)
+
+
+def to_json(v: OpVariant) -> dict[str, Any]:
+    return {"id": v.id, "family": v.family, "call": v.call, "dtypes": list(v.dtypes),
+            "classes": list(v.input_classes), "ranged": v.ranged,
+            "shape_only": list(v.shape_only),
+            "args": [{"name": a.name, "shape": list(a.shape), "dtype": a.dtype,
+                      "stored": a.stored, "sample": base64.b64encode(a.sample).decode()}
+                     for a in v.args]}
+
+
+def from_json(d: dict[str, Any]) -> OpVariant:
+    args = tuple(Arg(a["name"], tuple(a["shape"]), kind="sample", dtype=a["dtype"],
+                     stored=a["stored"], sample=base64.b64decode(a["sample"]))
+                 for a in d["args"])
+    return OpVariant(d["id"], d["family"], d["call"], args, tuple(d["dtypes"]),
+                     tuple(d["classes"]), shape_only=tuple(d["shape_only"]),
+                     ranged=d["ranged"])
+
+
+# --------------------------------------------------------------------------
+# building (inside a torch process)
+
+
+def family(info: Any) -> str:
+    """`oi.<namespace>` for namespaced ops (nn, linalg, special, fft ...), else the kind
+    of OpInfo (unary, binary, reduction ...), else `oi.tensor`."""
+    head = info.name.split(".")[0]
+    if "." in info.name:
+        return PREFIX + head
+    kind = type(info).__name__
+    for key, name in (("Unary", "unary"), ("Binary", "binary"), ("Reduction", "reduction"),
+                      ("Spectral", "fft"), ("Shape", "shape")):
+        if key in kind:
+            return PREFIX + name
+    return PREFIX + "tensor"
+
+
+def ranged(info: Any) -> bool:
+    return "Unary" in type(info).__name__ or info.name.startswith("special.")
+
+
+def callable_text(info: Any) -> tuple[str, bool] | None:
+    """How the call names the op: a public torch path, `torch.ops.aten...`, or the
+    Tensor method (`(text, is_method)`); None for an anonymous callable."""
+    import torch
+
+    op = info.op
+    if isinstance(op, (torch._ops.OpOverloadPacket, torch._ops.OpOverload)):
+        return "torch.ops." + str(op), False
+    for path in (info.name, getattr(op, "__name__", "") or ""):
+        obj: Any = torch
+        for part in path.split(".") if path else ["\0"]:
+            obj = getattr(obj, part, None)
+        if obj is not None and obj is op:
+            return "torch." + path, False
+    method = info.method_variant
+    name = info.name
+    if method is not None and getattr(torch.Tensor, name, None) is method:
+        return name, True
+    return None
+
+
+class Unrenderable(Exception):
+    """A sample value the call text cannot spell (a module, a generator, complex ...)."""
+
+
+def render_value(value: Any, tensors: list[Any]) -> str:
+    """A sample's argument as call text; each tensor becomes the next graph input."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        tensors.append(value)
+        return f"t{len(tensors) - 1}"
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return repr(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "math.nan"
+        if math.isinf(value):
+            return "math.inf" if value > 0 else "-math.inf"
+        return repr(value)
+    if isinstance(value, (torch.dtype, torch.memory_format, torch.layout)):
+        return str(value)
+    if isinstance(value, torch.Size):
+        value = tuple(value)
+    if isinstance(value, (list, tuple)):
+        inner = [render_value(v, tensors) for v in value]
+        if isinstance(value, list):
+            return f"[{', '.join(inner)}]"
+        return f"({inner[0]},)" if len(inner) == 1 else f"({', '.join(inner)})"
+    if isinstance(value, slice):
+        return repr(value)
+    if value is Ellipsis:
+        return "..."
+    raise Unrenderable(type(value).__name__)
+
+
+def render(info: Any, sample: Any) -> tuple[str, list[Any]]:
+    named = callable_text(info)
+    if named is None:
+        raise Unrenderable("an anonymous callable")
+    text, method = named
+    tensors: list[Any] = []
+    first = render_value(sample.input, tensors)
+    rest = [render_value(a, tensors) for a in sample.args]
+    rest += [f"{k}={render_value(v, tensors)}" for k, v in sample.kwargs.items()]
+    if method:
+        return f"{first}.{text}({', '.join(rest)})", tensors
+    return f"{text}({', '.join([first, *rest])})", tensors
+
+
+def _arg(name: str, t: Any) -> Arg:
+    """Float tensors follow the case dtype; the others keep their values and dtype."""
+    import numpy as np
+    import torch
+
+    dtype = str(t.dtype).removeprefix("torch.")
+    if t.layout != torch.strided:
+        raise Unrenderable(f"a {str(t.layout).removeprefix('torch.')} tensor")
+    if dtype not in _DTYPE_NAMES or t.is_complex():
+        raise Unrenderable(f"a {dtype} tensor")
+    values = t.detach().contiguous()
+    if t.is_floating_point():
+        data = values.to(dtype=torch.float32).numpy().astype("<f4")
+        return Arg(name, tuple(t.shape), kind="sample", stored="float32", sample=data.tobytes())
+    array = values.numpy()
+    data = array.astype(array.dtype.newbyteorder("<"))
+    return Arg(name, tuple(t.shape), kind="sample", dtype=dtype, stored=dtype,
+               sample=np.ascontiguousarray(data).tobytes())
+
+
+def variant_id(info: Any, k: int) -> str:
+    base = info.name + (f".{info.variant_test_name}" if info.variant_test_name else "")
+    return f"{PREFIX}{_ID_CHARS.sub('_', base)}.{k}"
+
+
+def _same(a: Any, b: Any) -> bool:
+    import torch
+
+    from parity_gate.engine.tensors import leaves
+
+    la, lb = leaves(a), leaves(b)
+    if len(la) != len(lb) or not la:
+        return False
+    for x, y in zip(la, lb, strict=True):
+        if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
+            return False
+        if x.shape != y.shape or x.dtype != y.dtype or x.is_complex():
+            return False
+        if not torch.equal(torch.nan_to_num(x.detach(), nan=0.5),
+                           torch.nan_to_num(y.detach(), nan=0.5)):
+            return False
+    return True
+
+
+def build(ops: tuple[str, ...] | None = None) -> tuple[list[OpVariant], Counter[str]]:
+    """Every renderable, deterministic OpInfo sample as a variant, with the dtypes eager
+    accepts measured as `ops.accepted` measures them (normal inputs, each dtype)."""
+    import warnings
+
+    import torch
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    from parity_gate.engine.fixtures import derive_seed
+    from parity_gate.engine.tensors import leaves, to_torch
+    from parity_gate.ops.accepted import probe
+    from parity_gate.ops.inputs import make_inputs
+    from parity_gate.ops.worker import compile_call
+
+    warnings.simplefilter("ignore")
+    torch.set_num_threads(1)
+    dropped: Counter[str] = Counter()
+    out: list[OpVariant] = []
+    wanted = set(ops) if ops is not None else None
+    for info in op_db:
+        if wanted is not None and info.name not in wanted:
+            continue
+        if info.name in RANDOM or info.name.startswith("jiterator"):
+            dropped["random or uninitialised values"] += 1
+            continue
+        torch.manual_seed(derive_seed("opinfo", info.name, info.variant_test_name) % 2**63)
+        try:
+            samples = list(info.sample_inputs("cpu", torch.float32, requires_grad=False))
+        except Exception:
+            dropped["the OpInfo's sample generator raises"] += 1
+            continue
+        supported = {str(d).removeprefix("torch.") for d in info.supported_dtypes("cpu")}
+        dtypes = tuple(d for d in ("float32", "float64", "float16", "bfloat16", "int8",
+                                   "int32", "int64", "uint8", "bool") if d in supported)
+        crossed = 0
+        for k, sample in enumerate(samples):
+            vid = variant_id(info, k)
+            try:
+                call, tensors = render(info, sample)
+                args = tuple(_arg(f"t{i}", t) for i, t in enumerate(tensors))
+            except Unrenderable as why:
+                dropped[f"the sample holds {why}"] += 1
+                continue
+            except Exception as exc:  # a tensor subclass, a meta tensor ...
+                dropped[f"the sample cannot be stored ({type(exc).__name__})"] += 1
+                continue
+            if not args:
+                dropped["the sample has no tensor"] += 1
+                continue
+            if sum(int(t.numel()) for t in tensors) > MAX_ELEMENTS:
+                dropped[f"over {MAX_ELEMENTS} elements"] += 1
+                continue
+            cross = crossed < CROSS
+            v = OpVariant(vid, family(info), call, args, dtypes or ("float32",),
+                          (NORMAL, SPECIALS, EMPTY) if cross else (NORMAL,),
+                          ranged=cross and ranged(info))
+            reason = _faithful(v, info, sample, compile_call, make_inputs, to_torch, leaves)
+            if reason:
+                dropped[reason] += 1
+                continue
+            if info.name in TIES:
+                v = _ties(v, compile_call, make_inputs, to_torch, leaves)
+            accepted = probe({vid: v}, [vid])[vid]
+            if not accepted:
+                dropped["eager accepts no dtype on the sample"] += 1
+                continue
+            out.append(OpVariant(v.id, v.family, v.call, v.args, tuple(accepted),
+                                 v.input_classes, shape_only=v.shape_only, ranged=v.ranged))
+            crossed += cross
+    return out, dropped
+
+
+def _faithful(v: OpVariant, info: Any, sample: Any, compile_call: Any, make_inputs: Any,
+              to_torch: Any, leaves: Any) -> str:
+    """Why the rendered call is not the OpInfo's own call on these values ("" if it is):
+    it must run, give the same answer as `info.op(sample)`, twice, and return tensors."""
+    import torch
+
+    try:
+        with torch.no_grad():
+            expected = info.op(sample.input, *sample.args, **sample.kwargs)
+            inputs = make_inputs(v, "float32", NORMAL)
+            fn = compile_call(v, 0)
+            got = fn(*[to_torch(inputs[a.name]) for a in v.args])
+            again = fn(*[to_torch(inputs[a.name]) for a in v.args])
+    except Exception:
+        return "eager rejects the rendered sample"
+    if any(isinstance(t, torch.Tensor) and t.is_complex() for t in leaves(expected)):
+        return "a complex output (the exporter represents complex as real pairs)"
+    if not _same(got, again):
+        return "two eager runs differ"
+    if not _same(expected, got):
+        return "the rendered call does not reproduce the OpInfo call"
+    return ""
+
+
+def _ties(v: OpVariant, compile_call: Any, make_inputs: Any, to_torch: Any,
+          leaves: Any) -> OpVariant:
+    """Integer outputs of sort/topk/median... are indices: among ties any is right."""
+    from dataclasses import replace
+
+    import torch
+
+    inputs = make_inputs(v, "float32", NORMAL)
+    with torch.no_grad():
+        out = leaves(compile_call(v, 0)(*[to_torch(inputs[a.name]) for a in v.args]))
+    index = tuple(m for m, t in enumerate(out)
+                  if isinstance(t, torch.Tensor) and not t.is_floating_point()
+                  and t.dtype != torch.bool)
+    return replace(v, shape_only=index)
+
+
+def write(path: Path, ops: tuple[str, ...] | None) -> tuple[int, Counter[str]]:
+    found, dropped = build(ops)
+    text = json.dumps({"torch": torch_version(), "format": FORMAT, "ops": ops,
+                       "dropped": dict(dropped.most_common()),
+                       "variants": [to_json(v) for v in found]})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_bytes(gzip.compress(text.encode("utf-8"), 6))
+    tmp.replace(path)
+    return len(found), dropped
+
+
+def main(argv: list[str]) -> int:
+    """`python -m parity_gate.ops.opinfo --write PATH [--ops a,b]` (exit 2 without
+    expecttest), or `--stats` to print what the installed torch yields."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m parity_gate.ops.opinfo")
+    p.add_argument("--write", type=Path, default=None)
+    p.add_argument("--ops", default=None)
+    args = p.parse_args(argv)
+    try:
+        import expecttest  # noqa: F401  (the OpInfo database imports it)
+    except ImportError:
+        print("ops --source opinfo: PyTorch's OpInfo database needs the expecttest package "
+              "(expected it installed: pip install expecttest, or parity-gate[test])",
+              file=sys.stderr)
+        return 2
+    ops = tuple(sorted(args.ops.split(","))) if args.ops else None
+    path = args.write or cache_path(torch_version(), ops)
+    count, dropped = write(path, ops)
+    print(f"wrote {path}: {count} variants; dropped {sum(dropped.values())} samples",
+          file=sys.stderr)
+    for why, n in dropped.most_common():
+        print(f"  {n:>6}  {why}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
+

@@ -1,0 +1,15 @@
+"""A handful of OpInfo-derived variants for the fast tests (`ops_opinfo_subset:VARIANTS`).
+
+Built once per torch version into the cache that `XDG_CACHE_HOME` names (the
+tests point it at a temporary folder; workers inherit it) and read from there
+in the parent and in every worker.
+"""
+
+from __future__ import annotations
+
+from parity_gate.ops.opinfo import variants
+
+# Families the hand-written catalogue never tried (convolution, cat, gather), a
+# binary ufunc with special-value pairs, and where (a Tensor method in OpInfo).
+SUBSET = ("atan2", "cat", "gather", "nn.functional.conv2d", "where")
+VARIANTS = [v for v in variants(SUBSET) if int(v.id.rsplit(".", 1)[1]) < 3]

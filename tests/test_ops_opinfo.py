@@ -1,0 +1,218 @@
+"""OpInfo-derived variants, given sample values, coverage, and `ops --shard`.
+
+The pure tests build records by hand; the process tests build a few OpInfos
+of the installed torch into a temporary cache and sweep them on real workers.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from parity_gate.model.findings import OpCase
+from parity_gate.model.keys import CaseKey
+from parity_gate.model.outcomes import Outcome
+from parity_gate.model.results import CaseResult, RunResult
+from parity_gate.ops.coverage import coverage, op_name, overload_name
+from parity_gate.ops.inputs import make_inputs
+from parity_gate.ops.planner import Selection, plan, shard_of, units_of
+from parity_gate.ops.records import Arg, OpVariant
+from parity_gate.plan.sharding import Shard
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+SUBSET_SOURCE = ("ops_opinfo_subset:VARIANTS",)
+
+
+def _sample(values: np.ndarray, dtype: str | None = None) -> Arg:
+    stored = dtype or "float32"
+    data = values.astype(np.dtype(stored).newbyteorder("<") if stored != "bool" else bool)
+    return Arg("t0" if dtype is None else "t1", values.shape, kind="sample", dtype=dtype,
+               stored=stored, sample=data.tobytes())
+
+
+GIVEN = np.array([[0.5, -2.25, 3.0], [7.5, -0.125, 1.0]], dtype=np.float32)
+INDEX = np.array([[2, 0, 1], [1, 1, 0]], dtype=np.int64)
+VARIANT = OpVariant("oi.gather.0", "oi.tensor", "torch.gather(t0, 1, t1)",
+                    (_sample(GIVEN), _sample(INDEX, "int64")),
+                    ("float32", "float16", "int8", "uint8", "bool"))
+
+
+def test_a_sample_arg_is_the_normal_class_and_indices_keep_their_values() -> None:
+    normal = make_inputs(VARIANT, "float32", "normal")
+    assert normal["t0"].dtype == np.float32 and np.array_equal(normal["t0"], GIVEN)
+    assert normal["t1"].dtype == np.int64 and np.array_equal(normal["t1"], INDEX)
+    assert np.array_equal(make_inputs(VARIANT, "float16", "normal")["t0"],
+                          GIVEN.astype(np.float16))
+    # integers: toward zero, clipped; unsigned take magnitudes; bool: the positive values
+    assert make_inputs(VARIANT, "int8", "normal")["t0"].tolist() == [[0, -2, 3], [7, 0, 1]]
+    assert make_inputs(VARIANT, "uint8", "normal")["t0"].tolist() == [[0, 2, 3], [7, 0, 1]]
+    assert make_inputs(VARIANT, "bool", "normal")["t0"].tolist() == [[True, False, True],
+                                                                    [True, False, True]]
+
+
+def test_a_sample_arg_takes_the_other_input_classes_like_data() -> None:
+    specials = make_inputs(VARIANT, "float32", "specials")
+    assert np.isnan(specials["t0"]).any() and np.isinf(specials["t0"]).any()
+    assert np.array_equal(specials["t1"], INDEX)  # indices are never special values
+    empty = make_inputs(VARIANT, "float32", "empty")
+    assert empty["t0"].shape == (2, 0) and np.array_equal(empty["t1"], INDEX)
+    ranged = OpVariant("oi.sin.0", "oi.unary", "torch.sin(t0)", (_sample(GIVEN),),
+                       ("float32",), ranged=True)
+    assert ranged.classes_for("float32") == ("normal", "specials", "empty", "range")
+    assert VARIANT.classes_for("float32") == ("normal", "specials", "empty")
+    values = make_inputs(ranged, "float32", "range")["t0"]
+    assert not np.array_equal(values, GIVEN) and np.isfinite(values).all()
+
+
+def _case(variant: str, outcome: Outcome, ops: list[str]) -> CaseResult:
+    return CaseResult(CaseKey(f"op/{variant}", "float32", "normal", None, "cpu"), outcome,
+                      op=OpCase(variant=variant, family="f", call="", op=ops[0],
+                                aten_ops=ops))
+
+
+def test_coverage_counts_only_ops_of_exported_graphs() -> None:
+    assert overload_name("aten.abs.default") == "aten::abs"
+    assert overload_name("aten.add.Tensor") == "aten::add.Tensor"
+    assert op_name("aten.add.Tensor") == "aten::add"
+    run = RunResult(cases=[
+        _case("a", Outcome.PASS, ["aten.convolution.default", "aten.add.Tensor"]),
+        _case("b", Outcome.MISMATCH, ["aten.cat.default"]),
+        # eager's dispatch of a case that never exported: not the exporter's coverage
+        _case("c", Outcome.UNSUPPORTED_OP, ["aten.stft.default"]),
+        _case("d", Outcome.SKIPPED, ["aten.gather.default"]),
+    ])
+    registered = ["aten::convolution", "aten::add.Tensor", "aten::add.Scalar", "aten::cat",
+                  "aten::stft", "aten::gather", "prims::add"]
+    cov = coverage([run], registered)
+    assert cov.registered_ops == {"aten::convolution", "aten::add", "aten::cat", "aten::stft",
+                                  "aten::gather"}
+    assert cov.reached_ops == {"aten::convolution", "aten::add", "aten::cat"}
+    assert cov.unreached_ops == ["aten::gather", "aten::stft"]
+    assert cov.unreached_overloads == ["aten::add.Scalar", "aten::gather", "aten::stft"]
+    assert cov.percent() == pytest.approx(60.0)
+    assert cov.lines()[0] == "ATen ops: 3 of 5 registered in torchlib reached (60.0%)"
+
+
+def _variants(n: int) -> list[OpVariant]:
+    x = (Arg("x", (2, 3)),)
+    return [OpVariant(f"v{i}", "f", "torch.sin(x)", x, ("float32", "float16")[: 1 + i % 2])
+            for i in range(n)]
+
+
+def test_shards_split_whole_variants_and_cover_the_plan_once() -> None:
+    units, skipped = units_of(_variants(11), Selection())
+    parts = [shard_of(units, skipped, Shard(k, 3)) for k in (1, 2, 3)]
+    seen = [u for part, _ in parts for u in part]
+    assert sorted(seen) == sorted(units)  # every unit once
+    owners = {u.variant: k for k, (part, _) in enumerate(parts) for u in part}
+    assert all(owners[u.variant] == k for k, (part, _) in enumerate(parts) for u in part)
+    sizes = sorted(len(part) for part, _ in parts)
+    assert sizes[-1] - sizes[0] <= 6  # balanced within one variant (6 cases at most)
+    assert shard_of(units, skipped, Shard(2, 3)) == parts[1]  # the same split every time
+    variants = {v.id: v for v in _variants(11)}
+    whole = plan(variants, Selection()).unit_count
+    assert sum(plan(variants, Selection(), shard=Shard(k, 3)).unit_count
+               for k in (1, 2, 3)) == whole
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "parity_gate", "ops", *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300, check=False)
+
+
+@pytest.mark.process
+def test_ops_shard_and_source_on_the_command_line() -> None:
+    bad = _cli("--source", "opinfo,zoo", "--list")
+    assert bad.returncode == 2 and "--source: unknown source 'zoo'" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    bad = _cli("--shard", "3/2", "--list")
+    assert bad.returncode == 2 and "--shard" in bad.stderr
+    listed = [_cli("--family", "binary", "--shard", f"{k}/2", "--list") for k in (1, 2)]
+    whole = _cli("--family", "binary", "--list")
+    assert all(r.returncode == 0 for r in (*listed, whole))
+    parts = [set(r.stdout.splitlines()) for r in listed]
+    assert parts[0] and parts[1] and not parts[0] & parts[1]
+    assert parts[0] | parts[1] == set(whole.stdout.splitlines())
+
+
+# --------------------------------------------------------------------------
+# real OpInfo samples
+
+
+@pytest.fixture(scope="module")
+def opinfo_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A private cache (workers inherit the variable), built once for this module."""
+    root = tmp_path_factory.mktemp("xdg")
+    old = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(root)
+    sys.path.insert(0, str(TESTS))
+    yield root
+    if old is None:
+        del os.environ["XDG_CACHE_HOME"]
+    else:
+        os.environ["XDG_CACHE_HOME"] = old
+
+
+@pytest.mark.process
+def test_opinfo_samples_become_variants_with_every_tensor_a_graph_input(
+        opinfo_cache: Path) -> None:
+    pytest.importorskip("expecttest")
+    from ops_opinfo_subset import SUBSET
+
+    from parity_gate.ops.opinfo import variants
+
+    found = variants(SUBSET)
+    ops = {v.id.rsplit(".", 1)[0] for v in found}
+    assert ops == {f"oi.{name}" for name in SUBSET}
+    for v in found:
+        names = set(re.findall(r"\bt\d+\b", v.call))
+        assert names == {a.name for a in v.args}, v.call  # no tensor built in forward
+        assert all(a.kind == "sample" for a in v.args)
+        assert v.dtypes and set(v.dtypes) <= {"float32", "float64", "float16", "bfloat16",
+                                              "int8", "int32", "int64", "uint8", "bool"}
+    conv = next(v for v in found if v.id == "oi.nn.functional.conv2d.0")
+    assert conv.call.startswith("torch.nn.functional.conv2d(t0, t1")
+    assert conv.input_classes == ("normal", "specials", "empty")
+    late = [v for v in found if int(v.id.rsplit(".", 1)[1]) >= 2]
+    assert late and all(v.input_classes == ("normal",) for v in late)
+    # the same ids and values on a second read of the cache (what workers do)
+    assert [v.id for v in variants(SUBSET)] == [v.id for v in found]
+
+
+@pytest.mark.process
+def test_opinfo_cases_run_through_the_sweep(opinfo_cache: Path) -> None:
+    pytest.importorskip("expecttest")
+    from parity_gate.ops.registry import load_variants
+    from parity_gate.ops.sweep import sweep
+
+    variants = load_variants(SUBSET_SOURCE)
+    selection = Selection(select=["oi.nn.functional.conv2d.0", "oi.cat.0", "oi.gather.0",
+                                  "oi.atan2.0"], dtypes=["float32"])
+    op_plan = plan(variants, selection, sources=SUBSET_SOURCE,
+                   accepted={k: v.dtypes for k, v in variants.items()})
+    results = list(sweep(op_plan, selection, workers=1))
+    assert len(results) == op_plan.total == 12  # 4 samples x normal, specials, empty
+    by_id = {r.id: r for r in results}
+    conv = by_id["op/oi.nn.functional.conv2d.0/float32/normal/cpu"]
+    assert conv.outcome is Outcome.PASS and conv.op is not None
+    assert "aten.conv2d.default" in conv.op.aten_ops  # the exporter keeps conv2d whole
+    assert conv.op.user_op == "torch.nn.functional.conv2d"
+    cat = by_id["op/oi.cat.0/float32/specials/cpu"]
+    assert cat.outcome is Outcome.PASS and "aten.cat.default" in (cat.op.aten_ops if cat.op
+                                                                  else [])
+    for r in results:  # eager rejecting an input class is never a finding
+        if r.outcome is Outcome.SKIPPED:
+            assert r.reason.startswith("not applicable") and r.op is not None
+            assert r.op.finding_class is None
+    cov = coverage([RunResult(cases=results)], ["aten::conv2d", "aten::cat",
+                                                "aten::gather", "aten::atan2", "aten::stft"])
+    assert {"aten::conv2d", "aten::cat", "aten::gather", "aten::atan2"} <= cov.reached_ops
+    assert cov.unreached_ops == ["aten::stft"]
+
