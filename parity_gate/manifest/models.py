@@ -143,9 +143,11 @@ class Settings(_Strict):
     )
     max_case_bytes: Size | None = Field(
         None, description="most input bytes one case may hold (every input tensor of all its "
-        "samples, from the declared shapes, dtypes, batch size and largest `dims`); a bigger "
-        "case is a manifest error, found before anything runs. Bytes or a size such as "
-        "`8GiB`, `512MB` (default 2GiB)"
+        "samples, from the declared shapes, dtypes, batch size and largest `dims`; for a "
+        "`file` set, from its file's array headers, never its data: the rows a case takes, "
+        "and the file itself, which a worker loads whole); a bigger case or file is a "
+        "manifest error, found before anything runs (`check`, and `run` before any worker "
+        "starts). Bytes or a size such as `8GiB`, `512MB` (default 2GiB)"
     )
     worker_memory: Size | None = Field(
         None, description="memory limit of the worker running this module (RLIMIT_DATA); a "
