@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from parity_gate import compare as cmp
+from parity_gate.compare.detection import DETECTION_KEYS, Detections, compare_detections
 from parity_gate.compare.reference import judge_against_float64
 from parity_gate.engine import stages
 from parity_gate.engine.binding import Binding, bind, output_names
@@ -606,8 +607,13 @@ def _judge(job: ModuleJob, key: CaseKey, ref: _Reference, got_all: list[list[np.
                           **common)
     names = ref.names
     specs = {o.name: o for o in job.module.outputs or []}
-    comparisons = []
+    groups = _detection_groups(names) if job.module.detections else {}
+    grouped = {i for members in groups.values() for i in members}
+    comparisons = [_compare_detections(job, key, prefix, members, ref, got_all)
+                   for prefix, members in groups.items()]
     for i, name in enumerate(names):
+        if i in grouped:
+            continue
         spec = specs.get(name)
         tol = _tolerance(job, key.dtype, spec)
         reference = _stack([outs[i] for outs in ref.outputs])
@@ -631,6 +637,30 @@ def _judge(job: ModuleJob, key: CaseKey, ref: _Reference, got_all: list[list[np.
         reason = (f"batch {key.batch_size}: {baked} — the exported model (exported at batch "
                   f"{export_batch}) silently reshapes to the export batch size")
     return CaseResult(key, outcome, reason, comparisons=comparisons, **common)
+
+
+def _detection_groups(names: list[str]) -> dict[str, tuple[int, int, int]]:
+    """`prefix` → the indices of its `prefix.boxes`, `.scores`, `.labels` outputs (one
+    image's detections), for every prefix that has all three."""
+    found: dict[str, dict[str, int]] = {}
+    for i, name in enumerate(names):
+        prefix, _, leaf = name.rpartition(".")
+        if leaf in DETECTION_KEYS:
+            found.setdefault(prefix, {})[leaf] = i
+    return {prefix or "detections": (k["boxes"], k["scores"], k["labels"])
+            for prefix, k in found.items() if len(k) == len(DETECTION_KEYS)}
+
+
+def _compare_detections(job: ModuleJob, key: CaseKey, prefix: str,
+                        members: tuple[int, int, int], ref: _Reference,
+                        got_all: list[list[np.ndarray]]) -> cmp.Comparison:
+    """One image's detections over every sample: the first sample that fails decides."""
+    iou = job.module.detections.iou if job.module.detections else 0.5
+    tol = _tolerance(job, key.dtype, None)
+    per = [compare_detections(prefix, Detections(*(r[i] for i in members)),
+                              Detections(*(g[i] for i in members)), tol, iou)
+           for r, g in zip(ref.outputs, got_all, strict=True)]
+    return next((c for c in per if not c.passed), per[0])
 
 
 def _baked_output(batch: int | None, export_batch: int, refs: list[np.ndarray],

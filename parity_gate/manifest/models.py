@@ -288,6 +288,13 @@ class ProviderSettings(_Strict):
     )
 
 
+class DetectionSpec(_Strict):
+    """How a detector's outputs are compared (`compare.detection`)."""
+
+    iou: float = Field(0.5, gt=0, le=1, description="least IoU (with the same label) for an "
+                       "ONNX box to count as the same object as an eager one")
+
+
 class ModuleSpec(Settings):
     name: Name = Field(description="unique; the first part of every case id")
     factory: str = Field(
@@ -302,6 +309,11 @@ class ModuleSpec(Settings):
         "output0, output1, ..."
     )
     fixtures: list[Name] = Field(min_length=1, description="fixture sets to run")
+    detections: DetectionSpec | None = Field(
+        None, description="the module returns detections, per image `boxes` [N, 4], `scores` "
+        "[N] and `labels` [N] of data-dependent count (torchvision's detectors): each image's "
+        "are compared as a set (the count, then boxes matched by IoU with the same label, "
+        "coordinates and scores within the tolerance), not element by element")
     skip: str | None = Field(None, description="skip every case of this module, with this reason")
     # "inputs[1].name" -> "parity.yml:31:9: modules[2].inputs[1].name", filled by the loader so
     # that problems only the worker can see (forward()'s signature) are reported where to edit.

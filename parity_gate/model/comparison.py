@@ -31,6 +31,7 @@ class Verdict(str, enum.Enum):
     SIGN = "sign"
     ROUNDING = "rounding"
     LABEL_FLIP = "label_flip"
+    COUNT = "count"  # detections: the two sides find a different number of objects
     SIGNED_ZERO = "signed_zero"
     MISMATCH = "mismatch"  # generic / scattered
 
