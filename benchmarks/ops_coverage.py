@@ -33,7 +33,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--unreached", action="store_true", help="list the unreached ops")
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = p.parse_args(argv)
-    runs = [read_results(path).run for path in args.results]
+    runs = [read_results(path)[1] for path in args.results]  # (path, run)
     cov = coverage(runs, registered())
     for line in cov.lines():
         print(line)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from parity_gate.ops.opinfo import variants
 
 # Families the hand-written catalogue never tried (convolution, cat, gather), a
-# binary ufunc with special-value pairs, and where (a Tensor method in OpInfo).
-SUBSET = ("atan2", "cat", "gather", "nn.functional.conv2d", "where")
+# binary ufunc with special-value pairs, and expand and where (lambdas in OpInfo, spelled
+# as the Tensor method that gives the lambda's answer).
+SUBSET = ("atan2", "cat", "expand", "gather", "nn.functional.conv2d", "where")
 VARIANTS = [v for v in variants(SUBSET) if int(v.id.rsplit(".", 1)[1]) < 3]

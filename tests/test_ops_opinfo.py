@@ -180,6 +180,8 @@ def test_opinfo_samples_become_variants_with_every_tensor_a_graph_input(
     conv = next(v for v in found if v.id == "oi.nn.functional.conv2d.0")
     assert conv.call.startswith("torch.nn.functional.conv2d(t0, t1")
     assert conv.input_classes == ("normal", "specials", "empty")
+    expand = next(v for v in found if v.id == "oi.expand.0")  # a lambda in OpInfo
+    assert expand.call.startswith("t0.expand(")
     late = [v for v in found if int(v.id.rsplit(".", 1)[1]) >= 2]
     assert late and all(v.input_classes == ("normal",) for v in late)
     # the same ids and values on a second read of the cache (what workers do)

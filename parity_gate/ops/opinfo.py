@@ -174,25 +174,35 @@ def ranged(info: Any) -> bool:
     return "Unary" in type(info).__name__ or info.name.startswith("special.")
 
 
-def callable_text(info: Any) -> tuple[str, bool] | None:
-    """How the call names the op: a public torch path, `torch.ops.aten...`, or the
-    Tensor method (`(text, is_method)`); None for an anonymous callable."""
+def spellings(info: Any) -> list[tuple[str, bool]]:
+    """How a call may name the op, best first, as `(text, is_method)`: the public torch
+    path or `torch.ops.aten...` the OpInfo's callable is; else, for an anonymous
+    callable (a lambda), the Tensor method or torch function of the OpInfo's name,
+    which `build` keeps only where it gives the lambda's answer."""
     import torch
 
     op = info.op
     if isinstance(op, (torch._ops.OpOverloadPacket, torch._ops.OpOverload)):
-        return "torch.ops." + str(op), False
+        return [("torch.ops." + str(op), False)]
+    named: list[tuple[str, bool]] = []
     for path in (info.name, getattr(op, "__name__", "") or ""):
         obj: Any = torch
         for part in path.split(".") if path else ["\0"]:
             obj = getattr(obj, part, None)
         if obj is not None and obj is op:
-            return "torch." + path, False
-    method = info.method_variant
+            return [("torch." + path, False)]
     name = info.name
-    if method is not None and getattr(torch.Tensor, name, None) is method:
-        return name, True
-    return None
+    if info.method_variant is not None and getattr(torch.Tensor, name, None) is \
+            info.method_variant:
+        return [(name, True)]
+    if "." not in name and callable(getattr(torch.Tensor, name, None)):
+        named.append((name, True))
+    obj = torch
+    for part in name.split("."):
+        obj = getattr(obj, part, None)
+    if callable(obj):
+        named.append(("torch." + name, False))
+    return named
 
 
 class Unrenderable(Exception):
@@ -230,11 +240,8 @@ def render_value(value: Any, tensors: list[Any]) -> str:
     raise Unrenderable(type(value).__name__)
 
 
-def render(info: Any, sample: Any) -> tuple[str, list[Any]]:
-    named = callable_text(info)
-    if named is None:
-        raise Unrenderable("an anonymous callable")
-    text, method = named
+def render(spelling: tuple[str, bool], sample: Any) -> tuple[str, list[Any]]:
+    text, method = spelling
     tensors: list[Any] = []
     first = render_value(sample.input, tensors)
     rest = [render_value(a, tensors) for a in sample.args]
@@ -280,7 +287,8 @@ def _same(a: Any, b: Any) -> bool:
     for x, y in zip(la, lb, strict=True):
         if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor):
             return False
-        if x.shape != y.shape or x.dtype != y.dtype or x.is_complex():
+        if x.shape != y.shape or x.dtype != y.dtype or x.is_complex() or \
+                x.layout != torch.strided or y.layout != torch.strided:
             return False
         if not torch.equal(torch.nan_to_num(x.detach(), nan=0.5),
                            torch.nan_to_num(y.detach(), nan=0.5)):
@@ -323,34 +331,24 @@ def build(ops: tuple[str, ...] | None = None) -> tuple[list[OpVariant], Counter[
         dtypes = tuple(d for d in ("float32", "float64", "float16", "bfloat16", "int8",
                                    "int32", "int64", "uint8", "bool") if d in supported)
         crossed = 0
+        ways = spellings(info)
+        if not ways:
+            dropped["an anonymous callable without a torch name"] += len(samples)
+            continue
         for k, sample in enumerate(samples):
-            vid = variant_id(info, k)
-            try:
-                call, tensors = render(info, sample)
-                args = tuple(_arg(f"t{i}", t) for i, t in enumerate(tensors))
-            except Unrenderable as why:
-                dropped[f"the sample holds {why}"] += 1
-                continue
-            except Exception as exc:  # a tensor subclass, a meta tensor ...
-                dropped[f"the sample cannot be stored ({type(exc).__name__})"] += 1
-                continue
-            if not args:
-                dropped["the sample has no tensor"] += 1
-                continue
-            if sum(int(t.numel()) for t in tensors) > MAX_ELEMENTS:
-                dropped[f"over {MAX_ELEMENTS} elements"] += 1
-                continue
             cross = crossed < CROSS
-            v = OpVariant(vid, family(info), call, args, dtypes or ("float32",),
-                          (NORMAL, SPECIALS, EMPTY) if cross else (NORMAL,),
-                          ranged=cross and ranged(info))
-            reason = _faithful(v, info, sample, compile_call, make_inputs, to_torch, leaves)
-            if reason:
+            v, reason = None, ""
+            for way in ways:
+                v, reason = _variant(info, k, sample, way, dtypes, cross, compile_call,
+                                     make_inputs, to_torch, leaves)
+                if not reason:
+                    break
+            if reason or v is None:
                 dropped[reason] += 1
                 continue
             if info.name in TIES:
                 v = _ties(v, compile_call, make_inputs, to_torch, leaves)
-            accepted = probe({vid: v}, [vid])[vid]
+            accepted = probe({v.id: v}, [v.id])[v.id]
             if not accepted:
                 dropped["eager accepts no dtype on the sample"] += 1
                 continue
@@ -358,6 +356,30 @@ def build(ops: tuple[str, ...] | None = None) -> tuple[list[OpVariant], Counter[
                                  v.input_classes, shape_only=v.shape_only, ranged=v.ranged))
             crossed += cross
     return out, dropped
+
+
+def _variant(info: Any, k: int, sample: Any, way: tuple[str, bool], dtypes: tuple[str, ...],
+             cross: bool, *helpers: Any) -> tuple[OpVariant | None, str]:
+    """The sample as a variant spelled `way`, or why it cannot be one."""
+    try:
+        call, tensors = render(way, sample)
+        args = tuple(_arg(f"t{i}", t) for i, t in enumerate(tensors))
+    except Unrenderable as why:
+        return None, f"the sample holds {why}"
+    except Exception as exc:  # a tensor subclass, a meta tensor ...
+        return None, f"the sample cannot be stored ({type(exc).__name__})"
+    if not args:
+        return None, "the sample has no tensor"
+    if sum(int(t.numel()) for t in tensors) > MAX_ELEMENTS:
+        return None, f"over {MAX_ELEMENTS} elements"
+    v = OpVariant(variant_id(info, k), family(info), call, args, dtypes or ("float32",),
+                  (NORMAL, SPECIALS, EMPTY) if cross else (NORMAL,),
+                  ranged=cross and ranged(info))
+    try:
+        reason = _faithful(v, info, sample, *helpers)
+    except Exception as exc:  # a sparse or nested output: nothing to compare
+        reason = f"the output cannot be compared ({type(exc).__name__})"
+    return v, reason
 
 
 def _faithful(v: OpVariant, info: Any, sample: Any, compile_call: Any, make_inputs: Any,
