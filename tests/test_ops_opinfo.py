@@ -142,6 +142,23 @@ def test_ops_shard_and_source_on_the_command_line() -> None:
     assert parts[0] | parts[1] == set(whole.stdout.splitlines())
 
 
+@pytest.mark.process
+def test_update_baseline_refuses_to_drop_the_entries_of_a_source_it_did_not_sweep(
+        tmp_path: Path) -> None:
+    known = tmp_path / "known.yml"
+    text = ("version: 1\nknown_failures:\n- id: op/oi.atan2.0/*\n  reason: r\n"
+            "  outcome: mismatch\n")
+    known.write_text(text)
+    done = _cli("--update-baseline",
+                "--baseline", str(known), "--out", str(tmp_path / "out"))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"--update-baseline: {known} has 1 entries of the opinfo source "
+        "(e.g. op/oi.atan2.0/*) that this run did not sweep (expected --source to include "
+        "opinfo; they would be dropped as stale)")
+    assert known.read_text() == text and not (tmp_path / "out").exists()
+
+
 # --------------------------------------------------------------------------
 # real OpInfo samples
 

@@ -93,6 +93,8 @@ def run_command(args: argparse.Namespace) -> int:
         raise UserError("--update-baseline: only on the whole catalogue (expected no --select, "
                         "--dtype, --family or --shard; entries of the ops left out would be "
                         "dropped as stale)")
+    if args.update_baseline:
+        _check_sources_cover(args.baseline or gating.BUNDLED, sources)
     path = None if args.no_baseline else (args.baseline or gating.BUNDLED)
     if args.baseline is not None and not args.baseline.is_file() and not args.update_baseline:
         raise UserError(f"--baseline: {args.baseline}: file not found")
@@ -145,6 +147,24 @@ def load_sources(sources: tuple[str, ...], accepted: Callable[..., Any]
         if source in MEASURED_SOURCES:
             eager.update({vid: v.dtypes for vid, v in load_variants((source,)).items()})
     return variants, eager
+
+
+def _check_sources_cover(path: Path, sources: tuple[str, ...]) -> None:
+    """An update rewrites the whole file: entries of a source this run did not sweep would
+    be dropped as stale, so the run must sweep every source the file has entries for."""
+    from parity_gate.gate import baseline as bl
+    from parity_gate.ops.jobs import SOURCES
+
+    if not path.is_file():
+        return
+    opinfo = [e.id for e in bl.load(path).entries if e.id.startswith("op/oi.")]
+    others = [e.id for e in bl.load(path).entries if not e.id.startswith("op/oi.")]
+    for name, ids in (("opinfo", opinfo), ("catalogue", others)):
+        if ids and SOURCES[name] not in sources:
+            raise UserError(f"--update-baseline: {path} has {len(ids)} entries of the "
+                            f"{name} source (e.g. {ids[0]}) that this run did not sweep "
+                            f"(expected --source to include {name}; they would be dropped "
+                            "as stale)")
 
 
 def _check_providers(names: list[str]) -> None:
