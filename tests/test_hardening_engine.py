@@ -34,8 +34,7 @@ CORRUPTED = "the worker's result channel was corrupted (a stray write from model
 def gate(manifest: Path, out: Path, *args: str, env: dict[str, str] | None = None,
          timeout: float = 300) -> tuple[int, str]:
     proc = subprocess.run(
-        [sys.executable, "-m", "parity_gate", "run", str(manifest), "--out", str(out),
-         "--no-localise", *args],
+        [sys.executable, "-m", "parity_gate", "run", str(manifest), "--out", str(out), *args],
         capture_output=True, text=True, cwd=ROOT, timeout=timeout,
         env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
     return proc.returncode, proc.stderr
@@ -48,10 +47,11 @@ def load(out: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
 
 @pytest.fixture(scope="module")
 def faults(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, Path, Path]:
-    """One gate run of every misbehaving module between two healthy ones."""
+    """One gate run of every misbehaving module between two healthy ones (localisation on:
+    one module exits only in a follow-up check)."""
     tmp = tmp_path_factory.mktemp("faults")
     pwned = tmp / "pwned"
-    code, err = gate(DATA / "parity.yml", tmp / "out", "--jobs", "1",
+    code, err = gate(DATA / "parity.yml", tmp / "out", "--jobs", "1",  # localisation on
                      env={"HARDENING_PWNED": str(pwned)})
     return code, err, tmp / "out", pwned
 
@@ -63,6 +63,8 @@ def faults(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, Path, Pa
     ("interrupt_forward", "model code raised KeyboardInterrupt while eager float32/vec/b2"),
     ("exit_export", "model code called sys.exit() while exporting float32"),
     ("os_exit0", "worker exited with code 0 while eager float32/vec/b2"),
+    ("exit_in_recheck", "model code called sys.exit(5) while re-running float32 float64 "
+                        "reference"),
 ])
 def test_an_exit_in_model_code_is_an_error_outcome_of_each_of_its_cases(
         faults: tuple[int, str, Path, Path], module: str, reason: str) -> None:
@@ -72,8 +74,20 @@ def test_an_exit_in_model_code_is_an_error_outcome_of_each_of_its_cases(
     case = cases[f"{module}/float32/vec/b2/cpu"]
     assert case["outcome"] == "crash", case
     assert case["reason"] == reason
-    assert doc["verdict"]["finished"] == doc["verdict"]["planned"] == 10
+    assert doc["verdict"]["finished"] == doc["verdict"]["planned"] == 12
     assert doc["verdict"]["result"] == "fail"
+
+
+@pytest.mark.process
+def test_an_exit_in_a_follow_up_check_costs_that_check_not_the_verdict(
+        faults: tuple[int, str, Path, Path]) -> None:
+    _, _, out, _ = faults
+    _, cases = load(out)
+    case = cases["exit_in_localise/float32/vec/b2/cpu"]
+    assert case["outcome"] == "mismatch"  # the verdict stands
+    steps = case["localisation"]["steps"]
+    assert steps and {s["status"] for s in steps} == {"failed"}
+    assert steps[0]["note"].startswith("model code called sys.exit(6) while "), steps[0]
 
 
 @pytest.mark.process
@@ -96,8 +110,10 @@ def test_stray_writes_cost_only_their_module_and_nothing_is_unpickled(
 @pytest.mark.process
 def test_a_modules_time_limit_starts_when_its_worker_is_ready(tmp_path: Path) -> None:
     """Workers that take 9 s to start (a loaded machine) and modules allowed 6 s each."""
-    code, err = gate(DATA / "slow_start.yml", tmp_path / "out", "--jobs", "2", env={
-        "PYTHONPATH": str(DATA / "slow_start"), "HARDENING_SLOW_START_S": "9"})
+    code, err = gate(DATA / "slow_start.yml", tmp_path / "out", "--jobs", "2", "--no-localise",
+                     env={
+                         "PYTHONPATH": str(DATA / "slow_start"),
+                         "HARDENING_SLOW_START_S": "9"})
     assert code == 0, err
     _, cases = load(tmp_path / "out")
     assert {c: v["outcome"] for c, v in cases.items()} == {

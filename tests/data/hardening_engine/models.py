@@ -8,6 +8,7 @@ import pickle
 import struct
 import subprocess
 import sys
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -121,3 +122,36 @@ def stray_child() -> nn.Module:
             "    except OSError: pass\n")
     subprocess.run([sys.executable, "-c", code], close_fds=False, check=True)
     return Small().eval()
+
+
+class ExitInFloat64(Small):
+    """Exports wrong (+1 in the graph), and exits when run in float64, which only the
+    mismatch's re-check against float64 does."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float64:
+            sys.exit(5)
+        y = super().forward(x)
+        return y + 1 if _exporting() else y
+
+
+def exit_in_recheck() -> nn.Module:
+    return ExitInFloat64().eval()
+
+
+class ExitInSecondFloat64(Small):
+    """Exports wrong (+1 in the graph); its first float64 run (the gate's re-check) works,
+    the next one (localisation's conditioning check, a follow-up job) exits."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float64:
+            seen = Path(os.environ["HARDENING_PWNED"]).with_name("float64-ran")
+            if seen.exists():
+                sys.exit(6)
+            seen.touch()
+        y = super().forward(x)
+        return y + 1 if _exporting() else y
+
+
+def exit_in_localise() -> nn.Module:
+    return ExitInSecondFloat64().eval()
