@@ -1,0 +1,60 @@
+"""The vision zoo's smoke subset (examples/vision/smoke.yml) on torchvision and timm.
+
+torchvision does not import beside the torch CI installs first (2.13.0), so CI runs this
+file in a second venv with torch 2.14.1 + torchvision 0.29.1 (.ci/run): every change is
+tested on two torch versions. In the first venv it is skipped, saying why.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from parity_gate.cli import main
+
+VISION = Path(__file__).resolve().parent.parent / "examples" / "vision"
+
+pytestmark = pytest.mark.process
+
+
+def _vision_stack() -> str:
+    """"" when torchvision and timm import beside this torch, else why not."""
+    try:
+        import timm  # noqa: F401
+        import torchvision  # noqa: F401
+    except Exception as exc:  # ImportError, or torchvision's "operator ... does not exist"
+        return f"{type(exc).__name__}: {exc}"
+    return ""
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    why = _vision_stack()
+    if why:
+        pytest.skip(f"the vision extra does not import beside this torch ({why}); CI runs "
+                    "this file in its torch 2.14.1 + torchvision 0.29.1 lane")
+    out = tmp_path_factory.mktemp("vision_smoke")
+    code = main(["run", str(VISION / "smoke.yml"), "--out", str(out), "--quiet"])
+    data = json.loads((out / "results.json").read_text())
+    data["exit_code"] = code
+    return data
+
+
+def test_every_smoke_case_passes_on_torchvision_and_timm(smoke: dict[str, Any]) -> None:
+    import torch
+
+    assert smoke["exit_code"] == 0
+    modules = {c["key"]["module"] for c in smoke["cases"]}
+    assert modules == {"mobilenet_v3_small", "lraspp_mobilenet_v3_large", "resnest14d"}
+    assert {c["key"]["dtype"] for c in smoke["cases"]} == {"float32", "float16"}
+    assert all(c["outcome"] == "pass" for c in smoke["cases"])
+    assert smoke["versions"]["torch"] == torch.__version__.split("+")[0]
+
+
+def test_a_segmentation_models_dict_output_is_named_by_its_key(smoke: dict[str, Any]) -> None:
+    for case in smoke["cases"]:
+        if case["key"]["module"] == "lraspp_mobilenet_v3_large":
+            assert [c["name"] for c in case["comparisons"]] == ["out"]
