@@ -154,6 +154,8 @@ class Item:
     merged: bool = False
     labels: list[str] = field(default_factory=list)
     updated_at: str = "2026-01-01T00:00:00Z"
+    milestone: str | None = None  # e.g. "v0.7.3": the release a merged fix ships in
+    merged_at: str = "2025-12-01T00:00:00Z"
 
     def to_json(self) -> dict[str, Any]:
         kind = "pull" if self.pr else "issues"
@@ -161,8 +163,13 @@ class Item:
         if self.pr:
             extra["pull_request"] = instance(
                 _schema("issue-search-result-item")["properties"]["pull_request"],
-                merged_at="2025-12-01T00:00:00Z" if self.merged else None,
+                merged_at=self.merged_at if self.merged else None,
                 html_url=f"https://github.com/{self.repo}/pull/{self.number}")
+        if self.milestone is not None:
+            schema = {k: v for k, v in _schema("nullable-milestone").items()
+                      if k != "nullable"}
+            extra["milestone"] = instance(schema, title=self.milestone, state="closed",
+                                          number=sum(map(ord, self.milestone)))
         return instance(
             _schema("issue-search-result-item"), number=self.number, title=self.title,
             body=self.body, state=self.state, updated_at=self.updated_at,
@@ -252,12 +259,17 @@ class FakeGitHub:
         return c
 
     def _search(self, q: str) -> list[dict[str, Any]]:
+        """GitHub's issue search, as far as the tests need it: qualifiers filter; a
+        parenthesised group matches when any of its terms (OR) is in the title or body;
+        groups and bare terms must all match (AND); a quoted term is one phrase."""
         repo = re.search(r"repo:(\S+)", q)
         kind = re.search(r"is:(issue|pr)", q)
         label = re.search(r'label:"([^"]+)"', q)
         rest = re.sub(r'repo:\S+|is:\S+|label:"[^"]+"|in:\S+', " ", q)
-        terms = [t.strip('"').lower() for t in re.findall(r'"[^"]+"|[^\s()]+', rest)
-                 if t != "OR"]
+        groups = [[t.strip('"').lower() for t in re.findall(r'"[^"]+"|[^\s()]+', g)
+                   if t != "OR"] for g in re.findall(r"\(([^()]*)\)", rest)]
+        groups += [[t.strip('"').lower()] for t in re.findall(
+            r'"[^"]+"|[^\s()]+', re.sub(r"\([^()]*\)", " ", rest)) if t != "OR"]
         out = []
         for item in self.items:
             if repo and item.repo != repo.group(1):
@@ -267,7 +279,7 @@ class FakeGitHub:
             if label and label.group(1) not in item.labels:
                 continue
             text = f"{item.title}\n{item.body}".lower()
-            if terms and not any(t in text for t in terms):
+            if not all(any(t in text for t in g) for g in groups if g):
                 continue
             out.append(item.to_json())
         return out

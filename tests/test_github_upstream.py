@@ -19,7 +19,14 @@ from parity_gate.model.gate import GateDecision
 from parity_gate.model.keys import CaseKey
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, RunResult
-from parity_gate.model.upstream import MatchKind, OpRef, UpstreamMatch, UpstreamReport
+from parity_gate.model.upstream import (
+    MatchKind,
+    OpRef,
+    Symptom,
+    UpstreamMatch,
+    UpstreamReport,
+)
+from parity_gate.ops import signatures
 
 TOKEN = "ghp_UPSTREAMsecret9876543210zyxwvuZYXWVU"
 ONNXSCRIPT, PYTORCH = "microsoft/onnxscript", "pytorch/pytorch"
@@ -41,12 +48,18 @@ def client(gh: FakeGitHub, token: str | None = TOKEN, **kw: object) -> GitHubCli
 
 
 def op_case(variant: str, aten: str, outcome: Outcome = Outcome.MISMATCH,
-            dtype: str = "float32", cls: str = "specials") -> CaseResult:
+            dtype: str = "float32", cls: str = "specials", *, call: str | None = None,
+            example: tuple[str, str] = ("-0.0", "0.0"), reason: str | None = None
+            ) -> CaseResult:
+    """A failing op case as the sweep writes it (default: a sign of zero lost)."""
+    name = variant.split(".")[0]
     return CaseResult(CaseKey(f"op/{variant}", dtype, cls, None, "cpu"), outcome,
-                      reason=f"o0: {outcome.value} on {cls}",
-                      op=OpCase(variant=variant, family="pointwise", call=f"torch.{variant}(x)",
-                                op=aten, aten_ops=[aten],
-                                example=Example("o0", [3], "-0.0", "0.0", {"x": "-0.0"})))
+                      reason=reason or f"o0: {outcome.value} on {cls}",
+                      op=OpCase(variant=variant, family="pointwise",
+                                call=call or f"torch.{name}(x)", op=aten, aten_ops=[aten],
+                                user_op=f"torch.{name}",
+                                example=Example("o0", [3], example[0], example[1],
+                                                {"x": example[0]})))
 
 
 def make_run(*cases: CaseResult) -> RunResult:
@@ -58,100 +71,199 @@ def make_run(*cases: CaseResult) -> RunResult:
 
 
 ATAN2 = OpRef("aten.atan2.default", "atan2")
+INSTALLED = {"torch": "2.13.0", "onnxscript": "0.7.2", "onnxruntime": "1.32.0"}
+NO_KERNEL = "onnxruntime load: [ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : Could not find an " \
+    "implementation for Atan(7) node with name 'node_Atan_1'"
 
 
-def test_op_findings_group_by_overload_and_skip_non_exporter_outcomes() -> None:
-    run = make_run(op_case("atan2", "aten.atan2.default"),
-                   op_case("atan2", "aten.atan2.default", dtype="float16"),
-                   op_case("add", "aten.add.Tensor", Outcome.NO_KERNEL),
-                   CaseResult(CaseKey("mlp", "float32", "f", 1, "cpu"), Outcome.MISMATCH))
-    found = upstream.op_findings(run)
-    assert [(op.overload, len(cs)) for op, cs in found] == [("aten.atan2.default", 2)]
-    assert OpRef("aten.sum.dim_IntList").name == "sum" and ATAN2.name == "atan2"
+def sigs(run: RunResult) -> list[tuple[str, str, list[str], list[str], str]]:
+    return [(s.symptom.value, s.owner.value, s.dtypes, s.input_classes, s.lead)
+            for s, _ in signatures.group(run)]
 
 
-def test_queries_cover_both_repositories_issues_and_prs_apart() -> None:
-    qs = [q for _, _, q in upstream.queries(ATAN2)]
-    assert qs == [
-        'repo:microsoft/onnxscript is:issue (atan2 OR "aten.atan2.default")',
-        'repo:microsoft/onnxscript is:pr (atan2 OR "aten.atan2.default")',
-        'repo:pytorch/pytorch is:issue label:"module: onnx" (atan2 OR "aten.atan2.default")',
-        'repo:pytorch/pytorch is:pr label:"module: onnx" (atan2 OR "aten.atan2.default")',
+def test_one_signature_per_defect_not_per_overload() -> None:
+    """A different symptom on one overload is another report; one kernel gap reached by two
+    ops is one; the lead case is the most ordinary (normal before specials, float32 first);
+    eager's own findings and module cases are not reported."""
+    run = make_run(
+        op_case("atan2", "aten.atan2.default", dtype="float16", example=("nan", "0.0")),
+        op_case("atan2", "aten.atan2.default", example=("nan", "0.0")),
+        op_case("atan2", "aten.atan2.default", cls="normal", example=("0.5", "0.75")),
+        op_case("atan2", "aten.atan2.default", Outcome.NO_KERNEL, "float64", reason=NO_KERNEL),
+        op_case("arctan2", "aten.atan2.default", Outcome.NO_KERNEL, "float64", "normal",
+                reason=NO_KERNEL),
+        op_case("add", "aten.add.Tensor", Outcome.EAGER_ERROR),
+        CaseResult(CaseKey("mlp", "float32", "f", 1, "cpu"), Outcome.MISMATCH))
+    assert sigs(run) == [
+        ("missing_kernel", "kernel", ["float64"], ["normal", "specials"],
+         "op/arctan2/float64/normal/cpu"),
+        ("wrong_values", "translation", ["float32"], ["normal"], "op/atan2/float32/normal/cpu"),
+        ("nan_dropped", "translation", ["float32", "float16"], ["specials"],
+         "op/atan2/float32/specials/cpu"),
     ]
+    kernel = signatures.group(run)[0][0]
+    assert kernel.kernel == "Atan(7)" and kernel.variants == ["arctan2", "atan2"]
 
 
-@pytest.mark.parametrize(("items", "want"), [
-    ([Item(ONNXSCRIPT, 2101, "[torchlib] Fix aten::atan2 with signed zeros", pr=True,
-           updated_at=RECENT)], "being fixed in onnxscript#2101 (open PR)"),
-    ([Item(ONNXSCRIPT, 1900, "Fix atan2 for -0", pr=True, state="closed", merged=True)],
-     "fixed in onnxscript#1900 (merged): upgrade to a release that has it"),
-    ([Item(PYTORCH, 150001, "[ONNX] torch.atan2 wrong for negative zero", labels=ONNX_LABEL)],
-     "reported in pytorch#150001 (open issue)"),
-    ([Item(PYTORCH, 150002, "[ONNX] atan2 is wrong")], "no known report"),  # label missing
-    ([Item(ONNXSCRIPT, 77, "Refactor math ops", body="touches atan2 somewhere")],
-     "no known report"),                                                 # a bare body word
-    ([], "no known report"),
+def test_arguments_that_matter_split_reduce_modes_but_not_flags() -> None:
+    call = "torch.scatter_reduce(x, 1, i, s, reduce='{}', include_self={})"
+    run = make_run(*(op_case(f"scatter_reduce.{m}.{inc}", "aten.scatter_reduce.two",
+                             call=call.format(m, inc), example=("1.0", "2.0"))
+                     for m in ("mean", "amax") for inc in (True, False)))
+    found = signatures.group(run)
+    assert [(s.args, s.variants) for s, _ in found] == [
+        (["include_self", "reduce='amax'"], ["scatter_reduce.amax.False",
+                                             "scatter_reduce.amax.True"]),
+        (["include_self", "reduce='mean'"], ["scatter_reduce.mean.False",
+                                             "scatter_reduce.mean.True"])]
+
+
+@pytest.mark.parametrize(("example", "outcome", "symptom"), [
+    (("nan", "0.0"), Outcome.MISMATCH, Symptom.NAN_DROPPED),
+    (("0.0", "nan"), Outcome.MISMATCH, Symptom.NAN_INTRODUCED),
+    (("-0.0", "0.0"), Outcome.MISMATCH, Symptom.SIGNED_ZERO_LOST),
+    (("3e38", "inf"), Outcome.MISMATCH, Symptom.OVERFLOW_TO_INF),
+    (("-inf", "-3.4e38"), Outcome.MISMATCH, Symptom.INF_LOST),
+    (("2.875", "2.0"), Outcome.MISMATCH, Symptom.WRONG_VALUES),
+    (("1.0", "1.0"), Outcome.INVALID_MODEL, Symptom.INVALID_MODEL),
+    (("1.0", "1.0"), Outcome.UNSUPPORTED_OP, Symptom.UNSUPPORTED),
 ])
-def test_ranking_and_wording(gh: FakeGitHub, items: list[Item], want: str) -> None:
-    gh.items += items
-    run = make_run(op_case("atan2", "aten.atan2.default"))
-    got, warnings = upstream.attach(run, client(gh), upstream.UpstreamOptions(mode="search"))
-    assert warnings == []
-    (report,) = got.upstream
-    assert report.describe() == want
-    assert len(gh.calls("search")) == 4
+def test_symptom_of(example: tuple[str, str], outcome: Outcome, symptom: Symptom) -> None:
+    assert signatures.symptom_of(op_case("x", "aten.x.default", outcome,
+                                         example=example)) is symptom
 
 
-def test_title_match_and_state_beat_recency() -> None:
-    now = datetime(2026, 6, 1, tzinfo=timezone.utc)
-    items = [
-        {"number": 1, "title": "Exporter crash list", "body": "aten.atan2.default crashes",
-         "html_url": "u1", "state": "open", "updated_at": "2026-05-30T00:00:00Z",
-         "pull_request": {"merged_at": None}},
-        {"number": 2, "title": "aten::atan2 wrong sign", "body": "", "html_url": "u2",
-         "state": "closed", "updated_at": "2024-01-01T00:00:00Z"},
-        {"number": 3, "title": "[torchlib] atan2: handle -0", "body": "", "html_url": "u3",
-         "state": "open", "updated_at": "2025-01-01T00:00:00Z", "pull_request": {}},
+def test_queries_carry_the_op_and_the_symptom() -> None:
+    run = make_run(op_case("atan2", "aten.atan2.default", example=("nan", "0.0")),
+                   op_case("atan2", "aten.atan2.default", Outcome.NO_KERNEL, "float64",
+                           reason=NO_KERNEL))
+    found = {s.symptom: s for s, _ in signatures.group(run)}
+    kernel, nan = found[Symptom.MISSING_KERNEL], found[Symptom.NAN_DROPPED]
+    assert [q for _, _, q in upstream.queries(nan)] == [
+        "repo:microsoft/onnxscript is:issue atan2 (NaN OR nan)",
+        "repo:microsoft/onnxscript is:pr atan2 (NaN OR nan)",
+        'repo:pytorch/pytorch is:issue label:"module: onnx" atan2 (NaN OR nan)']
+    assert [q for _, _, q in upstream.queries(kernel)] == [
+        "repo:microsoft/onnxruntime is:issue Atan (NOT_IMPLEMENTED OR implementation OR "
+        "kernel)", "repo:microsoft/onnxruntime is:pr Atan (NOT_IMPLEMENTED OR "
+        "implementation OR kernel)"]
+
+
+# Near misses for `torch.mean` returning a number where eager returns NaN (the mean over an
+# empty set), on onnxscript 0.7.2: none of them may suppress its report.
+MEAN_CALL = "torch.mean(x, dim=-1, dtype=torch.float32)"
+NEAR_MISSES = [
+    Item(ONNXSCRIPT, 1501, "[torchlib] Implement aten::mean.dim with dtype", pr=True,
+         state="closed", merged=True, milestone="v0.4.0",
+         body="Adds aten_mean_dim; returns NaN for empty input like torch"),  # introduced it
+    Item(ONNXSCRIPT, 1502, "Implement torch.mean for int inputs (NaN handling later)", pr=True,
+         updated_at=RECENT),                                                # "Implement X"
+    Item(PYTORCH, 1503, "[ONNX] scatter_reduce(reduce='mean') gives NaN", labels=ONNX_LABEL,
+         body="torch.scatter_reduce(x, 0, i, s, reduce='mean') is nan"),  # another op, a word
+    Item(ONNXSCRIPT, 1504, "Fix aten::mean NaN on empty input", pr=True, state="closed",
+         merged=True, milestone="v0.6.0",
+         body="torch.mean(x, dim=-1) returns 0 instead of nan"),  # merged before 0.7.2
+    Item(ONNXSCRIPT, 1505, "[torchlib] fix mean of an empty dim", pr=True, state="closed",
+         merged=True, body="aten::mean over an empty dim is nan in eager"),  # no release
+]
+
+
+def mean_run() -> RunResult:
+    return make_run(op_case("mean.dtype_f32", "aten.mean.dim", cls="empty", call=MEAN_CALL,
+                            example=("nan", "0.0")),
+                    op_case("atan2", "aten.atan2.default", example=("nan", "0.0")),
+                    op_case("remainder", "aten.remainder.Tensor", example=("0.0", "nan")))
+
+
+def test_near_misses_never_suppress_and_a_true_duplicate_is_linked(gh: FakeGitHub) -> None:
+    gh.items += [
+        *NEAR_MISSES,
+        # a fix merged after the installed release: claimed, with the release to upgrade to
+        Item(ONNXSCRIPT, 2101, "[torchlib] Fix aten::atan2 returning 0 for NaN inputs", pr=True,
+             state="closed", merged=True, milestone="v0.7.3",
+             body="atan2(nan, nan) gave 0.0 instead of nan"),
+        # the true duplicate: an open issue that names the call and the symptom
+        Item(PYTORCH, 150001, "[ONNX] torch.remainder returns NaN where eager returns 0",
+             labels=ONNX_LABEL, body="torch.remainder(0.0, inf) is nan after export"),
     ]
-    ranked = upstream.rank(ATAN2, ONNXSCRIPT, items, now=now)
-    assert [m.number for m in ranked] == [2, 3, 1]
-    assert [m.kind for m in ranked] == [MatchKind.CLOSED_ISSUE, MatchKind.OPEN_PR,
-                                        MatchKind.OPEN_PR]
+    got, warnings = upstream.attach(mean_run(), client(gh), upstream.UpstreamOptions(
+        mode="search"))
+    assert warnings == []
+    by_op = {r.signature.op_name: r for r in got.upstream if r.signature is not None}
+    mean = by_op["mean"]
+    assert mean.match is None and mean.describe() == "no known report"
+    assert sorted(m.number for m in mean.related) == [1501, 1502, 1504, 1505]
+    assert not any(m.confident for m in mean.related)
+    assert "introduces the op (not a fix)" in mean.related[-1].why or any(
+        "introduces" in " ".join(m.why) for m in mean.related)
+    assert by_op["atan2"].describe() == ("fixed after your version in onnxscript#2101: "
+                                         "upgrade to >= onnxscript 0.7.3")
+    assert by_op["remainder"].describe() == "reported in pytorch#150001 (open issue)"
+    assert len(gh.calls("search")) == 9
+
+
+def test_assess_reads_the_candidate() -> None:
+    (mean, _), *_ = signatures.group(make_run(mean_run().cases[0]))
+    said = [upstream.assess(mean, ONNXSCRIPT, i.to_json(), INSTALLED) for i in NEAR_MISSES]
+    assert [m is not None and m.confident for m in said] == [False] * 5
+    assert said[2] is None  # scatter_reduce's 'mean' names another op
+    exact = Item(ONNXSCRIPT, 7, "torch.mean(x, dim=-1) returns 0.0, eager NaN, on empty input")
+    hit = upstream.assess(mean, ONNXSCRIPT, exact.to_json(), INSTALLED)
+    assert hit is not None and hit.confident and hit.kind is MatchKind.OPEN_ISSUE
 
 
 def test_every_wording() -> None:
-    def said(kind: MatchKind) -> str:
-        m = UpstreamMatch(ONNXSCRIPT, 5, "t", "u", kind)
+    def said(kind: MatchKind, fixed_in: str | None = None) -> str:
+        m = UpstreamMatch(ONNXSCRIPT, 5, "t", "u", kind, fixed_in=fixed_in)
         return UpstreamReport(op=ATAN2, match=m).describe()
 
     assert said(MatchKind.CLOSED_ISSUE).startswith("reported in onnxscript#5 (closed issue)")
     assert said(MatchKind.CLOSED_PR) == "attempted in onnxscript#5 (closed PR, not merged)"
+    assert said(MatchKind.MERGED_PR, "onnxscript 0.8.0") == (
+        "fixed after your version in onnxscript#5: upgrade to >= onnxscript 0.8.0")
     assert UpstreamReport(op=ATAN2, searched=False, error="search stopped: x").describe() == \
         "not searched upstream (search stopped: x)"
 
 
 def test_cache_per_run_and_across_runs(gh: FakeGitHub, tmp_path: Path) -> None:
-    gh.items.append(Item(ONNXSCRIPT, 3, "aten::atan2 sign", pr=True))
+    gh.items.append(Item(ONNXSCRIPT, 3, "aten::atan2 loses the sign of zero", pr=True))
     run = make_run(op_case("atan2", "aten.atan2.default"), op_case("abs", "aten.abs.default"))
     opts = upstream.UpstreamOptions(mode="search")
     cold = client(gh, cache_dir=tmp_path)
     first, _ = upstream.attach(run, cold, opts)
-    assert cold.stats.sent == 8
+    assert cold.stats.sent == 6
     again, _ = upstream.attach(run, cold, opts)  # the same run asks again: nothing sent
-    assert cold.stats.sent == 8 and cold.stats.run_cache_hits == 8
+    assert cold.stats.sent == 6 and cold.stats.run_cache_hits == 6
     warm = client(gh, cache_dir=tmp_path)
     second, _ = upstream.attach(run, warm, opts)
-    assert warm.stats.sent == 0 and warm.stats.disk_cache_hits == 8
+    assert warm.stats.sent == 0 and warm.stats.disk_cache_hits == 6
     stale = client(gh, cache_dir=tmp_path, cache_ttl_s=0)  # expired: revalidated by ETag
     third, _ = upstream.attach(run, stale, opts)
-    assert stale.stats.sent == 8 and stale.stats.not_modified == 8
+    assert stale.stats.sent == 6 and stale.stats.not_modified == 6
     assert first.upstream == second.upstream == third.upstream == again.upstream
     assert all(TOKEN not in f.read_text() for f in tmp_path.iterdir())
 
 
+def test_a_search_budget_stops_searching_and_the_cache_goes_on(gh: FakeGitHub,
+                                                                tmp_path: Path) -> None:
+    run = mean_run()
+    budget = client(gh, cache_dir=tmp_path, search_budget=4)
+    got, warnings = upstream.attach(run, budget, upstream.UpstreamOptions(mode="search"))
+    assert budget.stats.requests["search"] == 4
+    assert [r.searched for r in got.upstream] == [True, False, False]
+    assert "not searched: the search budget of 4 searches per run is spent" in \
+        got.upstream[1].describe()
+    assert warnings == ["upstream: 2 defect(s) not searched: the search budget of 4 searches "
+                        "per run is spent (the answers are cached: the next run goes on)"]
+    again = client(gh, cache_dir=tmp_path, search_budget=6)
+    got, warnings = upstream.attach(run, again, upstream.UpstreamOptions(mode="search"))
+    assert [r.searched for r in got.upstream] == [True, True, True] and warnings == []
+    assert again.stats.requests["search"] == 5 and again.stats.disk_cache_hits == 4
+
+
 @pytest.mark.parametrize("fault", ["500", "422", "timeout", "ratelimit", "403"])
 def test_faults_become_warnings_and_never_touch_the_verdict(gh: FakeGitHub, fault: str) -> None:
-    gh.items.append(Item(ONNXSCRIPT, 3, "aten::abs wrong for int", pr=True))
+    gh.items.append(Item(ONNXSCRIPT, 3, "aten::abs loses the sign of zero", pr=True))
     run = make_run(op_case("atan2", "aten.atan2.default"), op_case("abs", "aten.abs.default"))
     gh.fail("search", fault, times=8, reset_in=3600, delay=1.0)
     got, warnings = upstream.attach(run, client(gh, timeout_s=0.3, retries=1),
@@ -160,93 +272,43 @@ def test_faults_become_warnings_and_never_touch_the_verdict(gh: FakeGitHub, faul
     assert sorted(c.id for c in got.cases) == sorted(c.id for c in run.cases)
     assert warnings and all(TOKEN not in w for w in warnings)
     assert all(r.match is None and r.error for r in got.upstream)
-    if fault == "ratelimit":  # stops at the first op and says so for the rest
+    if fault == "ratelimit":  # stops at the first signature and says so for the rest
         assert len(gh.calls("search")) == 1
         assert got.upstream[1].searched is False
         assert "rate limit until" in got.upstream[1].describe()
 
 
-def _repro(folder: Path) -> Path:
-    folder.mkdir()
-    (folder / "atan2__mismatch.py").write_text("import torch\nprint('repro atan2')\n")
-    return folder
-
-
-def test_drafts_for_unmatched_findings_only(gh: FakeGitHub, tmp_path: Path) -> None:
-    gh.items.append(Item(ONNXSCRIPT, 3, "aten::abs wrong for int", pr=True))
-    run = make_run(op_case("atan2", "aten.atan2.default"), op_case("abs", "aten.abs.default"))
-    opts = upstream.UpstreamOptions(mode="draft", drafts=tmp_path / "drafts",
-                                    repro_dir=_repro(tmp_path / "repro"))
-    got, _ = upstream.attach(run, client(gh), opts)
-    abs_, atan2 = got.upstream  # in case-id order
-    assert abs_.match is not None and abs_.draft is None
-    assert atan2.draft is not None and atan2.describe().startswith("no known report (draft:")
-    text = Path(atan2.draft).read_text()
-    assert text.splitlines()[1] == "# [torchlib] aten.atan2.default: mismatch for float32"
-    assert "print('repro atan2')" in text and "- onnxscript: 0.7.2" in text
-    assert "x=-0.0 → eager -0.0 vs onnx 0.0" in text
-    assert [p.name for p in (tmp_path / "drafts").iterdir()] == ["aten.atan2.default.md"]
-
-
-def test_create_opens_once_paced_and_capped(gh: FakeGitHub, tmp_path: Path) -> None:
-    cases = [op_case(v, f"aten.{v}.default") for v in ("atan2", "acos", "asin", "erfinv")]
-    run = make_run(*cases)
-    opts = upstream.UpstreamOptions(mode="create", max_create=3, ledger=tmp_path / "l.json")
-    c = client(gh, write_interval_s=0.3)
-    got, warnings = upstream.attach(run, c, opts)
-    posts = gh.calls("issues", "POST")
-    assert len(posts) == 3 and [r.created is not None for r in got.upstream] == [
-        True, True, True, False]
-    assert "limit of 3 new issues per run" in warnings[0]
-    assert all(b.at - a.at >= 0.28 for a, b in itertools.pairwise(posts))
-    assert got.upstream[0].describe().startswith("reported by parity-gate in https://github")
-    # A second run on another machine (no ledger): it finds its own issues by fingerprint.
-    again, _ = upstream.attach(run, client(gh), upstream.UpstreamOptions(
-        mode="create", max_create=3, ledger=tmp_path / "other.json"))
-    assert len(gh.calls("issues", "POST")) == 4  # only erfinv's, left over by the cap
-    assert [r.match.url if r.match else None for r in again.upstream][:3] == [
-        r.created for r in got.upstream][:3]
-    assert again.upstream[0].describe() == "reported in onnxscript#9000 (open issue)"
-
-
-def test_create_never_when_a_match_exists(gh: FakeGitHub, tmp_path: Path) -> None:
-    gh.items.append(Item(PYTORCH, 9, "[ONNX] aten.atan2.default wrong", labels=ONNX_LABEL))
-    run = make_run(op_case("atan2", "aten.atan2.default"))
-    got, _ = upstream.attach(run, client(gh), upstream.UpstreamOptions(
-        mode="create", ledger=tmp_path / "l.json"))
-    assert gh.calls("issues", "POST") == [] and got.upstream[0].created is None
-
-
 def test_results_json_carries_the_matches(gh: FakeGitHub, tmp_path: Path) -> None:
     from parity_gate.report.write import run_json
 
-    gh.items.append(Item(ONNXSCRIPT, 3, "aten::atan2 sign", pr=True))
+    gh.items.append(Item(ONNXSCRIPT, 3, "aten::atan2 loses the sign of zero (-0)", pr=True,
+                         body="fix: atan2(-0.0, x) sign"))
     got, _ = upstream.attach(make_run(op_case("atan2", "aten.atan2.default")), client(gh),
                              upstream.UpstreamOptions(mode="search"))
     path = tmp_path / "results.json"
     path.write_bytes(run_json(got))
     doc = json.loads(path.read_text())
     assert doc["upstream"][0]["match"]["kind"] == "open_pr"
+    assert doc["upstream"][0]["signature"]["symptom"] == "signed_zero_lost"
     assert read_results(path)[1].upstream == got.upstream
     md = upstream.markdown(got.upstream)
     assert "being fixed in onnxscript#3 (open PR)" in md and "](https://github.com/" in md
 
 
-def test_create_finds_its_own_unlabelled_issue_by_fingerprint(gh: FakeGitHub,
-                                                              tmp_path: Path) -> None:
-    """Legacy-exporter findings go to pytorch/pytorch, where the issue cannot be labelled
-    "module: onnx": the op search misses it, the fingerprint search does not."""
-    import dataclasses
+def test_the_cli_honours_the_actions_search_rate(gh: FakeGitHub, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """PARITY_GATE_SEARCH_PER_MINUTE paces `parity-gate upstream` as it paces the Action
+    (without it, an unauthenticated run waits 6 s between searches)."""
+    from parity_gate.cli import main
+    from parity_gate.report.write import run_json
 
-    from parity_gate.model.results import Provenance
-
-    case = dataclasses.replace(op_case("atan2", "aten.atan2.default"),
-                               provenance=Provenance(exporter="torchscript"))
-    run = make_run(case)
-    for ledger in ("a.json", "b.json"):  # two machines, no shared ledger
-        got, _ = upstream.attach(run, client(gh), upstream.UpstreamOptions(
-            mode="create", ledger=tmp_path / ledger))
-    (post,) = gh.calls("issues", "POST")
-    assert post.path == "/repos/pytorch/pytorch/issues"
-    assert post.body["title"].startswith("[ONNX] aten.atan2.default")
-    assert got.upstream[0].match is None and got.upstream[0].created is not None
+    results = tmp_path / "results.json"
+    results.write_bytes(run_json(make_run(op_case("atan2", "aten.atan2.default"))))
+    monkeypatch.delenv("PARITY_GATE_UPSTREAM_TOKEN", raising=False)
+    monkeypatch.delenv("GITHUB_TOKEN", raising=False)
+    monkeypatch.setenv("PARITY_GATE_SEARCH_PER_MINUTE", "150")
+    assert main(["upstream", "--results", str(results), "--api-url", gh.url,
+                 "--search-only"]) == 0
+    at = [c.at for c in gh.calls("search")]
+    assert len(at) == 3 and all(0.3 <= b - a < 2.0 for a, b in itertools.pairwise(at))
+    assert (tmp_path / "upstream-cache").is_dir()  # answers kept beside the results

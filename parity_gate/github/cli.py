@@ -58,7 +58,11 @@ def add_parsers(sub: Any, commands: Commands) -> None:
     u.add_argument("--repro-dir", type=Path, metavar="DIR",
                    help="the op sweep's repro scripts (default: RESULTS' folder/repro)")
     u.add_argument("--cache-dir", type=Path, metavar="DIR",
-                   help="keep search answers between runs (revalidated after 6 h)")
+                   help="keep search answers and repro runs between runs (default: RESULTS' "
+                   "folder/upstream-cache; answers revalidated after 6 h)")
+    u.add_argument("--search-budget", type=int, metavar="N",
+                   help="send at most N searches this run (cached answers are free); the "
+                   "defects left say so, and the next run goes on from the cache")
     u.add_argument("--api-url", default="https://api.github.com",
                    help="REST API base URL of the upstream repositories")
     commands["upstream"] = _cmd_upstream
@@ -110,32 +114,41 @@ def _cmd_comment(args: argparse.Namespace) -> int:
 
 def _cmd_upstream(args: argparse.Namespace) -> int:
     from parity_gate.github import upstream
-    from parity_gate.github.client import GitHubClient
+    from parity_gate.github.client import GitHubClient, search_rate
+    from parity_gate.model.text import one_line
     from parity_gate.report.write import atomic_write, run_json
 
     if args.max_create < 0:
         raise UserError(f"--max-create: got {args.max_create} (expected an integer >= 0)")
+    if args.search_budget is not None and args.search_budget < 0:
+        raise UserError(f"--search-budget: got {args.search_budget} (expected an integer >= 0)")
     run = _load(args.results)
     token = os.environ.get("PARITY_GATE_UPSTREAM_TOKEN") or os.environ.get("GITHUB_TOKEN")
     if args.create and not token:
         raise UserError("upstream --create: no token (expected PARITY_GATE_UPSTREAM_TOKEN in "
                         "the environment: one that may open issues in the upstream repository)")
     folder = args.results.parent
+    cache = args.cache_dir or folder / "upstream-cache"
     mode = "create" if args.create else "search" if args.search_only else "draft"
-    client = GitHubClient(args.api_url, token, cache_dir=args.cache_dir)
+    client = GitHubClient(args.api_url, token, cache_dir=cache,
+                          search_per_minute=search_rate(os.environ),
+                          search_budget=args.search_budget)
     options = upstream.UpstreamOptions(
         mode=mode, drafts=args.draft or folder / "upstream-drafts",
         repro_dir=args.repro_dir or folder / "repro", max_create=args.max_create,
-        ledger=(args.cache_dir or folder) / "created-issues.json")
+        ledger=cache / "created-issues.json", check_cache=cache / "repro-checks.json")
     run, warnings = upstream.attach(run, client, options)
     atomic_write(args.out or args.results, run_json(run))
     for report in run.upstream:
-        print(f"{report.op.overload}: {report.describe()}"
-              + (f" — {report.match.url}" if report.match else ""))
+        sig = report.signature
+        what = f"{sig.user_op} {sig.symptom.info.title}" if sig else report.op.overload
+        print(one_line(f"{what}: {report.describe()}"
+                       + (f" — {report.match.url}" if report.match else "")))
     _warn(warnings)
     s = client.stats
-    print(f"parity-gate upstream: {len(run.upstream)} op(s); {s.sent} API call(s) "
-          f"({s.requests['search']} searches, {s.requests['write']} writes), "
+    drafted = sum(1 for r in run.upstream if r.draft)
+    print(f"parity-gate upstream: {len(run.upstream)} defect(s), {drafted} drafted; {s.sent} "
+          f"API call(s) ({s.requests['search']} searches, {s.requests['write']} writes), "
           f"{s.disk_cache_hits} from the cache, {s.not_modified} revalidated; results: "
           f"{args.out or args.results}", file=sys.stderr)
     return 0

@@ -36,6 +36,10 @@ class GitHubError(Exception):
     """A GitHub call failed for good; the message says which call and why (never the token)."""
 
 
+class BudgetSpent(GitHubError):
+    """This run's search budget is spent; answers already cached are still served."""
+
+
 class RateLimited(GitHubError):
     """The rate limit is spent until `reset` (epoch seconds), too far away to wait for."""
 
@@ -74,7 +78,7 @@ class GitHubClient:
                  timeout_s: float = 10.0, retries: int = 3, backoff_s: float = 1.0,
                  max_wait_s: float = 60.0, search_per_minute: float | None = None,
                  write_interval_s: float = 2.0, cache_dir: Path | None = None,
-                 cache_ttl_s: float = 6 * 3600.0,
+                 cache_ttl_s: float = 6 * 3600.0, search_budget: int | None = None,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.api_url = api_url.rstrip("/")
         self._token = token or None
@@ -87,6 +91,7 @@ class GitHubClient:
         self.write_interval_s = write_interval_s
         self.cache_dir = cache_dir
         self.cache_ttl_s = cache_ttl_s
+        self.search_budget = search_budget  # searches this run may send (None: no limit)
         self._sleep = sleep
         self._last: dict[str, float] = {}  # kind → monotonic time of its last request
         self._run_cache: dict[str, Response] = {}
@@ -154,6 +159,10 @@ class GitHubClient:
             self._run_cache[key] = response
             return response
         headers = {"If-None-Match": stored["etag"]} if stored and stored.get("etag") else {}
+        if kind == "search" and self.search_budget is not None \
+                and self.stats.requests["search"] >= self.search_budget:
+            raise BudgetSpent(f"the search budget of {self.search_budget} searches per run "
+                              "is spent (the answers are cached: the next run goes on)")
         response = self._send(method, url, params, body, headers, kind)
         if response.status == 304 and stored is not None:
             self.stats.not_modified += 1
@@ -249,6 +258,16 @@ class GitHubClient:
             os.replace(tmp, path)
         except OSError:  # a cache that cannot be written is only a slower next run
             pass
+
+
+def search_rate(env: Mapping[str, str]) -> float | None:
+    """PARITY_GATE_SEARCH_PER_MINUTE (a GitHub Enterprise Server's own search limit), read
+    the same way by the Action and `parity-gate upstream`; None: GitHub's own."""
+    try:
+        value = float(env.get("PARITY_GATE_SEARCH_PER_MINUTE", ""))
+    except ValueError:
+        return None
+    return value if value > 0 else None
 
 
 def _rate_limit_wait(r: requests.Response) -> float | None:

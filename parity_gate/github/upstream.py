@@ -1,12 +1,14 @@
-"""Search the exporter's repositories before reporting anything; draft or open what is new.
+"""Search upstream before reporting anything; draft or open what is new, one report per defect.
 
-For every failing case that pins an op, microsoft/onnxscript and pytorch/pytorch
-(label "module: onnx") are searched, issues and pull requests as separate
-queries, open and closed, by the op's name and ATen overload. Hits are ranked
-(title match, state, recency) and the best is attached to the run as an
-`UpstreamReport`. Unmatched findings get a markdown draft in the target
-repository's convention, or (`create`) an issue, at most N per run, never twice
-(the issue carries a fingerprint that is searched for first).
+The unit is a defect signature (`ops.signatures`): the op as users call it, the
+arguments that matter, the symptom and the owner. Each is searched where its
+owner's defects are filed (and where users report exporter bugs), with the op
+and the symptom in the query. Candidates are read, not matched on a title word:
+a claim needs the op named as code (a call, `aten::op`, the torchlib function),
+the symptom described and the arguments that matter; an "Implement X" or "Add
+X" pull request introduces an op and never fixes it; a merged fix counts only
+when its release is newer than the installed one. Anything less is listed in
+the draft as possibly related and never suppresses it.
 """
 
 from __future__ import annotations
@@ -14,94 +16,94 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from parity_gate.github.client import GitHubClient, GitHubError, RateLimited
-from parity_gate.model.outcomes import Outcome
+from packaging.version import InvalidVersion, Version
+
+from parity_gate.github.client import BudgetSpent, GitHubClient, GitHubError, RateLimited
 from parity_gate.model.results import CaseResult, RunResult
-from parity_gate.model.text import (
-    code_block,
-    code_span,
-    github_url,
-    md_cell,
-    md_link,
-    md_text,
-    one_line,
+from parity_gate.model.text import code_span, github_url, md_cell, md_link
+from parity_gate.model.upstream import (
+    ROUTES,
+    MatchKind,
+    OpRef,
+    Owner,
+    Signature,
+    UpstreamMatch,
+    UpstreamReport,
 )
-from parity_gate.model.upstream import MatchKind, OpRef, UpstreamMatch, UpstreamReport
+from parity_gate.ops import signatures
 
-
-@dataclass(frozen=True)
-class Repo:
-    """An upstream repository and the qualifiers that keep a search to the exporter."""
-
-    name: str
-    qualifiers: str = ""
-
-
-REPOS = (Repo("microsoft/onnxscript"), Repo("pytorch/pytorch", 'label:"module: onnx"'))
 KINDS = ("issue", "pr")
-# Not exporter defects (README "Case ids and outcomes"): a runtime gap, a broken module.
-NOT_EXPORTER = frozenset({Outcome.NO_KERNEL, Outcome.EAGER_ERROR})
 STATE_SCORE = {MatchKind.OPEN_PR: 3.0, MatchKind.MERGED_PR: 2.5, MatchKind.OPEN_ISSUE: 2.0,
                MatchKind.CLOSED_ISSUE: 1.0, MatchKind.CLOSED_PR: 0.5}
 FINGERPRINT_PREFIX = "parity-gate-finding"
-TITLE_LIMIT = 256  # GitHub rejects longer issue titles
+# Where a defect of each owner may already be reported: its own repository first; users
+# report exporter bugs in pytorch/pytorch (label "module: onnx") whoever owns the code.
+SEARCHED = {
+    Owner.TRANSLATION: ((ROUTES[Owner.TRANSLATION], KINDS), (ROUTES[Owner.CAPTURE], ("issue",))),
+    Owner.CAPTURE: ((ROUTES[Owner.CAPTURE], KINDS),),
+    Owner.KERNEL: ((ROUTES[Owner.KERNEL], KINDS),),
+}
+SEARCHED_REPOS = frozenset(r.repo for r in ROUTES.values())
+# A title that introduces an op (the PR that added it, a feature request), not a fix.
+_INTRODUCES = re.compile(r"^\W*(?:\[[^\]]*\]\s*)*(?:implement|add|support|enable|introduce|"
+                         r"register|create|port)\b", re.IGNORECASE)
+_FIXES = re.compile(r"\b(?:fix|fixes|fixed|correct|handle|wrong|incorrect|bug|mismatch|"
+                    r"regression|broken)\b", re.IGNORECASE)
+_VERSION = re.compile(r"v?(\d+\.\d+(?:\.\d+)?)")
 
 
-# ---- which findings pin an op
+# ---- which findings are reported
 
 
-def op_findings(run: RunResult) -> list[tuple[OpRef, list[CaseResult]]]:
-    """Failing cases that pin an op, grouped by ATen overload (first-seen order).
-
-    Op-sweep cases pin theirs (`case.op`); a module case will once localisation
-    names its op (then it feeds one more `OpRef` here, with source "localised").
-    """
-    groups: dict[str, tuple[OpRef, list[CaseResult]]] = {}
-    for case in sorted(run.failures, key=lambda c: c.key.sort_key):
-        if case.op is None or not case.op.op or case.outcome in NOT_EXPORTER:
-            continue
-        if case.recheck is not None and (case.recheck.verdict.dismisses
-                                         or case.recheck.verdict.value == "eager_off"):
-            continue  # explained away: not an exporter bug to report
-        ref = OpRef(overload=case.op.op, variant=case.op.variant, source="ops")
-        groups.setdefault(ref.key, (ref, []))[1].append(case)
-    return list(groups.values())
+def op_findings(run: RunResult) -> list[tuple[Signature, list[CaseResult]]]:
+    """The run's defect signatures with their cases (lead case first)."""
+    return signatures.group(run)
 
 
-# ---- searching and ranking
+def op_ref(sig: Signature, cases: list[CaseResult]) -> OpRef:
+    variant = cases[0].op.variant if cases and cases[0].op is not None else ""
+    return OpRef(overload=sig.overload, variant=variant, source="ops")
 
 
-def queries(op: OpRef) -> list[tuple[Repo, str, str]]:
-    """(repo, kind, q) for one op: each repository, issues and PRs apart."""
-    terms = op.name if op.name == op.overload else f'({op.name} OR "{op.overload}")'
-    return [(repo, kind, " ".join(p for p in (f"repo:{repo.name}", f"is:{kind}",
-                                               repo.qualifiers, terms) if p))
-            for repo in REPOS for kind in KINDS]
+def fingerprint(sig: Signature) -> str:
+    """Stable id of a defect, written into the report it opens (an HTML comment)."""
+    return f"{FINGERPRINT_PREFIX}-{hashlib.sha256(sig.key.encode()).hexdigest()[:12]}"
 
 
-def _word(text: str, word: str) -> bool:
-    return re.search(rf"(?<![\w.]){re.escape(word)}(?![\w])", text, re.IGNORECASE) is not None
+# ---- searching
 
 
-def text_score(op: OpRef, title: str, body: str) -> float:
-    """How surely an issue is about this op: the overload or `aten::name` in the title most."""
-    exact = [op.overload, f"aten::{op.name}", f"aten.{op.name}", f"torch.{op.name}"]
-    if any(e.lower() in title.lower() for e in exact):
-        return 3.0
-    if _word(title, op.name):
-        return 2.0
-    if any(e.lower() in body.lower() for e in exact):
-        return 1.0
-    return 0.0  # a bare word in the body only: too weak to claim a match
+def op_terms(sig: Signature) -> list[str]:
+    """How reports name the op: its name, and `aten::name` (the exporter's spelling)."""
+    name = sig.op_name
+    if sig.symptom.value == "missing_kernel" and sig.kernel:
+        return [sig.kernel.split("(")[0]]
+    return [name, f'"aten::{OpRef(sig.overload).name}"'] if OpRef(sig.overload).name != name \
+        else [name]
 
 
-def kind_of(item: dict[str, Any]) -> MatchKind:
+def queries(sig: Signature) -> list[tuple[str, str, str]]:
+    """(repo, kind, q) for one signature: the op and the symptom, in each searched place."""
+    ops = op_terms(sig)
+    words = [f'"{w}"' if " " in w else w for w in sig.symptom.info.words[:3]]
+    terms = (f"({' OR '.join(ops)})" if len(ops) > 1 else ops[0]) + \
+        f" ({' OR '.join(words)})"
+    out = []
+    for route, kinds in SEARCHED[sig.owner]:
+        label = f'label:"{route.label}"' if route.label else ""
+        for kind in kinds:
+            out.append((route.repo, kind, " ".join(p for p in (
+                f"repo:{route.repo}", f"is:{kind}", label, terms) if p)))
+    return out
+
+
+def kind_of(item: Mapping[str, Any]) -> MatchKind:
     pr = item.get("pull_request")
     if pr is not None:
         if item.get("state") == "open":
@@ -110,209 +112,174 @@ def kind_of(item: dict[str, Any]) -> MatchKind:
     return MatchKind.OPEN_ISSUE if item.get("state") == "open" else MatchKind.CLOSED_ISSUE
 
 
-def rank(op: OpRef, repo: str, items: Iterable[dict[str, Any]],
-         now: datetime | None = None) -> list[UpstreamMatch]:
-    """Matches, best first: title match, then state (open PR > merged > issue), then recency."""
+def _names(sig: Signature) -> list[str]:
+    """Spellings that name this op as code, never as an English word: `torch.mean(`,
+    `.mean(`, `aten::mean`, `aten.mean`, `aten_mean`, the full overload, the lowering."""
+    short = OpRef(sig.overload).name
+    names = {sig.overload, f"aten::{short}", f"aten.{short}", f"aten_{short}", sig.user_op,
+             f".{sig.op_name}(", f"F.{sig.op_name}(", sig.lowering}
+    if sig.symptom.value == "missing_kernel" and sig.kernel:
+        names |= {sig.kernel, f"{sig.kernel.split('(')[0]} "}
+    return sorted(n for n in names if n and n != "(")
+
+
+def _said(pattern_or_text: str, text: str, regex: bool = False) -> bool:
+    if regex:
+        return re.search(pattern_or_text, text, re.IGNORECASE) is not None
+    # a code name: not part of a longer identifier on either side
+    return re.search(rf"(?<![\w]){re.escape(pattern_or_text.lower())}(?![\w])"
+                     if pattern_or_text[-1:].isalnum() else re.escape(pattern_or_text.lower()),
+                     text.lower()) is not None
+
+
+def assess(sig: Signature, repo: str, item: Mapping[str, Any],
+           installed: Mapping[str, str], now: datetime | None = None) -> UpstreamMatch | None:
+    """One candidate read against a signature: None when it is not about this op; else a
+    match, confident only when it names the op as code, describes the symptom, carries the
+    arguments that matter and is not a pull request that introduces the op; a merged fix
+    only when its release is newer than the installed one (`fixed_in`)."""
+    title, body = str(item.get("title") or ""), str(item.get("body") or "")
+    text = f"{title}\n{body}"
+    why: list[str] = []
+    named = [n for n in _names(sig) if _said(n, text)]
+    if not named:
+        return None
+    why.append(f"names {named[0]}")
+    symptom = any(_said(p, text, regex=True) for p in sig.symptom.info.evidence)
+    if symptom:
+        why.append(f"describes: {sig.symptom.info.title}")
+    args = [a for a in sig.args if _said(a.split("=")[-1].strip("'\""), text)]
+    # a value the call passes (reduce='mean') must be there; a flag's name need not be
+    all_args = all(a in args for a in sig.args if "=" in a)
+    if sig.args and args:
+        why.append(f"arguments {', '.join(args)}")
+    kind = kind_of(item)
+    introduces = bool(_INTRODUCES.search(title)) and not _FIXES.search(title)
+    confident = symptom and all_args and not introduces
+    if kind in (MatchKind.OPEN_PR, MatchKind.MERGED_PR, MatchKind.CLOSED_PR):
+        confident = confident and bool(_FIXES.search(text))
+    fixed_in = None
+    if kind is MatchKind.MERGED_PR and confident:
+        fixed_in = _release(item, repo, installed)
+        confident = fixed_in is not None  # no release newer than ours: the fix is not it
+    if kind is MatchKind.CLOSED_PR:
+        confident = False  # closed unmerged: an attempt, not a fix
+    if introduces:
+        why.append("introduces the op (not a fix)")
+    score = 3.0 * len(named) ** 0.5 + 2.0 * symptom + len(args) + STATE_SCORE[kind] + \
+        _recency(item, now)
+    return UpstreamMatch(repo=repo, number=int(item["number"]), title=title,
+                         url=str(item.get("html_url") or ""), kind=kind,
+                         updated_at=str(item.get("updated_at") or ""),
+                         score=round(score, 3), confident=confident, fixed_in=fixed_in,
+                         why=why)
+
+
+def _recency(item: Mapping[str, Any], now: datetime | None) -> float:
     now = now or datetime.now(timezone.utc)
-    out: list[UpstreamMatch] = []
-    for item in items:
-        text = text_score(op, item.get("title") or "", item.get("body") or "")
-        if text <= 0:
-            continue
-        kind = kind_of(item)
-        updated = item.get("updated_at") or ""
-        try:
-            age_days = (now - datetime.fromisoformat(updated.replace("Z", "+00:00"))).days
-        except ValueError:
-            age_days = 10**6
-        recency = 1.0 if age_days <= 90 else 0.5 if age_days <= 365 else 0.0
-        out.append(UpstreamMatch(repo=repo, number=int(item["number"]), title=item["title"],
-                                 url=item["html_url"], kind=kind, updated_at=updated,
-                                 score=3 * text + STATE_SCORE[kind] + recency))
-    return sorted(out, key=_order)
-
-
-def _order(m: UpstreamMatch) -> tuple[float, float, str, int]:
-    return (-m.score, -_epoch(m.updated_at), m.repo, m.number)
-
-
-def _epoch(stamp: str) -> float:
     try:
-        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+        stamp = datetime.fromisoformat(str(item.get("updated_at")).replace("Z", "+00:00"))
     except ValueError:
         return 0.0
+    days = (now - stamp).days
+    return 1.0 if days <= 90 else 0.5 if days <= 365 else 0.0
 
 
-def search(client: GitHubClient, found: list[tuple[OpRef, list[CaseResult]]],
-           ) -> tuple[list[UpstreamReport], list[str]]:
-    """One report per op, and the warnings; a rate limit stops the rest (said in each)."""
+def _release(item: Mapping[str, Any], repo: str, installed: Mapping[str, str]) -> str | None:
+    """The release a merged fix ships in (its milestone), when that is newer than the
+    installed version of the package the repository builds; else None."""
+    package = next((r.package for r in ROUTES.values() if r.repo == repo), "")
+    milestone = item.get("milestone") or {}
+    found = _VERSION.search(str(milestone.get("title") or "")) if isinstance(
+        milestone, Mapping) else None
+    mine = installed.get(package)
+    if found is None or not mine:
+        return None
+    try:
+        newer = Version(found.group(1)) > Version(mine.split("+")[0])
+    except InvalidVersion:
+        return None
+    return f"{package} {found.group(1)}" if newer else None
+
+
+def _order(m: UpstreamMatch) -> tuple[bool, float, str, int]:
+    return (not m.confident, -m.score, m.repo, m.number)
+
+
+def search(client: GitHubClient, found: list[tuple[Signature, list[CaseResult]]],
+           installed: Mapping[str, str]) -> tuple[list[UpstreamReport], list[str]]:
+    """One report per signature, and the warnings; a rate limit or a spent search budget
+    stops the searching (each remaining signature says why); cached answers still count."""
     reports: list[UpstreamReport] = []
     warnings: list[str] = []
     stopped: str | None = None
-    for op, cases in found:
-        ids = [c.id for c in cases]
-        if stopped:
-            reports.append(UpstreamReport(op=op, cases=ids, searched=False, error=stopped))
-            continue
-        matches: list[UpstreamMatch] = []
+    spent: str | None = None
+    for sig, cases in found:
+        ref, ids = op_ref(sig, cases), [c.id for c in cases]
+        matches: dict[tuple[str, int], UpstreamMatch] = {}
         error = None
+        if stopped:
+            reports.append(UpstreamReport(op=ref, cases=ids, signature=sig, searched=False,
+                                          error=stopped))
+            continue
         try:
-            for repo, _kind, q in queries(op):
-                items = client.search_issues(q).body.get("items") or []
-                matches += rank(op, repo.name, items)
+            for repo, _kind, q in queries(sig):
+                for item in client.search_issues(q).body.get("items") or []:
+                    m = assess(sig, repo, item, installed)
+                    if m is not None:
+                        matches.setdefault((m.repo, m.number), m)
+        except BudgetSpent as exc:  # answers already cached still serve the next ones
+            spent = f"not searched: {exc}"
+            error = spent
         except RateLimited as exc:
             when = (datetime.fromtimestamp(exc.reset, timezone.utc).strftime("%H:%M UTC")
                     if exc.reset else "later")
-            stopped = f"search stopped: GitHub rate limit until {when}"
-            warnings.append(f"upstream search stopped at {op.overload}: {exc}")
-            error = stopped
+            warnings.append(f"upstream search stopped at {sig.op_name}: {exc}")
+            stopped = error = f"search stopped: GitHub rate limit until {when}"
         except GitHubError as exc:
             error = f"search failed: {exc}"
-            warnings.append(f"upstream search for {op.overload} failed: {exc}")
-        best = min(matches, key=_order) if matches and error is None else None
-        reports.append(UpstreamReport(op=op, cases=ids, match=best, searched=error is None,
-                                      error=error))
+            warnings.append(f"upstream search for {sig.op_name} failed: {exc}")
+        ranked = sorted(matches.values(), key=_order)
+        best = ranked[0] if ranked and ranked[0].confident and error is None else None
+        related = [m for m in ranked if m is not best][:5]
+        reports.append(UpstreamReport(op=ref, cases=ids, signature=sig, match=best,
+                                      related=related, searched=error is None, error=error))
+    if spent:
+        skipped = sum(1 for r in reports if r.error == spent)
+        warnings.append(f"upstream: {skipped} defect(s) {spent}")
     return reports, warnings
 
 
-# ---- drafting and creating new reports
+# ---- creating new reports
 
 
-def fingerprint(op: OpRef, cases: list[CaseResult]) -> str:
-    """Stable id of a finding (op and how it fails), written into the report it opens."""
-    outcomes = sorted({c.outcome.value for c in cases})
-    digest = hashlib.sha256(f"{op.overload}|{'/'.join(outcomes)}".encode()).hexdigest()[:12]
-    return f"{FINGERPRINT_PREFIX}-{digest}"
-
-
-def target_repo(cases: list[CaseResult]) -> str:
-    """The dynamo exporter's translations live in onnxscript; the legacy one in pytorch."""
-    exporter = cases[0].provenance.exporter if cases else ""
-    return "pytorch/pytorch" if exporter == "torchscript" else "microsoft/onnxscript"
-
-
-def _title(op: OpRef, cases: list[CaseResult], repo: str) -> tuple[str, str]:
-    """(the repository's prefix, what failed): the issue's title, in two parts so that the
-    draft's heading can escape only the part that comes from outside."""
-    outcomes = sorted({c.outcome.value for c in cases})
-    dtypes = sorted({c.key.dtype for c in cases})
-    prefix = "[ONNX]" if repo == "pytorch/pytorch" else "[torchlib]"
-    return prefix, f"{op.overload}: {', '.join(outcomes)} for {', '.join(dtypes)}"
-
-
-def draft(op: OpRef, cases: list[CaseResult], run: RunResult, repro: str | None) -> tuple[
-        str, str, str]:
-    """(repository, title, body) of a new report in that repository's convention.
-
-    Every value from the run (results.json may be a fork's) is inert where it lands:
-    the title one plain line, prose and cells escaped markdown, ids in code spans, the
-    repro in a fence no backtick run inside can close."""
-    repo = target_repo(cases)
-    first = cases[0]
-    prefix, subject = _title(op, cases, repo)
-    title = one_line(f"{prefix} {subject}")[:TITLE_LIMIT]
-    dynamo = first.provenance.exporter != "torchscript"
-    lines = ["### 🐛 Describe the bug", "",
-             f"{code_span(f'torch.onnx.export(..., dynamo={dynamo})')} of a module calling "
-             f"{code_span(op.overload)} (variant {code_span(op.variant)}) gives results that "
-             "differ from eager PyTorch when run in ONNX Runtime.", "",
-             md_text(first.explanation), "", "### Expected vs actual", "",
-             "| case | outcome | expected (eager) vs actual (ONNX Runtime) |", "|---|---|---|"]
-    for case in cases[:10]:
-        lines.append(f"| {code_span(case.id, table=True)} | {case.outcome.value} | "
-                     f"{md_cell(_expected_actual(case))} |")
-    if len(cases) > 10:
-        lines.append(f"\n{len(cases) - 10} more cases fail the same way.")
-    lines += ["", "### Minimal repro", ""]
-    command = code_span(f"parity-gate ops --select '{op.variant}'")
-    lines += ([code_block(repro, "python")] if repro
-              else [f"(no repro script was written for this finding; run {command} to write "
-                    "one)"])
-    lines += ["", "### Versions", ""]
-    for name in ("torch", "onnx", "onnxscript", "onnxruntime", "onnxruntime-gpu", "python"):
-        if name in run.versions:
-            lines.append(f"- {name}: {md_text(run.versions[name])}")
-    lines += ["", f"<sub>Found by parity-gate's op sweep ({FINGERPRINT_PREFIX}: "
-              f"`{fingerprint(op, cases)}`).</sub>", ""]
-    return repo, title, "\n".join(lines)
-
-
-def _expected_actual(case: CaseResult) -> str:
-    example = case.op.example if case.op is not None else None
-    if example is not None:
-        return example.describe()
-    worst = case.worst()
-    if worst is not None and not worst.passed:
-        return worst.headline()
-    return case.reason
-
-
-def find_repro(cases: list[CaseResult], repro_dir: Path | None) -> str | None:
-    """The op sweep's standalone script for this finding (`repro/<variant>__<outcome>.py`);
-    a variant naming another folder (`../..`) has none: what it reads may be posted."""
-    if repro_dir is None or not cases or cases[0].op is None:
-        return None
-    name = f"{cases[0].op.variant}__{cases[0].outcome.value}.py"
-    if Path(name).name != name or name.startswith("."):
-        return None
-    path = repro_dir / name
-    try:
-        return path.read_text(encoding="utf-8")
-    except OSError:
-        return None
-
-
-def write_drafts(run: RunResult, reports: list[UpstreamReport],
-                 found: list[tuple[OpRef, list[CaseResult]]], folder: Path,
-                 repro_dir: Path | None) -> list[UpstreamReport]:
-    """One markdown draft per searched, unmatched finding; reports gain the draft's path."""
-    cases = {op.key: cs for op, cs in found}
-    out = []
-    for report in reports:
-        if report.match is None and report.searched:
-            repo, _, body = draft(report.op, cases[report.op.key], run,
-                                  find_repro(cases[report.op.key], repro_dir))
-            prefix, subject = _title(report.op, cases[report.op.key], repo)
-            folder.mkdir(parents=True, exist_ok=True)
-            path = folder / f"{_slug(report.op.overload)}.md"
-            path.write_text(f"<!-- open at https://github.com/{repo}/issues/new -->\n"
-                            f"# {prefix} {md_text(subject)}\n\n{body}", encoding="utf-8")
-            report = _replace(report, draft=str(path))
-        out.append(report)
-    return out
-
-
-def create_issues(client: GitHubClient, run: RunResult, reports: list[UpstreamReport],
-                  found: list[tuple[OpRef, list[CaseResult]]], repro_dir: Path | None,
-                  limit: int, ledger: Path | None) -> tuple[list[UpstreamReport], list[str]]:
-    """Open an issue for each unmatched finding (at most `limit`), never twice.
-
-    Before writing it searches for the finding's fingerprint (an earlier run's
-    issue) and reads the local ledger (search indexing lags a fresh issue).
-    """
-    cases = {op.key: cs for op, cs in found}
+def create_issues(client: GitHubClient, reports: list[UpstreamReport],
+                  drafted: Mapping[str, tuple[str, str, str]], limit: int,
+                  ledger: Path | None) -> tuple[list[UpstreamReport], list[str]]:
+    """Open an issue for each drafted, unmatched signature (at most `limit`), never twice:
+    the fingerprint is searched for first, and a local ledger covers search-index lag."""
     done = _read_ledger(ledger)
     out: list[UpstreamReport] = []
     warnings: list[str] = []
     opened = 0
     for report in reports:
-        if report.match is not None or not report.searched:
+        sig = report.signature
+        if report.match is not None or sig is None or sig.key not in drafted:
             out.append(report)
             continue
-        cs = cases[report.op.key]
-        fp = fingerprint(report.op, cs)
-        repo, title, body = draft(report.op, cs, run, find_repro(cs, repro_dir))
+        repo, title, body = drafted[sig.key]
+        fp = fingerprint(sig)
         try:
             url = done.get(fp) or _find_own(client, repo, fp)
             if url is None and opened >= limit:
-                warnings.append(f"not opening an issue for {report.op.overload}: the limit of "
+                warnings.append(f"not opening an issue for {sig.op_name}: the limit of "
                                 f"{limit} new issues per run is reached")
             elif url is None:
                 url = client.post(f"/repos/{repo}/issues", {"title": title, "body": body}
                                   ).body["html_url"]
                 opened += 1
         except GitHubError as exc:
-            warnings.append(f"could not open an issue for {report.op.overload}: {exc}")
+            warnings.append(f"could not open an issue for {sig.op_name}: {exc}")
             url = None
         if url:
             done[fp] = url
@@ -348,10 +315,6 @@ def _replace(report: UpstreamReport, **changes: Any) -> UpstreamReport:
     return UpstreamReport.from_dict({**report.to_dict(), **changes})
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^\w.-]+", "_", text)[:120]
-
-
 # ---- showing it
 
 
@@ -359,16 +322,19 @@ def markdown(reports: list[UpstreamReport], warnings: Iterable[str] = ()) -> str
     """The "Upstream" section of the summary and the PR comment."""
     if not reports and not warnings:
         return ""
-    lines = [f"### Upstream ({len(reports)} op(s) searched in microsoft/onnxscript and "
-             "pytorch/pytorch)", "", "| op | cases | upstream |", "|---|---|---|"]
+    lines = [f"### Upstream ({len(reports)} defect(s) searched in "
+             f"{', '.join(sorted(SEARCHED_REPOS))})", "",
+             "| defect | cases | upstream |", "|---|---|---|"]
     for r in reports:
         link = ""
         if r.match is not None:  # rebuilt from repo and number: a record's url is not used
             link = f" — {md_link(r.match.title[:80], _issue_url(r.match.repo, r.match.number))}"
         elif r.created:  # linked only where it is an issue page on github.com
             link = f" — {md_link('the new issue', r.created)}"
-        lines.append(f"| {code_span(r.op.overload, table=True)} | {len(r.cases)} | "
-                     f"{md_cell(r.describe())}{link} |")
+        what = (f"{code_span(r.signature.user_op or r.op.overload, table=True)} "
+                f"{md_cell(r.signature.symptom.info.title)}" if r.signature is not None
+                else code_span(r.op.overload, table=True))
+        lines.append(f"| {what} | {len(r.cases)} | {md_cell(r.describe())}{link} |")
     lines += [f"\n> ⚠️ {md_cell(w, 300)}" for w in warnings]
     return "\n".join([*lines, ""])
 
@@ -376,7 +342,7 @@ def markdown(reports: list[UpstreamReport], warnings: Iterable[str] = ()) -> str
 def _issue_url(repo: str, number: int) -> str | None:
     """The github.com page of an issue or pull request in one of the searched repositories
     (`/issues/N` shows a pull request too); None for any other repository."""
-    return github_url(repo, "issues", number) if repo in {r.name for r in REPOS} else None
+    return github_url(repo, "issues", number) if repo in SEARCHED_REPOS else None
 
 
 # ---- one pass, shared by `parity-gate upstream` and the Action
@@ -386,9 +352,11 @@ def _issue_url(repo: str, number: int) -> str | None:
 class UpstreamOptions:
     mode: str = "draft"               # "search" | "draft" | "create"
     drafts: Path | None = None        # where drafts go (draft mode)
-    repro_dir: Path | None = None     # the op sweep's repro/ folder
+    repro_dir: Path | None = None     # unused since repros are built per signature; kept
     max_create: int = 3
     ledger: Path | None = None        # issues this machine opened (create mode)
+    verify: bool = True               # run every repro first; draft only what reproduces
+    check_cache: Path | None = None   # answers of earlier repro runs (keyed by script)
 
 
 def attach(run: RunResult, client: GitHubClient, options: UpstreamOptions,
@@ -396,16 +364,21 @@ def attach(run: RunResult, client: GitHubClient, options: UpstreamOptions,
     """`run` with `upstream` filled in (search, then draft or create), and the warnings.
 
     Never raises for GitHub's sake: every failure is a warning and a note on the
-    op it concerns; the gate's verdict is untouched (it is not recomputed here).
+    signature it concerns; the gate's verdict is untouched (it is not recomputed here).
     """
+    from parity_gate.github import drafts
+
     found = op_findings(run)
-    reports, warnings = search(client, found)
-    if options.mode == "draft" and options.drafts is not None:
-        reports = write_drafts(run, reports, found, options.drafts, options.repro_dir)
-    elif options.mode == "create":
-        reports, more = create_issues(client, run, reports, found, options.repro_dir,
-                                      options.max_create, options.ledger)
+    reports, warnings = search(client, found, run.versions)
+    if options.mode in ("draft", "create"):
+        reports, drafted, more = drafts.prepare(run, reports, found, options)
         warnings += more
+        if options.mode == "draft" and options.drafts is not None:
+            reports = drafts.write(reports, drafted, options.drafts)
+        elif options.mode == "create":
+            reports, more = create_issues(client, reports, drafted, options.max_create,
+                                          options.ledger)
+            warnings += more
     data = run.to_dict()
     data["upstream"] = [r.to_dict() for r in reports]
     return RunResult.from_dict(data), warnings

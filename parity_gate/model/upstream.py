@@ -2,8 +2,11 @@
 
 `OpRef` is the search input: the op a finding pins, from an op-sweep case
 (`case.op.op`, `case.op.variant`) or, later, from localising a module failure.
-`UpstreamReport` is one searched op with its best match (or none) and the case
-ids it covers; `RunResult.upstream` holds them, one per op.
+`Signature` is one defect (op, arguments that matter, symptom, owner): the
+unit that is searched, drafted and filed. `UpstreamReport` is one searched
+signature with its match (only a confident one), the candidates that may be
+related, and the case ids it covers; `RunResult.upstream` holds them.
+Owners, symptoms and their words are tables here, not branches elsewhere.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from pydantic.dataclasses import dataclass
 from parity_gate.model.record import CONFIG, Record
 
 # Short names the wording uses: "onnxscript#123", "pytorch#456".
-REPO_SHORT = {"microsoft/onnxscript": "onnxscript", "pytorch/pytorch": "pytorch"}
+REPO_SHORT = {"microsoft/onnxscript": "onnxscript", "pytorch/pytorch": "pytorch",
+              "microsoft/onnxruntime": "onnxruntime"}
 
 
 @dataclass(frozen=True, config=CONFIG)
@@ -51,6 +55,151 @@ class MatchKind(str, enum.Enum):
     CLOSED_PR = "closed_pr"  # closed without merging
 
 
+class Owner(str, enum.Enum):
+    """Whose code is at fault, read from where the case failed (localisation's answer)."""
+
+    TRANSLATION = "translation"  # the torchlib function that lowers the ATen op
+    KERNEL = "kernel"            # an ONNX Runtime kernel (missing, or wrong on a valid graph)
+    CAPTURE = "capture"          # torch.export / the legacy tracer, before any ONNX exists
+
+    @property
+    def route(self) -> Route:
+        return ROUTES[self]
+
+
+@dataclass(frozen=True, config=CONFIG)
+class Route(Record):
+    """Where an owner's defects are filed, and how that repository titles them."""
+
+    repo: str
+    package: str      # the installed distribution the fix ships in (versions compared on it)
+    prefix: str       # the repository's title convention
+    label: str = ""   # the label its exporter issues carry (searches stay in it)
+
+
+ROUTES = {
+    Owner.TRANSLATION: Route("microsoft/onnxscript", "onnxscript", "[torchlib]"),
+    Owner.KERNEL: Route("microsoft/onnxruntime", "onnxruntime", ""),
+    Owner.CAPTURE: Route("pytorch/pytorch", "torch", "[ONNX]", "module: onnx"),
+}
+
+
+class Symptom(str, enum.Enum):
+    """What a maintainer sees, one defect each: a different symptom is a different report."""
+
+    EXPORT_FAILS = "export_fails"
+    UNSUPPORTED = "unsupported"
+    INVALID_MODEL = "invalid_model"
+    RUN_FAILS = "run_fails"
+    MISSING_KERNEL = "missing_kernel"
+    CRASH = "crash"
+    WRONG_DTYPE = "wrong_dtype"
+    WRONG_SHAPE = "wrong_shape"
+    NAN_DROPPED = "nan_dropped"
+    NAN_INTRODUCED = "nan_introduced"
+    SIGNED_ZERO_LOST = "signed_zero_lost"
+    OVERFLOW_TO_INF = "overflow_to_inf"
+    INF_LOST = "inf_lost"
+    LOW_PRECISION = "low_precision"
+    WRONG_VALUES = "wrong_values"
+
+    @property
+    def info(self) -> SymptomInfo:
+        return SYMPTOMS[self]
+
+
+@dataclass(frozen=True, config=CONFIG)
+class SymptomInfo(Record):
+    """How a symptom reads in a title and in a body, and the words a report of it uses."""
+
+    title: str                 # "returns a finite value where eager returns NaN"
+    words: list[str]           # query terms (OR'ed); phrases quoted by the query builder
+    evidence: list[str]        # regexes: a candidate that says one of these talks about it
+    raises: bool = False       # the repro fails with an error rather than wrong values
+
+
+_VALUES = ["wrong", "incorrect", "mismatch", "differ", "different"]
+SYMPTOMS = {
+    Symptom.EXPORT_FAILS: SymptomInfo("fails to export", ["error", "fails", "exception"],
+                                      [r"\berror\b", r"\bfail", r"exception"], True),
+    Symptom.UNSUPPORTED: SymptomInfo("has no translation", ["unsupported", "support"],
+                                     [r"unsupported", r"not supported", r"no (onnx )?function",
+                                      r"\bsupport\b"], True),
+    Symptom.INVALID_MODEL: SymptomInfo(
+        "produces an invalid model", ["invalid", "ShapeInferenceError", "checker"],
+        [r"invalid (model|graph)", r"shapeinferenceerror", r"onnx\.checker", r"check_model",
+         r"invalid position", r"fails? to load"], True),
+    Symptom.RUN_FAILS: SymptomInfo("produces a model that fails in ONNX Runtime",
+                                   ["error", "fails", "onnxruntime"],
+                                   [r"\[onnxruntimeerror\]", r"non-zero status", r"runtime error",
+                                    r"fails? (at|in|during) (run|inference)"], True),
+    Symptom.MISSING_KERNEL: SymptomInfo(
+        "has no CPU kernel", ["NOT_IMPLEMENTED", "implementation", "kernel"],
+        [r"not_implemented", r"could not find an implementation", r"no kernel",
+         r"missing kernel", r"not implemented"], True),
+    Symptom.CRASH: SymptomInfo("crashes the process", ["crash", "SIGFPE", "segfault"],
+                               [r"crash", r"sigfpe", r"segfault", r"floating point exception",
+                                r"core dumped"], True),
+    Symptom.WRONG_DTYPE: SymptomInfo("returns the wrong dtype", ["dtype", "type"],
+                                     [r"\bdtype\b", r"wrong (output )?type", r"float32.*float16",
+                                      r"float16.*float32", r"\bcast\b"]),
+    Symptom.WRONG_SHAPE: SymptomInfo("returns the wrong shape", ["shape"],
+                                     [r"\bshape\b", r"\brank\b", r"dimension"]),
+    Symptom.NAN_DROPPED: SymptomInfo("returns a number where eager returns NaN", ["NaN", "nan"],
+                                     [r"\bnan\b", r"not a number"]),
+    Symptom.NAN_INTRODUCED: SymptomInfo("returns NaN where eager returns a number",
+                                        ["NaN", "nan"], [r"\bnan\b", r"not a number"]),
+    Symptom.SIGNED_ZERO_LOST: SymptomInfo("loses the sign of zero",
+                                          ["negative zero", "signed zero", "-0"],
+                                          [r"negative zero", r"signed zero", r"sign of (the )?zero",
+                                           r"(?<![\w.])-0(\.0)?(?![\w.])"]),
+    Symptom.OVERFLOW_TO_INF: SymptomInfo("overflows to inf where eager is finite",
+                                         ["inf", "overflow", "infinity"],
+                                         [r"\binf\b", r"overflow", r"infinity"]),
+    Symptom.INF_LOST: SymptomInfo("returns a finite value where eager returns inf",
+                                  ["inf", "infinity"], [r"\binf\b", r"infinity"]),
+    Symptom.LOW_PRECISION: SymptomInfo("computes in lower precision than requested",
+                                       ["precision", "dtype", "float16"],
+                                       [r"precision", r"\bdtype\b", r"float16", r"half"]),
+    Symptom.WRONG_VALUES: SymptomInfo("returns different values", _VALUES,
+                                      [rf"\b{w}" for w in _VALUES]),
+}
+
+
+@dataclass(frozen=True, config=CONFIG)
+class Signature(Record):
+    """One defect: the op as users call it, the arguments that matter, what goes wrong and
+    whose code does it. Every failing case of the sweep that shares these is one report;
+    its dtypes and input classes are the scope, its lead case the most ordinary of them."""
+
+    user_op: str                 # torch.atan2, torch.nn.functional.cross_entropy
+    overload: str                # the ATen overload the exported graph translated
+    symptom: Symptom
+    owner: Owner
+    args: list[str] = field(default_factory=list)  # the keyword arguments that matter
+    kernel: str = ""             # a kernel defect: the ONNX op and opset, "Cast(19)"
+    lowering: str = ""           # the torchlib function (filled where onnxscript is importable)
+    lowering_at: str = ""        # its file:line in the installed package
+    variants: list[str] = field(default_factory=list)
+    calls: list[str] = field(default_factory=list)
+    dtypes: list[str] = field(default_factory=list)
+    input_classes: list[str] = field(default_factory=list)
+    lead: str = ""               # the case id the repro reproduces
+
+    @property
+    def key(self) -> str:
+        """What makes two cases one defect (a kernel gap: the ONNX op alone)."""
+        if self.symptom is Symptom.MISSING_KERNEL:
+            return f"kernel|{self.kernel}"
+        return "|".join((self.owner.value, self.user_op or self.overload, self.overload,
+                         ",".join(self.args), self.symptom.value, self.kernel))
+
+    @property
+    def op_name(self) -> str:
+        """The op's short name: `torch.nn.functional.cross_entropy` → `cross_entropy`."""
+        return self.user_op.rsplit(".", 1)[-1] if self.user_op else OpRef(self.overload).name
+
+
 @dataclass(frozen=True, config=CONFIG)
 class UpstreamMatch(Record):
     """One upstream issue or pull request a finding was matched to."""
@@ -62,6 +211,9 @@ class UpstreamMatch(Record):
     kind: MatchKind
     updated_at: str = ""
     score: float = 0.0
+    confident: bool = True   # False: listed as "possibly related", never suppresses a draft
+    fixed_in: str | None = None  # a merged fix's first release, newer than the installed one
+    why: list[str] = field(default_factory=list)  # what the candidate said that matched
 
     @property
     def ref(self) -> str:
@@ -79,6 +231,9 @@ class UpstreamReport(Record):
     error: str | None = None            # the search failed or stopped (rate limit, ...)
     draft: str | None = None            # path of the drafted report (`--upstream draft`)
     created: str | None = None          # URL of the issue `--upstream create` opened
+    signature: Signature | None = None  # the defect searched for (None: an older results file)
+    related: list[UpstreamMatch] = field(default_factory=list)  # possibly related, not claimed
+    not_drafted: str | None = None      # why no draft was written (the repro did not reproduce)
 
     def describe(self) -> str:
         """The one phrase the summary, the HTML report and the console show."""
@@ -88,7 +243,11 @@ class UpstreamReport(Record):
         if m is None:
             if not self.searched or self.error:
                 return f"not searched upstream ({self.error or 'search skipped'})"
+            if self.not_drafted:
+                return f"no known report; not drafted: {self.not_drafted}"
             return "no known report" + (f" (draft: {self.draft})" if self.draft else "")
+        if m.kind is MatchKind.MERGED_PR and m.fixed_in:
+            return f"fixed after your version in {m.ref}: upgrade to >= {m.fixed_in}"
         return {
             MatchKind.OPEN_PR: f"being fixed in {m.ref} (open PR)",
             MatchKind.MERGED_PR: f"fixed in {m.ref} (merged): upgrade to a release that has it",

@@ -1,0 +1,264 @@
+"""Upstream reports as their maintainers write them, each with a repro that was run first.
+
+For every searched signature without a confident match: repro candidates
+(fewest elements first) run in a torch process of their own; the first that
+fails where the defect shows is the repro, and its printed values, the
+exported graph's nodes and the lowering's `file:line` go into the report. No
+candidate reproduces: no report, and the signature says why. The title and
+sections follow the owner's repository (onnxscript `[torchlib] ...`, pytorch
+`[ONNX] ...`, onnxruntime's bug template). Every value from the run passes the
+neutraliser (model.text) on its way in; the fingerprint is an HTML comment.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from parity_gate.github.upstream import (
+    UpstreamOptions,
+    _issue_url,
+    _replace,
+    fingerprint,
+)
+from parity_gate.model.files import atomic_write, make_folder
+from parity_gate.model.results import CaseResult, RunResult
+from parity_gate.model.text import code_block, code_span, md_link, md_text, one_line
+from parity_gate.model.upstream import Owner, Signature, Symptom, UpstreamReport
+from parity_gate.ops import upstream_check, upstream_repro
+
+TITLE_LIMIT = 256  # GitHub rejects longer issue titles
+VERSIONS = ("torch", "onnxscript", "onnx", "onnxruntime", "onnxruntime-gpu", "python")
+HOW_FOUND = ("Found by an op sweep that exports single-op modules with "
+             "`torch.onnx.export(..., dynamo=True)` on every dtype eager accepts and on "
+             "ordinary, special-value and empty inputs, runs them in ONNX Runtime and "
+             "compares with eager; differences are checked against an exact or float64 "
+             "reference before they are reported.")
+Drafted = dict[str, tuple[str, str, str]]  # signature key → (repository, title, body)
+
+
+def scope(sig: Signature) -> str:
+    """`float32, float16; special values, empty inputs`: where the defect shows."""
+    words = {"normal": "ordinary values", "range": "ordinary-range values",
+             "specials": "special values (NaN, ±inf, ±0, extremes)", "empty": "empty inputs"}
+    return f"{', '.join(sig.dtypes)}; {', '.join(words.get(c, c) for c in sig.input_classes)}"
+
+
+def title(sig: Signature) -> str:
+    """The repository's convention: onnxscript `[torchlib] aten::op ...`, pytorch
+    `[ONNX] torch.op ...`, onnxruntime the kernel and the provider."""
+    route = sig.owner.route
+    args = f" ({', '.join(sig.args)})" if sig.args else ""
+    if sig.owner is Owner.KERNEL and sig.symptom is Symptom.MISSING_KERNEL:
+        text = (f"CPUExecutionProvider has no kernel for {sig.kernel} with "
+                f"{', '.join(sig.dtypes)}")
+    elif sig.owner is Owner.KERNEL:
+        text = f"CPUExecutionProvider: {sig.user_op}{args} {sig.symptom.info.title}"
+    elif sig.owner is Owner.TRANSLATION:
+        text = f"{_aten(sig.overload)}{args} {sig.symptom.info.title} ({', '.join(sig.dtypes)})"
+    else:
+        text = f"{sig.user_op}{args} {sig.symptom.info.title} ({', '.join(sig.dtypes)})"
+    return one_line(f"{route.prefix} {text}".strip())[:TITLE_LIMIT]
+
+
+def _what(sig: Signature) -> str:
+    calls = ", ".join(code_span(c) for c in sig.calls[:4])
+    more = f" and {len(sig.calls) - 4} more calls" if len(sig.calls) > 4 else ""
+    if sig.symptom is Symptom.MISSING_KERNEL:
+        return (f"The ONNX model that {code_span('torch.onnx.export(..., dynamo=True)')} "
+                f"writes for {calls}{more} is valid, but ONNX Runtime's "
+                f"{code_span('CPUExecutionProvider')} has no kernel for "
+                f"{code_span(sig.kernel)} with {md_text(', '.join(sig.dtypes))}, so the "
+                "session cannot be created.")
+    return (f"{calls}{more} exported with "
+            f"{code_span('torch.onnx.export(..., dynamo=True)')} "
+            f"{md_text(sig.symptom.info.title)} when run in ONNX Runtime "
+            f"({code_span('CPUExecutionProvider')}). Affected: {md_text(scope(sig))}.")
+
+
+def _aten(overload: str) -> str:
+    return overload.replace("aten.", "aten::", 1).removesuffix(".default")
+
+
+def _where(sig: Signature) -> str:
+    if sig.owner is Owner.KERNEL:
+        return (f"The {code_span(sig.kernel or 'ONNX')} kernel of ONNX Runtime's CPU "
+                "execution provider" + (" (the difference vanishes with graph optimizations "
+                                        "off: a fusion or rewrite)."
+                                        if sig.symptom is not Symptom.MISSING_KERNEL else "."))
+    if sig.lowering:
+        at = f" in {code_span(sig.lowering_at)}" if sig.lowering_at else ""
+        return (f"{code_span(sig.lowering)}{at}, the torchlib function registered for "
+                f"{code_span(_aten(sig.overload))}.")
+    return (f"The translation of {code_span(_aten(sig.overload))}: no torchlib function is "
+            "registered under that name (it is decomposed first).")
+
+
+def body(sig: Signature, run: RunResult, repro: str, answer: Mapping[str, Any] | None,
+         report: UpstreamReport) -> str:
+    """The report, sections in the owner's repository's order, every outside value inert."""
+    output = "\n".join(line for line in str((answer or {}).get("output", "")).splitlines()
+                       if not line.startswith("[torch.onnx]")).strip()
+    error = str((answer or {}).get("error", ""))
+    actual = "\n".join(p for p in (output, error) if p) or "(not run)"
+    nodes = list((answer or {}).get("nodes") or [])
+    shown_nodes = code_block("\n".join(nodes[:upstream_check.NODE_LIMIT])
+                             + ("\n..." if len(nodes) > upstream_check.NODE_LIMIT else ""))
+    related = "\n".join(f"- {md_link(m.title[:100], _issue_url(m.repo, m.number))} "
+                        f"({m.kind.value.replace('_', ' ')}; {md_text('; '.join(m.why))})"
+                        for m in report.related)
+    versions = "\n".join(f"- {name}: {md_text(run.versions[name])}" for name in VERSIONS
+                         if name in run.versions)
+    where = _where(sig)
+    if sig.owner is Owner.KERNEL:  # onnxruntime's bug template
+        sections = [("Describe the issue", f"{_what(sig)}\n\n{_expected(sig)}"),
+                    ("To reproduce", f"{code_block(repro, 'python')}\n\nOutput:\n\n"
+                                     f"{code_block(actual)}"),
+                    ("Urgency", "None (found by a test sweep)."),
+                    ("Platform", md_text(platform.system() or "Linux")),
+                    ("ONNX Runtime Installation", "Released Package"),
+                    ("ONNX Runtime Version or Commit ID",
+                     md_text(run.versions.get("onnxruntime", ""))),
+                    ("ONNX Runtime API", "Python"),
+                    ("Architecture", md_text(platform.machine() or "X64")),
+                    ("Execution Provider", "Default CPU"),
+                    ("Where", where), ("Versions", versions)]
+    else:
+        sections = [("🐛 Describe the bug", _what(sig)),
+                    ("Repro", code_block(repro, "python")),
+                    ("Expected vs actual", f"{_expected(sig)}\n\nOutput of the repro:\n\n"
+                                           f"{code_block(actual)}"),
+                    ("ONNX nodes involved", shown_nodes if nodes else
+                     "(no model was produced)"),
+                    ("Where the lowering lives", where), ("Versions", versions)]
+    if related:
+        sections.append(("Possibly related", related))
+    sections.append(("How it was found", md_text(HOW_FOUND)))
+    text = "\n\n".join(f"### {head}\n\n{block}" for head, block in sections)
+    return f"{text}\n\n<!-- {fingerprint(sig)} -->\n"
+
+
+_EXPECTED = {
+    Symptom.MISSING_KERNEL: "Expected: the session is created and returns what eager returns.",
+    Symptom.INVALID_MODEL: "Expected: a valid model that ONNX Runtime loads and that returns "
+                           "what eager returns.",
+    Symptom.RUN_FAILS: "Expected: the model runs and returns what eager returns.",
+    Symptom.EXPORT_FAILS: "Expected: the export succeeds.",
+    Symptom.UNSUPPORTED: "Expected: the export succeeds (the op has no translation).",
+    Symptom.CRASH: "Expected: the model runs; the process is killed instead.",
+}
+
+
+def _expected(sig: Signature) -> str:
+    return _EXPECTED.get(sig.symptom, "Expected: ONNX Runtime returns what eager returns "
+                         "(the float64 value is printed as the reference); actual: it "
+                         f"{sig.symptom.info.title}.")
+
+
+def _variants() -> dict[str, Any]:
+    from parity_gate.ops.jobs import DEFAULT_SOURCES
+    from parity_gate.ops.registry import load_variants
+
+    return load_variants(DEFAULT_SOURCES)
+
+
+def prepare(run: RunResult, reports: list[UpstreamReport],
+            found: list[tuple[Signature, list[CaseResult]]], options: UpstreamOptions,
+            ) -> tuple[list[UpstreamReport], Drafted, list[str]]:
+    """Drafts for the searched, unmatched signatures whose repro reproduces (every one
+    with `verify` off); reports gain the lowering and, where nothing reproduced, why."""
+    cases = {sig.key: cs for sig, cs in found}
+    todo = [r for r in reports if r.match is None and r.searched and r.signature is not None]
+    variants = _variants() if todo else {}
+    built: dict[str, list[upstream_repro.Repro]] = {}
+    for r in todo:
+        assert r.signature is not None
+        lead = cases[r.signature.key][0]
+        variant = variants.get(lead.op.variant) if lead.op is not None else None
+        if variant is not None:
+            try:
+                built[r.signature.key] = upstream_repro.candidates(r.signature, lead, variant)
+            except Exception:
+                built[r.signature.key] = []
+    chosen, answers, lowerings = _verify(run, built, [
+        r.signature.overload for r in todo if r.signature is not None
+        and r.signature.owner is not Owner.KERNEL], options)
+    drafted: Drafted = {}
+    out = []
+    warnings: list[str] = []
+    for r in reports:
+        sig = r.signature
+        if r not in todo or sig is None:
+            out.append(r)
+            continue
+        where = [*(lowerings.get(sig.overload) or []), "", ""]
+        sig = Signature.from_dict({**sig.to_dict(), "lowering": where[0],
+                                   "lowering_at": where[1]})
+        pick = chosen.get(sig.key)
+        if pick is None and not options.verify:  # unverified (tests of the wording only)
+            pick = upstream_repro.Repro("# no repro: the op is not in the catalogue\n")
+        if pick is None:
+            why = ("no repro could be built (the op is not in the catalogue)"
+                   if not built.get(sig.key) else "no repro candidate reproduced it "
+                   "(a flaky or environment-dependent finding)")
+            out.append(_replace(r, signature=sig.to_dict(), not_drafted=why))
+            continue
+        report = _replace(r, signature=sig.to_dict())
+        drafted[sig.key] = (sig.owner.route.repo, title(sig),
+                            body(sig, run, pick.script, answers.get(sig.key), report))
+        out.append(report)
+    return out, drafted, warnings
+
+
+def _verify(run: RunResult, built: dict[str, list[upstream_repro.Repro]], overloads: list[str],
+            options: UpstreamOptions) -> tuple[dict[str, upstream_repro.Repro],
+                                               dict[str, dict[str, Any]],
+                                               dict[str, list[str]]]:
+    """Run the candidates in rounds (first candidates of all, then the next of those not
+    yet reproduced); the chosen repro per signature, its answer, and the lowerings."""
+    if not options.verify:
+        return ({k: c[0] for k, c in built.items() if c}, {}, {})
+    salt = "|".join(f"{k}={run.versions.get(k, '')}" for k in ("torch", "onnxscript",
+                                                                "onnxruntime"))
+    chosen: dict[str, upstream_repro.Repro] = {}
+    answers: dict[str, dict[str, Any]] = {}
+    lowerings: dict[str, list[str]] = {}
+    rounds = max((len(c) for c in built.values()), default=0)
+    for i in range(max(rounds, 1 if overloads else 0)):
+        batch = {k: c[i] for k, c in built.items() if k not in chosen and i < len(c)}
+        checked = upstream_check.check_all(
+            [{"key": k, "script": r.script, "stages": r.stages} for k, r in batch.items()],
+            sorted(set(overloads)) if i == 0 else [], options.check_cache, salt)
+        lowerings.update(checked.lowerings)
+        for k, r in batch.items():
+            answer = checked.answers.get(k)
+            if answer and upstream_repro.reproduced(r, answer["stage"], answer["error"]):
+                chosen[k], answers[k] = r, answer
+    return chosen, answers, lowerings
+
+
+def write(reports: list[UpstreamReport], drafted: Drafted, folder: Path) -> list[UpstreamReport]:
+    """One markdown file per drafted signature; reports gain the draft's path."""
+    out = []
+    for report in reports:
+        sig = report.signature
+        if sig is not None and sig.key in drafted:
+            repo, head, text = drafted[sig.key]
+            make_folder(folder.parent, folder)
+            path = folder / f"{_slug(sig)}.md"
+            atomic_write(path, f"<!-- open at https://github.com/{repo}/issues/new -->\n"
+                               f"# {md_text(head)}\n\n{text}")
+            report = _replace(report, draft=str(path))
+        out.append(report)
+    return out
+
+
+def _slug(sig: Signature) -> str:
+    kernel = sig.symptom is Symptom.MISSING_KERNEL
+    name = sig.kernel if kernel else sig.op_name
+    extra = "" if kernel else "-".join(a.replace("=", "_") for a in sig.args)
+    text = "__".join(p for p in (sig.owner.value, name, extra, sig.symptom.value) if p)
+    return re.sub(r"[^\w.-]+", "_", text)[:120]

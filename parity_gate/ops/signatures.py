@@ -1,0 +1,168 @@
+"""Failing op cases → defect signatures: what one upstream report is about.
+
+A signature is the op as users call it, the keyword arguments that matter, the
+symptom a maintainer would see and the owner whose code does it. Cases share a
+report only when all of these agree, so one overload failing two ways is two
+reports and one cause seen on many dtypes and input classes is one, with those
+as its scope. Pure: a RunResult in, records out.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import re
+from collections.abc import Callable
+
+from parity_gate.model.findings import FindingClass, Stage
+from parity_gate.model.outcomes import Outcome
+from parity_gate.model.results import CaseResult, RunResult
+from parity_gate.model.upstream import Owner, Signature, Symptom
+from parity_gate.ops.findings import finding_class
+
+# The lead case is the most ordinary one: ordinary values before edge cases, float32 first.
+CLASS_ORDER = ("normal", "range", "specials", "empty")
+DTYPE_ORDER = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16",
+               "int8", "uint8", "bool")
+REPORTED = frozenset({FindingClass.EXPORTER, FindingClass.RUNTIME, FindingClass.UNSUPPORTED})
+# What fails before any value is compared: the outcome alone names the symptom.
+_BY_OUTCOME = {
+    Outcome.UNSUPPORTED_OP: Symptom.UNSUPPORTED, Outcome.EXPORT_ERROR: Symptom.EXPORT_FAILS,
+    Outcome.INVALID_MODEL: Symptom.INVALID_MODEL, Outcome.RUNTIME_ERROR: Symptom.RUN_FAILS,
+    Outcome.NO_KERNEL: Symptom.MISSING_KERNEL, Outcome.CRASH: Symptom.CRASH,
+    Outcome.TIMEOUT: Symptom.CRASH, Outcome.DTYPE_MISMATCH: Symptom.WRONG_DTYPE,
+    Outcome.SHAPE_MISMATCH: Symptom.WRONG_SHAPE, Outcome.BAKED_SHAPE: Symptom.WRONG_SHAPE,
+}
+_KERNEL = re.compile(r"implementation for (\w+\(\d+\))")
+
+
+def lead_order(case: CaseResult) -> tuple[int, int, str]:
+    """Sort key: normal inputs before ranges, specials and empties; float32 first."""
+    cls, dtype = case.key.inputs, case.key.dtype
+    return (CLASS_ORDER.index(cls) if cls in CLASS_ORDER else len(CLASS_ORDER),
+            DTYPE_ORDER.index(dtype) if dtype in DTYPE_ORDER else len(DTYPE_ORDER), case.id)
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def symptom_of(case: CaseResult) -> Symptom:
+    """The symptom a maintainer would see on this case: its outcome, or for wrong values
+    the pattern of the element that differs (eager vs ONNX Runtime)."""
+    low = case.op.low_precision if case.op is not None else None
+    if case.outcome is Outcome.DTYPE_MISMATCH and low is not None:
+        return Symptom.LOW_PRECISION  # a graph that computes narrower than eager returns
+    if case.outcome in _BY_OUTCOME:
+        return _BY_OUTCOME[case.outcome]
+    example = case.op.example if case.op is not None else None
+    eager = _number(example.eager) if example is not None else None
+    got = _number(example.onnx) if example is not None else None
+    if eager is not None and got is not None:
+        if math.isnan(eager) and not math.isnan(got):
+            return Symptom.NAN_DROPPED
+        if math.isnan(got) and not math.isnan(eager):
+            return Symptom.NAN_INTRODUCED
+        if eager == got == 0 and math.copysign(1, eager) != math.copysign(1, got):
+            return Symptom.SIGNED_ZERO_LOST
+        if math.isinf(got) and math.isfinite(eager):
+            return Symptom.OVERFLOW_TO_INF
+        if math.isinf(eager) and math.isfinite(got):
+            return Symptom.INF_LOST
+    if low is not None:
+        return Symptom.LOW_PRECISION
+    return Symptom.WRONG_VALUES
+
+
+def owner_of(case: CaseResult, symptom: Symptom) -> Owner:
+    """Whose code it is: a missing kernel, an ONNX Runtime crash or a difference that
+    vanishes with ORT's graph optimizations off is the runtime's; a failure while
+    capturing (or the legacy tracer, which lives in torch) is torch's; the rest is the
+    translation's."""
+    rc = case.recheck
+    if symptom is Symptom.MISSING_KERNEL:
+        return Owner.KERNEL
+    if symptom is Symptom.CRASH and case.lost is not None \
+            and case.lost.step.stage is Stage.RUNNING:
+        return Owner.KERNEL
+    if rc is not None and rc.unoptimized is not None and rc.unoptimized.vanishes:
+        return Owner.KERNEL
+    if case.reason.startswith("torch.export") or case.provenance.exporter == "torchscript":
+        return Owner.CAPTURE
+    return Owner.TRANSLATION
+
+
+def args_that_matter(call: str) -> list[str]:
+    """The call's keyword arguments: a string value is part of what the op does
+    (`reduce='mean'`), any other value only by its name (`include_self`, `dtype`), so
+    variants that differ in a flag's value share a report when they fail alike."""
+    try:
+        node = ast.parse(call, mode="eval").body
+    except SyntaxError:
+        return []
+    while isinstance(node, ast.BinOp):  # `(x - y) ** 2`: the outermost call names it
+        node = node.left
+    if not isinstance(node, ast.Call):
+        return []
+    out = []
+    for kw in node.keywords:
+        if kw.arg is None:
+            continue
+        value = kw.value
+        text = (f"{kw.arg}={value.value!r}" if isinstance(value, ast.Constant)
+                and isinstance(value.value, str) else kw.arg)
+        out.append(text)
+    return sorted(out)
+
+
+def reported(case: CaseResult) -> bool:
+    """A failing op case that is an exporter or runtime defect (not eager's own, not a
+    tolerance artefact the re-check explained away)."""
+    if case.op is None or not case.failed or case.outcome is Outcome.EAGER_ERROR \
+            or finding_class(case) not in REPORTED:
+        return False
+    rc = case.recheck
+    return rc is None or not rc.verdict.dismisses
+
+
+def signature_of(case: CaseResult) -> Signature:
+    """The one-case signature (scope filled in by `group`)."""
+    assert case.op is not None
+    symptom = symptom_of(case)
+    kernel = _KERNEL.search(case.reason)
+    return Signature(
+        user_op=case.op.user_op, overload=case.op.op, symptom=symptom,
+        owner=owner_of(case, symptom), args=args_that_matter(case.op.call),
+        kernel=kernel.group(1) if kernel else "")
+
+
+def group(run: RunResult) -> list[tuple[Signature, list[CaseResult]]]:
+    """One signature per defect, its cases lead first; signatures in the order of their
+    lead cases' ids. A kernel gap is one report per ONNX op whatever torch op reached it."""
+    groups: dict[str, tuple[Signature, list[CaseResult]]] = {}
+    for case in run.cases:
+        if reported(case):
+            sig = signature_of(case)
+            groups.setdefault(sig.key, (sig, []))[1].append(case)
+    out = []
+    for sig, cases in groups.values():
+        cases.sort(key=lead_order)
+        lead = cases[0]
+        ops = [c.op for c in cases if c.op is not None]
+        out.append((Signature.from_dict({
+            **sig.to_dict(),
+            "user_op": lead.op.user_op if lead.op else sig.user_op,
+            "overload": lead.op.op if lead.op else sig.overload,
+            "variants": list(dict.fromkeys(o.variant for o in ops)),
+            "calls": list(dict.fromkeys(o.call for o in ops)),
+            "dtypes": sorted({c.key.dtype for c in cases}, key=_rank(DTYPE_ORDER)),
+            "input_classes": sorted({c.key.inputs for c in cases}, key=_rank(CLASS_ORDER)),
+            "lead": lead.id}), cases))
+    return sorted(out, key=lambda pair: pair[1][0].key.sort_key)
+
+
+def _rank(order: tuple[str, ...]) -> Callable[[str], tuple[int, str]]:
+    return lambda x: (order.index(x) if x in order else len(order), x)

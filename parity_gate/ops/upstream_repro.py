@@ -1,0 +1,244 @@
+"""The repro an upstream report carries: a short script on the fewest elements that show it.
+
+It needs torch and onnxruntime only, exports one op, runs it in ONNX Runtime
+and prints eager, ONNX Runtime and a float64 run at the element that differs;
+it fails (an assertion, or the exporter's or runtime's own error) exactly when
+the defect shows. Candidates come smallest first: one element per input for an
+elementwise op (the sweep recorded the differing element and its inputs),
+seeded ordinary data, then the sweep's own inputs. The drafting side runs
+them (`upstream_check`) and keeps the first that reproduces; none: no draft.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from parity_gate.model.results import CaseResult
+from parity_gate.model.upstream import Signature, Symptom
+from parity_gate.ops.inputs import make_inputs
+from parity_gate.ops.records import FLOATS, OpVariant
+
+# Where each symptom shows: the statement of the script that must raise.
+EXPECTED_STAGE = {
+    Symptom.EXPORT_FAILS: "export", Symptom.UNSUPPORTED: "export",
+    Symptom.INVALID_MODEL: "session", Symptom.RUN_FAILS: "run",
+    Symptom.MISSING_KERNEL: "session", Symptom.CRASH: "died",
+}
+_NOT_IMPLEMENTED = r"NOT_IMPLEMENTED|Could not find an implementation"
+
+
+@dataclass(frozen=True)
+class Repro:
+    """A candidate script, the line of each stage in it, and where it must fail."""
+
+    script: str
+    stages: dict[int, str] = field(default_factory=dict)  # line number → stage
+    expect: str = "assert"  # the stage that must fail ("died": the process is killed)
+    kind: str = ""          # "one element" | "seeded" | "sweep inputs"
+    needs: str = ""         # a pattern the error must show (a kernel gap names itself)
+
+    @property
+    def lines(self) -> int:
+        return self.script.count("\n") + 1
+
+
+def _literal(array: np.ndarray) -> str:
+    if array.dtype.kind == "f" or array.dtype.name == "bfloat16":
+        values = [_float(v) for v in array.astype(np.float64).ravel().tolist()]
+        return "[" + ", ".join(values) + "]"
+    return repr(array.astype(np.int64 if array.dtype.kind != "b" else bool).ravel().tolist())
+
+
+def _float(v: float) -> str:
+    if v != v:
+        return 'float("nan")'
+    if v in (float("inf"), float("-inf")):
+        return 'float("inf")' if v > 0 else '-float("inf")'
+    return repr(v)
+
+
+def _tensor(array: np.ndarray, requires_grad: bool, seeded: bool) -> str:
+    dtype = array.dtype.name
+    grad = ".requires_grad_()" if requires_grad and dtype in FLOATS else ""
+    shape = tuple(array.shape)
+    if array.size == 0:
+        return f"torch.zeros({shape}, dtype=torch.{dtype}){grad}"
+    if seeded and dtype in FLOATS:
+        return f"torch.randn({shape}).to(torch.{dtype}){grad}"
+    reshape = "" if array.ndim == 1 else f".reshape({shape})"
+    text = _literal(array)
+    if array.ndim == 0:
+        text, reshape = text[1:-1], ""
+    return f"torch.tensor({text}, dtype=torch.{dtype}){reshape}{grad}"
+
+
+def _element(value: str, dtype: np.dtype, requires_grad: bool) -> str:
+    grad = ".requires_grad_()" if requires_grad and dtype.name in FLOATS else ""
+    number = _float(float(value)) if dtype.kind == "f" or dtype.name == "bfloat16" else value
+    return f"torch.tensor([{number}], dtype=torch.{dtype.name}){grad}"
+
+
+def _check(symptom: Symptom, k: int | None, where: str, tol: tuple[float, float]) -> list[str]:
+    """The last lines: what is printed, and the statement that fails when the defect shows."""
+    pick = "" if k is None else f"[{k}]"
+    out = [f"got = torch.from_numpy(session.run(None, feeds){pick or '[0]'})",
+           f"expected = model(*inputs){pick}.detach()",
+           f"exact = model(*(t.double() if t.is_floating_point() else t for t in inputs)){pick}",
+           f"print('eager:', expected{where}, '| onnxruntime:', got{where}, "
+           f"'| float64:', exact{where}.item())" if where else
+           "print('eager:', expected, '| onnxruntime:', got, '| float64:', exact)"]
+    if symptom is Symptom.SIGNED_ZERO_LOST:
+        out.append(f"assert got{where or '[0]'}.signbit() == expected{where or '[0]'}.signbit(), "
+                   "'the sign of zero differs'")
+    elif symptom is Symptom.WRONG_DTYPE:
+        out[-1] = "print('eager:', expected.dtype, '| onnxruntime:', got.dtype)"
+        out.append("assert got.dtype == expected.dtype, 'the output dtype differs'")
+    elif symptom is Symptom.WRONG_SHAPE:
+        out[-1] = "print('eager:', tuple(expected.shape), '| onnxruntime:', tuple(got.shape))"
+        out.append("assert got.shape == expected.shape, 'the output shape differs'")
+    else:
+        out.append(f"torch.testing.assert_close(got, expected, equal_nan=True, atol={tol[0]!r},"
+                   f" rtol={tol[1]!r})")
+    return out
+
+
+def _script(sig: Signature, variant: OpVariant, inputs: list[str], case: CaseResult,
+            where: str, tol: tuple[float, float], kind: str,
+            checker: bool = False) -> Repro:
+    example = case.op.example if case.op is not None else None
+    k = int(example.output[1:]) if example is not None and example.output[1:].isdigit() \
+        else None
+    multi = k is not None and k > 0
+    params = ", ".join(variant.arg_names)
+    uses = [f"import {m}" for m in ("math",) if re.search(rf"\b{m}\.", variant.call)]
+    if re.search(r"(?<![\w.])F\.", variant.call):
+        uses.append("import torch.nn.functional as F")
+    lines = ["import torch", *uses, "import onnxruntime as ort", "", "",
+             "class Model(torch.nn.Module):",
+             f"    def forward(self, {params}):",
+             f"        return {variant.call}", "", ""]
+    if kind == "seeded":
+        lines.append("torch.manual_seed(0)")
+    lines += ["inputs = (", *(f"    {t}," for t in inputs), ")",
+              "model = Model().eval()"]
+    stages: dict[int, str] = {}
+    low = sig.symptom is Symptom.LOW_PRECISION
+    lines.append("onnx_program = torch.onnx.export(model, inputs, dynamo=True"
+                 + (", optimize=False)" if low else ")"))
+    stages[len(lines)] = "export"
+    if checker:
+        lines.append("import onnx; onnx.checker.check_model(onnx_program.model_proto, "
+                     "full_check=True)")
+        stages[len(lines)] = "session"
+    lines.append("session = ort.InferenceSession(onnx_program.model_proto.SerializeToString(), "
+                 "providers=['CPUExecutionProvider'])")
+    stages[len(lines)] = "session"
+    bf16 = any("bfloat16" in t for t in inputs)
+    if bf16:  # numpy has no bfloat16: ONNX Runtime takes its bits
+        lines.append("feeds = {i.name: ort.OrtValue.ortvalue_from_numpy_with_onnx_type("
+                     "t.detach().view(torch.int16).numpy(), 16) if t.dtype == torch.bfloat16 "
+                     "else t.detach().numpy() for i, t in zip(session.get_inputs(), inputs)}")
+    else:
+        lines.append("feeds = {i.name: t.detach().numpy() for i, t in "
+                     "zip(session.get_inputs(), inputs)}")
+    if EXPECTED_STAGE.get(sig.symptom) in ("export", "session"):
+        lines.append("session.run(None, feeds)")
+        stages[len(lines)] = "run"
+        lines.append("print('no error')")
+    elif sig.symptom in (Symptom.RUN_FAILS, Symptom.CRASH):
+        lines.append("print(session.run(None, feeds))")
+        stages[len(lines)] = "run"
+    elif low:
+        op_type = _low_op(case)
+        base = len(lines)
+        lines += ["import onnx",
+                  "typed = onnx.shape_inference.infer_shapes(onnx_program.model_proto).graph",
+                  "types = {v.name: onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type."
+                  "elem_type) for v in [*typed.value_info, *typed.input, *typed.output]}",
+                  f"expected = model(*inputs){'' if k is None else f'[{k}]'}",
+                  f"low = [(n.name, str(types.get(n.input[0]))) for n in typed.node if "
+                  f"n.op_type == {op_type!r}]",
+                  "print('eager returns', expected.dtype, '| the graph computes', low)",
+                  "assert all(t == str(expected.dtype).split('.')[-1] for _, t in low), "
+                  "'computed in lower precision than eager returns'"]
+        stages[len(lines)] = "assert"
+        stages[base + 2] = "session"
+    else:
+        checks = _check(sig.symptom, k if (multi or k) else None, where, tol)
+        if bf16:
+            checks[0] = checks[0].replace("torch.from_numpy(session.run(None, feeds)",
+                                          "torch.from_dlpack(session.run_with_ort_values("
+                                          "None, {n: v if isinstance(v, ort.OrtValue) else "
+                                          "ort.OrtValue.ortvalue_from_numpy(v) for n, v in "
+                                          "feeds.items()})")
+        base = len(lines)
+        lines += checks
+        stages[base + 1] = "run"
+        stages[len(lines)] = "assert"
+    needs = _NOT_IMPLEMENTED if sig.symptom is Symptom.MISSING_KERNEL else _said(case) \
+        if sig.symptom in (Symptom.EXPORT_FAILS, Symptom.UNSUPPORTED) else ""
+    return Repro("\n".join(lines) + "\n", stages, EXPECTED_STAGE.get(sig.symptom, "assert"),
+                 kind, needs)
+
+
+def candidates(sig: Signature, case: CaseResult, variant: OpVariant,
+               seed: int = 0) -> list[Repro]:
+    """Scripts for the lead case, fewest elements first; the first that reproduces wins."""
+    dtype, cls = case.key.dtype, case.key.inputs
+    arrays = make_inputs(variant, dtype, cls, seed)
+    grads = {a.name: a.requires_grad for a in variant.args}
+    example = case.op.example if case.op is not None else None
+    tolerance = variant.tolerance_for(dtype) if dtype in FLOATS else (0.0, 0.0)
+    out: list[Repro] = []
+    raises = sig.symptom.info.raises
+    index = tuple(example.index) if example is not None else ()
+    where = f"[{', '.join(map(str, index))}]" if index else ""
+    if example is not None and not raises and set(example.inputs) >= set(arrays) and all(
+            a.shape == arrays[variant.arg_names[0]].shape and a.ndim for a in arrays.values()):
+        one = [_element(example.inputs[n], arrays[n].dtype, grads.get(n, False))
+               for n in variant.arg_names]
+        out.append(_script(sig, variant, one, case, "[0]", tolerance, "one element"))
+    if cls in ("normal", "range") and any(a.dtype.name in FLOATS for a in arrays.values()) \
+            and any(a.kind == "data" for a in variant.args):
+        seeded = [_tensor(arrays[n], grads.get(n, False), _is_data(variant, n))
+                  for n in variant.arg_names]
+        out.append(_script(sig, variant, seeded, case, where, tolerance, "seeded"))
+    given = [_tensor(arrays[n], grads.get(n, False), False) for n in variant.arg_names]
+    out.append(_script(sig, variant, given, case, where, tolerance, "sweep inputs"))
+    if sig.symptom is Symptom.INVALID_MODEL:  # ONNX Runtime may load it: the checker does not
+        out.append(_script(sig, variant, given, case, where, tolerance, "sweep inputs",
+                           checker=True))
+    return out
+
+
+def _low_op(case: CaseResult) -> str:
+    """The ONNX op the precision audit named (`Softmax (node_3) computes in float16 ...`)."""
+    low = case.op.low_precision if case.op is not None else None
+    return low.nodes[0].split()[0] if low is not None and low.nodes else ""
+
+
+def _is_data(variant: OpVariant, name: str) -> bool:
+    return any(a.name == name and a.kind == "data" and not a.values for a in variant.args)
+
+
+_UNSUPPORTED = re.compile(r"unsupported operator ([\w.:]+)")
+
+
+def _said(case: CaseResult) -> str:
+    """What the export error must say: the missing operator, or the sweep's message."""
+    missing = _UNSUPPORTED.search(case.reason)
+    if missing:
+        return re.escape(missing.group(1).split(".")[-1])
+    detail = case.reason.split(": ", 1)[-1]
+    return re.escape(detail.split(":")[-1].strip()[:40]) if detail else ""
+
+
+def reproduced(repro: Repro, stage: str, error: str) -> bool:
+    """Did the script fail where this defect shows (and, for a kernel gap or an export
+    error, with what the sweep saw)? A name the script lacks is never the defect."""
+    if stage != repro.expect or "NameError" in error:
+        return False
+    return not repro.needs or re.search(repro.needs, error) is not None
