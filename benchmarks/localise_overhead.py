@@ -1,8 +1,10 @@
-"""What localisation costs: the bundled example plus one planted defect, with and without it.
+"""What localisation costs: the bundled example plus several planted defects, with and without.
 
-The example manifest gets one extra module, tests/data/localise's ten-block
-model whose seventh block hits a known exporter defect, so exactly one module
-mismatches. Both arms run `parity-gate run` in a subprocess, alternating, so
+The example manifest gets tests/data/localise's planted modules (a block's own
+code, a defect two levels down, the root's own code, a module called twice, a
+NaN-only divergence), so several modules mismatch and each gets the full checks
+(the blame rule, the owner, both repros, each repro run). Target: ratio <= 1.5.
+Both arms run `parity-gate run` in a subprocess, alternating, so
 load that comes and goes hits both; the figure is the ratio of medians. Peak
 RSS is the largest process of each run (the worker that localised, for the
 "with" arm), read from the kernel's accounting of the waited-for children.
@@ -24,6 +26,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+PLANTED = ("ten_blocks", "two_deep", "root_code", "called_twice", "nan_sign")
 
 
 def manifest(folder: Path) -> Path:
@@ -37,9 +40,10 @@ def manifest(folder: Path) -> Path:
                 fixture["path"] = str(ROOT / "fixtures" / fixture["path"])
     doc["fixtures"]["vec16"] = {"kind": "random", "samples": 1,
                                 "inputs": {"x": {"shape": ["batch", 16]}}}
-    doc["modules"].append({"name": "ten_blocks", "factory": "models:ten_blocks",
-                           "fixtures": ["vec16"], "dtypes": ["float32"],
-                           "inputs": [{"name": "x", "dynamic": {0: "batch"}}]})
+    for name in PLANTED:
+        doc["modules"].append({"name": name, "factory": f"models:{name}",
+                               "fixtures": ["vec16"], "dtypes": ["float32"],
+                               "inputs": [{"name": "x", "dynamic": {0: "batch"}}]})
     path = folder / "parity.yml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
@@ -68,7 +72,7 @@ def main() -> int:
         for r in range(args.rounds):
             for arm in ((False, True) if r % 2 == 0 else (True, False)):
                 seconds, peak, code = once(path, Path(tmp) / f"r{r}{arm}", arm)
-                assert code == 1, f"expected the planted defect to fail the run, got {code}"
+                assert code == 1, f"expected the planted defects to fail the run, got {code}"
                 times[arm].append(seconds)
                 rss[arm] = max(rss[arm], peak)
                 print(f"round {r + 1} {'with' if arm else 'without'} localisation: "

@@ -1,171 +1,178 @@
-"""First divergent layer: the exported program against its ONNX translation, scope by scope.
+"""Who owns a divergence: the module call, then the node, by one blame rule.
 
-The dynamo exporter names each ONNX value after the FX node that produced it and
-records the module scopes in the node's metadata (`pkg.torch.onnx.name_scopes`),
-so a module's outputs are the FX-named values made inside its scope and used
-outside it. One level of the module tree is checked at a time (its boundary
-values only: memory stays bounded), and the search descends into the first
-child, in execution order, whose outputs leave tolerance while every earlier
-one stayed within it.
+A scope (one call of one module; the root is a scope) owns a divergence when
+the values it reads agree between the two sides and a value it makes and hands
+on does not. The search starts at the root and descends only into a child call
+that satisfies that rule; where none does, the scope's own nodes are compared in
+execution order and the first whose inputs agree and whose output does not is
+the culprit. A consumer whose input already differed is never blamed.
+
+The scopes come from the `torch.export` program (`nn_module_stack`), whose keys
+tell two calls of one module object apart (`fc`, `fc@1`); the ONNX exporter's
+own name scopes do not. With the exporter's optimizer off each FX node's value
+keeps its name in the ONNX graph, so one name addresses both sides. Values are
+asked for one level at a time (the boundary values of that level's calls), so
+memory stays bounded by a level, not the whole graph.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from parity_gate import compare as cmp
-from parity_gate.model.localisation import DivergentLayer, LayerError
+from parity_gate.model.localisation import LayerError
 
-SCOPES = "pkg.torch.onnx.name_scopes"
-CLASSES = "pkg.torch.onnx.class_hierarchy"
-Scope = tuple[str, ...]
+Scope = tuple[str, ...]  # nn_module_stack keys from the root's child down; () is the root
 
 
 @dataclass(frozen=True)
-class _Made:
-    """An FX-named ONNX value and where it was made."""
+class Node:
+    """One call of the exported program: its FX name is the ONNX value it became."""
 
-    value: str
-    scopes: Scope    # module paths from the outermost down, e.g. ("blocks.6", "blocks.6.fc")
-    classes: Scope   # their classes
+    name: str
+    scope: Scope
+    inputs: tuple[str, ...]  # activations it reads (FX names); weights and literals excluded
     aten: str
 
 
+@dataclass(frozen=True)
+class Call:
+    """One call of one module object."""
+
+    path: str    # module path, "" for the root
+    kind: str    # its class
+    order: int   # 1-based: which call of this module object
+    calls: int   # how many calls of it the program makes
+
+    @property
+    def label(self) -> str:
+        name = self.path or "(root)"
+        return f"{name} (call {self.order} of {self.calls})" if self.calls > 1 else name
+
+
+ROOT = Call("", "", 1, 1)
+
+
 @dataclass
-class ScopeMap:
-    """The ONNX graph read as module scopes (built once per exported model)."""
+class Graph:
+    """The exported program read as module calls (built once per program)."""
 
-    made: list[_Made] = field(default_factory=list)             # topological order
-    users: dict[str, list[Scope | None]] = field(default_factory=dict)  # None: graph output
-    nodes: list[tuple[Scope, str]] = field(default_factory=list)  # (scopes, ONNX op type)
+    nodes: list[Node] = field(default_factory=list)   # execution order
+    outputs: list[str] = field(default_factory=list)  # the program's outputs
+    calls: dict[Scope, Call] = field(default_factory=dict)
 
-    @classmethod
-    def of(cls, model: Any) -> ScopeMap:
-        out = cls()
-        graph = model.graph
-        for node in graph.node:
-            meta = {p.key: p.value for p in node.metadata_props}
-            names = _parse_list(meta.get(SCOPES, ""))
-            kinds = _parse_list(meta.get(CLASSES, ""))
-            scopes = tuple(n for n in names[1:-1] if n)
-            out.nodes.append((scopes, node.op_type))
-            for name in node.input:
-                if name:
-                    out.users.setdefault(name, []).append(scopes)
-            fx_name = names[-1] if names else ""
-            if fx_name and fx_name in node.output:
-                out.made.append(_Made(fx_name, scopes, tuple(kinds[1:-1]),
-                                      kinds[-1] if kinds else ""))
-        for o in graph.output:
-            out.users.setdefault(o.name, []).append(None)
-        return out
+    def call(self, scope: Scope) -> Call:
+        return self.calls.get(scope, ROOT)
 
-    def children(self, parent: Scope) -> list[tuple[str, str]]:
-        """(path, class) of the scopes directly inside `parent`, in execution order."""
-        seen: dict[str, str] = {}
-        depth = len(parent)
-        for m in self.made:
-            if len(m.scopes) > depth and m.scopes[:depth] == parent:
-                seen.setdefault(m.scopes[depth], m.classes[depth] if depth < len(m.classes)
-                                else "")
-        return list(seen.items())
+    def children(self, scope: Scope) -> list[Scope]:
+        """The calls directly inside `scope`, in execution order."""
+        depth = len(scope)
+        seen = dict.fromkeys(n.scope[: depth + 1] for n in self.nodes
+                             if len(n.scope) > depth and n.scope[:depth] == scope)
+        return list(seen)
+
+    def inside(self, scope: Scope) -> list[Node]:
+        depth = len(scope)
+        return [n for n in self.nodes if n.scope[:depth] == scope]
+
+    def own(self, scope: Scope) -> list[Node]:
+        """The scope's own code: nodes directly in it, not in a child call."""
+        return [n for n in self.nodes if n.scope == scope]
+
+    def inputs_of(self, scope: Scope) -> list[str]:
+        """Activations read inside `scope` and made outside it."""
+        inner = self.inside(scope)
+        made = {n.name for n in inner}
+        return list(dict.fromkeys(i for n in inner for i in n.inputs if i not in made))
 
     def outputs_of(self, scope: Scope) -> list[str]:
-        """Values made inside `scope` and used outside it (or returned by the graph)."""
+        """Values made inside `scope` and read outside it (or returned by the program)."""
         depth = len(scope)
-        out = []
-        for m in self.made:
-            if m.scopes[:depth] != scope:
-                continue
-            users = self.users.get(m.value, [])
-            if any(u is None or u[:depth] != scope for u in users):
-                out.append(m.value)
-        return out
-
-    def inside(self, scope: Scope) -> tuple[list[str], list[str]]:
-        """The ONNX op types and the ATen overloads of the nodes inside `scope`."""
-        depth = len(scope)
-        onnx_ops = list(dict.fromkeys(op for s, op in self.nodes if s[:depth] == scope
-                                      and op != "Constant"))
-        aten = list(dict.fromkeys(m.aten for m in self.made
-                                  if m.scopes[:depth] == scope and m.aten))
-        return onnx_ops, aten
+        made = {n.name for n in self.inside(scope)}
+        used_outside = {i for n in self.nodes if n.scope[:depth] != scope for i in n.inputs}
+        used_outside.update(self.outputs)
+        return [n.name for n in self.nodes if n.name in made and n.name in used_outside]
 
 
-Evaluate = Callable[[list[str]], tuple[dict[str, np.ndarray], dict[str, np.ndarray]]]
-"""names → (expected values from the exported program, values from ONNX Runtime)."""
+@dataclass(frozen=True)
+class Agreement:
+    """One value on both sides: within tolerance (non-finite values compared by kind)?"""
+
+    passed: bool
+    max_abs: float | None = None
+    needed_atol: float | None = None
+
+
+def agreement(expected: np.ndarray, actual: np.ndarray, tolerance: cmp.Tolerance
+              ) -> Agreement:
+    c = cmp.compare(np.asarray(expected), np.asarray(actual), tolerance)
+    need = None if c.passed else (np.inf if c.needed_atol is None else c.needed_atol)
+    return Agreement(c.passed, c.max_abs, need)
+
+
+Evaluate = Callable[[list[str]], dict[str, Agreement]]
+"""names → how each value compares; a name it cannot compare (not a tensor, not in the
+ONNX graph) is left out and counts as agreeing."""
 
 
 @dataclass
-class LayerSearch:
-    layer: DivergentLayer | None
-    curve: list[LayerError]  # the top level, in execution order
-    evaluated: int = 0       # values compared in all
+class Blame:
+    path: list[Scope]         # the calls descended into, outermost first ([]: the root)
+    curve: list[LayerError]   # the root's child calls, in execution order
+    node: Node | None         # the culprit node; None: no single node of the scope
+    diverges: bool            # the program's outputs differ at all on this sample
+    evaluated: int = 0        # values compared in all
+
+    @property
+    def scope(self) -> Scope:
+        return self.path[-1] if self.path else ()
 
 
-def search(scopes: ScopeMap, evaluate: Evaluate, tolerance: cmp.Tolerance,
-           max_depth: int = 8) -> LayerSearch:
-    """Descend the module tree to the first divergent scope (see the module docstring)."""
-    parent: Scope = ()
-    path: list[tuple[str, str]] = []
+def search(graph: Graph, evaluate: Evaluate, max_depth: int = 32) -> Blame:
+    """Apply the blame rule from the root down (see the module docstring)."""
+    first = evaluate(list(graph.outputs))
+    evaluated = len(graph.outputs)
+    diverges = not _agree(graph.outputs, first)
+    scope: Scope = ()
+    path: list[Scope] = []
     curve: list[LayerError] = []
-    evaluated = 0
-    for _ in range(max_depth):
-        kids = scopes.children(parent)
-        if not kids:
+    for depth in range(max_depth):
+        kids = graph.children(scope)
+        if not kids or not diverges:
             break
-        wanted = {name: scopes.outputs_of((*parent, name)) for name, _ in kids}
-        names = list(dict.fromkeys(v for vs in wanted.values() for v in vs))
-        expected, actual = evaluate(names)
+        bounds = {k: (graph.inputs_of(k), graph.outputs_of(k)) for k in kids}
+        names = list(dict.fromkeys(v for ins, outs in bounds.values() for v in (*ins, *outs)))
+        got = evaluate(names)
         evaluated += len(names)
-        errors = [_error(name, kind, wanted[name], expected, actual, tolerance)
-                  for name, kind in kids]
-        if not parent:
-            curve = errors
-        first = next((e for e in errors if not e.passed), None)
-        if first is None:
-            break  # every child stays within tolerance: the parent's own ops diverge
-        path.append((first.module, first.kind))
-        parent = (*parent, first.module)
-    if not path:
-        return LayerSearch(None, curve, evaluated)
-    onnx_ops, aten = scopes.inside(parent)
-    name, kind = path[-1]
-    return LayerSearch(DivergentLayer(name, kind, [p for p, _ in path], onnx_ops, aten),
-                       curve, evaluated)
+        if depth == 0:
+            curve = [_point(graph.call(k), outs, got) for k, (_, outs) in bounds.items()]
+        owner = next((k for k, (ins, outs) in bounds.items()
+                      if _agree(ins, got) and not _agree(outs, got)), None)
+        if owner is None:
+            break
+        path.append(owner)
+        scope = owner
+    node = None
+    if diverges:
+        own = graph.own(scope)
+        names = list(dict.fromkeys(v for n in own for v in (*n.inputs, n.name)))
+        got = evaluate(names)
+        evaluated += len(names)
+        node = next((n for n in own if n.name in got and _agree(n.inputs, got)
+                     and not got[n.name].passed), None)
+    return Blame(path, curve, node, diverges, evaluated)
 
 
-def _error(name: str, kind: str, values: Sequence[str], expected: dict[str, np.ndarray],
-           actual: dict[str, np.ndarray], tolerance: cmp.Tolerance) -> LayerError:
-    worst_abs: float | None = None
-    worst_need: float | None = None
-    passed = True
-    for value in values:
-        if value not in expected or value not in actual:
-            continue
-        c = cmp.compare(expected[value], actual[value], tolerance, name=value)
-        passed &= c.passed
-        if c.max_abs is not None:
-            worst_abs = c.max_abs if worst_abs is None else max(worst_abs, c.max_abs)
-        if not c.passed:
-            need = np.inf if c.needed_atol is None else c.needed_atol
-            worst_need = need if worst_need is None else max(worst_need, need)
-    return LayerError(name, kind.rsplit(".", 1)[-1], worst_abs, worst_need, passed)
+def _agree(names: Iterable[str], got: dict[str, Agreement]) -> bool:
+    return all(got[n].passed for n in names if n in got)
 
 
-def _parse_list(text: str) -> list[str]:
-    """The exporter writes these lists as Python reprs (`['', 'blocks.6', 'add']`)."""
-    text = text.strip()
-    if not (text.startswith("[") and text.endswith("]")):
-        return []
-    import ast
-
-    try:
-        value = ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return []
-    return [str(v) for v in value] if isinstance(value, list) else []
+def _point(call: Call, outputs: list[str], got: dict[str, Agreement]) -> LayerError:
+    """One point of the error curve: the call's worst output."""
+    seen = [got[n] for n in outputs if n in got]
+    worst = max((a.max_abs for a in seen if a.max_abs is not None), default=None)
+    need = max((a.needed_atol for a in seen if a.needed_atol is not None), default=None)
+    return LayerError(call.label, call.kind, worst, need, all(a.passed for a in seen))

@@ -2,9 +2,10 @@
 
 One job per (module, dtype) with mismatching cases goes to the same warm pool
 that ran the cases. The cheap checks run on every such case; the expensive
-ones (layer search, the op to blame, repro folders) on the first `cap` cases,
-worst first. A job that crashes or hangs costs only its own checks: the
-cases keep their verdicts and say that localisation did not finish.
+ones (the blame rule, the op, the owner, repro folders) on the worst case of
+every failing (module, dtype), then on the next worst cases while fewer than
+`cap` have them (a cap of 0 turns them off). A job that crashes or hangs
+costs only its own checks: the cases keep their verdicts and say that localisation did not finish.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ LOCALISED = (Outcome.MISMATCH,)  # numeric failures; errors and shapes say their
 
 @dataclass(frozen=True)
 class LocalisePolicy:
-    cap: int = 3                      # failing cases that get the expensive checks
+    cap: int = 3                      # cases that get the expensive checks (beyond each
+                                      # failing module's worst); 0: none
     step_timeout_s: float = 120.0
     artifacts: Path | None = None     # repro folders go here (None: no repros)
     version: str = ""
@@ -39,14 +41,28 @@ def jobs_for(run: RunResult, modules: Iterable[ModuleJob], policy: LocalisePolic
     by_name = {m.name: m for m in modules}
     failing = sorted((c for c in run.cases if c.outcome in LOCALISED
                       and c.key.module in by_name), key=lambda c: (-_worst_abs(c), c.id))
-    expensive = [c.id for c in failing[: policy.cap]]
     groups: dict[tuple[str, str], list[CaseResult]] = {}
     for case in failing:
         groups.setdefault((case.key.module, case.key.dtype), []).append(case)
+    expensive = _expensive(failing, groups, policy.cap)
     return [LocaliseJob(by_name[module], dtype, cases, [c.id for c in cases if c.id in expensive],
                         str(policy.artifacts) if policy.artifacts else None,
                         policy.step_timeout_s, policy.version, policy.version_line)
             for (module, dtype), cases in groups.items()]
+
+
+def _expensive(failing: list[CaseResult], groups: dict[tuple[str, str], list[CaseResult]],
+               cap: int) -> set[str]:
+    """Every failing (module, dtype) gets an answer: its worst case first; the cap limits
+    the rest, worst first."""
+    if cap <= 0:
+        return set()
+    chosen = {cases[0].id for cases in groups.values()}
+    for case in failing:
+        if len(chosen) >= cap:
+            break
+        chosen.add(case.id)
+    return chosen
 
 
 def _settled(case: CaseResult, policy: LocalisePolicy) -> CaseResult:

@@ -1,12 +1,15 @@
 """Inside a worker: the follow-up checks for the failing cases of one (module, dtype).
 
-The module is rebuilt and exported exactly as the gate did; then, per failing
-case, cheapest check first: the ORT optimization level the mismatch appears
-at, the CPU provider, the torch.export capture, a float64 run of the same
-weights, and for the first few cases the first divergent layer, the op to
-blame and a repro folder. Every check is timed, bounded and caught on its own:
-one that breaks is recorded as failed and the rest still run.
-"""
+The module is rebuilt and exported exactly as the gate did, and the gate's
+torch.export program translated once more per input shape with the exporter's
+optimizer off (every ONNX value keeps its FX name). Then, per failing case,
+cheapest check first: the ORT optimization level the mismatch appears at, the
+CPU provider, the capture, a float64 run of the same weights, and for the worst
+case of each module (then up to the cap) the blame rule's scope and node, the
+op-sweep finding at it, its owner (ONNX's reference evaluator against ONNX
+Runtime on the culprit's nodes alone) and repro folders, each run before it is
+presented. Every check is timed, bounded and caught on its own: one that breaks
+is recorded as failed and the rest still run."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import copy
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +34,22 @@ from parity_gate.engine.protocol import CaseStream, Emit
 from parity_gate.engine.runtime import first_line
 from parity_gate.engine.tensors import leaves, to_numpy, to_torch
 from parity_gate.localise import known as known_ops
-from parity_gate.localise import layers, repro
+from parity_gate.localise import layers, nodes, repro
 from parity_gate.localise.jobs import LocaliseJob
 from parity_gate.manifest.models import EdgeFixture
+from parity_gate.model.files import remove
 from parity_gate.model.findings import Stage
 from parity_gate.model.keys import CaseKey
-from parity_gate.model.localisation import EXPENSIVE, Check, Localisation, Status, StepRun
+from parity_gate.model.localisation import (
+    EXPENSIVE,
+    Check,
+    Culprit,
+    DivergentLayer,
+    Localisation,
+    Owner,
+    Status,
+    StepRun,
+)
 from parity_gate.model.precision import Ruling
 from parity_gate.model.results import CaseResult
 
@@ -53,6 +66,8 @@ class _Prepared:
     input_names: list[str]
     output_names: list[str]
     known: list[known_ops.Known]
+    program: Any = None  # the gate's torch.export program (dynamo), translated again once
+    traced: dict[Any, _Traced] = field(default_factory=dict)  # by input shapes
 
     def call(self, module: Any, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
         """`module` on numpy inputs, bound to forward() as the gate binds them."""
@@ -75,7 +90,7 @@ class _Sample:
     inputs: dict[str, np.ndarray]
     eager: list[np.ndarray]
     onnx: list[np.ndarray]
-    program: Any = None  # the optimizer-off dynamo export of these inputs, once made
+    found: _Found | None = None  # what the layer search left for the owner and the repro
 
 
 def run(job: LocaliseJob, emit: Emit) -> None:
@@ -122,7 +137,7 @@ def _prepare(job: LocaliseJob) -> _Prepared:
     exported = export_module(typed, binding.arguments(tensors), mj.module.inputs, outs,
                              mj.export)
     return _Prepared(typed, binding, exported.source, names, outs,
-                     known_ops.bundled() if job.expensive else [])
+                     known_ops.bundled() if job.expensive else [], exported.program)
 
 
 def _localise(job: LocaliseJob, prep: _Prepared, result: CaseResult) -> Localisation:
@@ -134,8 +149,9 @@ def _localise(job: LocaliseJob, prep: _Prepared, result: CaseResult) -> Localisa
         (Check.PROVIDER, lambda: _provider(job, prep, result.key, sample, loc)),
         (Check.CAPTURE, lambda: _capture(job, prep, sample, tol, loc)),
         (Check.CONDITIONING, lambda: _conditioning(prep, sample, tol, loc)),
-        (Check.LAYER, lambda: _layer(job, prep, sample, tol, loc)),
+        (Check.LAYER, lambda: _layer(job, prep, sample, tol, loc, result.key.provider)),
         (Check.OP, lambda: _op(job, prep, sample, loc, result.key)),
+        (Check.OWNER, lambda: _owner(job, prep, sample, tol, loc, result.key.provider)),
         (Check.REPRO, lambda: _repro(job, prep, result, sample, tol, loc)),
     ]
     for check, fn in checks:
@@ -214,17 +230,41 @@ def _provider(job: LocaliseJob, prep: _Prepared, key: CaseKey, sample: _Sample,
     return "the CPU provider matches eager" if cpu_ok else "the CPU provider fails too"
 
 
-def _program(job: LocaliseJob, prep: _Prepared, sample: _Sample) -> Any:
-    """The dynamo export of this sample with the exporter's optimizer off, so ONNX values
-    keep their FX names (cached on the sample: capture and layer share it)."""
+@dataclass
+class _Traced:
+    """The program the gate exported, translated again with the exporter's optimizer off so
+    every ONNX value keeps its FX name; read once per (module, dtype, input shapes)."""
+
+    program: Any       # torch.export's ExportedProgram (the translation's)
+    module: Any        # its runnable module
+    graph: layers.Graph
+    proto: Any         # the ONNX translation (onnx.ModelProto)
+    fx: dict[str, Any]  # FX name -> node
+    values: set[str]   # ONNX value names a session can return (typed)
+    inputs: set[str]   # the ONNX graph's inputs
+
+    def arguments(self, prep: _Prepared, inputs: dict[str, np.ndarray]) -> list[Any]:
+        args, kwargs = prep.arguments(inputs)
+        return list(self.program._get_flat_args_with_check(args, kwargs)[0])
+
+
+def _traced(job: LocaliseJob, prep: _Prepared, sample: _Sample) -> _Traced:
+    """The translation for this sample's input shapes, made once and kept on `prep`."""
     import torch
 
-    if sample.program is None:
+    key = tuple(sorted((n, tuple(a.shape), str(a.dtype)) for n, a in sample.inputs.items()))
+    if key not in prep.traced:
         args, kwargs = prep.arguments(sample.inputs)
-        sample.program = torch.onnx.export(
-            prep.module, args, kwargs=kwargs or None, dynamo=True, optimize=False,
-            verbose=False, output_names=prep.output_names or None)
-    return sample.program
+        source = prep.program if prep.program is not None else prep.module
+        onnx_program: Any = torch.onnx.export(  # no output names: every value keeps its own
+            source, args, kwargs=kwargs or None, dynamo=True, optimize=False, verbose=False)
+        program = onnx_program.exported_program
+        proto = onnx_program.model_proto
+        typed = {v.name for v in (*proto.graph.value_info, *proto.graph.output)}
+        prep.traced[key] = _Traced(program, program.module(), nodes.graph_of(program), proto,
+                                   {n.name: n for n in program.graph.nodes}, typed,
+                                   {i.name for i in proto.graph.input})
+    return prep.traced[key]
 
 
 def _capture(job: LocaliseJob, prep: _Prepared, sample: _Sample, tol: cmp.Tolerance,
@@ -233,11 +273,10 @@ def _capture(job: LocaliseJob, prep: _Prepared, sample: _Sample, tol: cmp.Tolera
 
     if job.module.export.exporter == "torchscript":
         return "skipped: the torchscript exporter has no torch.export program"
-    program = _program(job, prep, sample)
+    traced = _traced(job, prep, sample)
     args, kwargs = prep.arguments(sample.inputs)
     with torch.inference_mode():
-        captured = [to_numpy(t) for t in
-                    leaves(program.exported_program.module()(*args, **kwargs))]
+        captured = [to_numpy(t) for t in leaves(traced.module(*args, **kwargs))]
     loc.capture_owns = not _passes(sample.eager, captured, tol)
     worst = [cmp.compare(e, c, tol).max_abs for e, c in zip(sample.eager, captured,
                                                             strict=False)]
@@ -271,59 +310,259 @@ def _conditioning(prep: _Prepared, sample: _Sample, tol: cmp.Tolerance,
     return f"{figures}: {'a tolerance artefact' if loc.artefact else 'a defect'}"
 
 
-def _layer(job: LocaliseJob, prep: _Prepared, sample: _Sample, tol: cmp.Tolerance,
-           loc: Localisation) -> str:
+def _program_values(traced: _Traced, prep: _Prepared, sample: _Sample, names: list[str]
+                    ) -> dict[str, Any]:
+    """The exported program's values of `names` on this sample (tensors as torch)."""
     import torch
 
+    wanted = set(names)
+    got: dict[str, Any] = {}
+
+    class Grab(torch.fx.Interpreter):
+        def run_node(self, n: Any) -> Any:
+            out = super().run_node(n)
+            if n.name in wanted:
+                got[n.name] = out.clone() if isinstance(out, torch.Tensor) else out
+            return out
+
+    with torch.inference_mode():
+        Grab(traced.module).run(*traced.arguments(prep, sample.inputs))
+    return got
+
+
+def _onnx_values(traced: _Traced, sample: _Sample, names: list[str], provider: str
+                 ) -> dict[str, np.ndarray]:
+    """ONNX Runtime's values of `names` on this sample: the translation with those values
+    made graph outputs for one run (then put back)."""
+    import onnxruntime as ort
+
+    graph = traced.proto.graph
+    typed = {v.name: v for v in (*graph.value_info, *graph.output)}
+    kept = len(graph.output)
+    present = {o.name for o in graph.output}
+    asked = [n for n in dict.fromkeys(names) if n in typed]
+    if not asked:
+        return {}  # (a run asked for no names returns every output)
+    graph.output.extend(typed[n] for n in asked if n not in present)
+    try:
+        model = traced.proto.SerializeToString()
+    finally:
+        del graph.output[kept:]
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(model, options, providers=[_ep(provider)])
+    feeds = {i.name: sample.inputs[i.name] for i in session.get_inputs()
+             if i.name in sample.inputs}
+    return dict(zip(asked, session.run(asked, feeds), strict=True))
+
+
+def _against_onnx(traced: _Traced, prep: _Prepared, sample: _Sample, tol: cmp.Tolerance,
+                  provider: str) -> layers.Evaluate:
+    """The blame rule's sides for a translation defect: the program against ONNX Runtime."""
+
+    def evaluate(names: list[str]) -> dict[str, layers.Agreement]:
+        names = [n for n in names if n in traced.values and n not in traced.inputs]
+        program = _program_values(traced, prep, sample, names)
+        tensors = {n: to_numpy(v) for n, v in program.items() if _is_tensor(v)}
+        onnx = _onnx_values(traced, sample, list(tensors), provider)
+        return {n: layers.agreement(tensors[n], _like(onnx[n], tensors[n]), tol)
+                for n in tensors if n in onnx}
+
+    return evaluate
+
+
+def _against_eager(traced: _Traced, prep: _Prepared, sample: _Sample, tol: cmp.Tolerance
+                   ) -> layers.Evaluate:
+    """The blame rule's sides for a capture defect: the program against eager. Eager has
+    no FX names, so a program value agrees when eager computed an equal tensor (same shape
+    and dtype, within tolerance) anywhere in its forward."""
+    seen = _eager_tensors(prep, sample)
+
+    def evaluate(names: list[str]) -> dict[str, layers.Agreement]:
+        program = _program_values(traced, prep, sample, names)
+        out: dict[str, layers.Agreement] = {}
+        for name, value in program.items():
+            if not _is_tensor(value):
+                continue
+            mine = to_numpy(value)
+            candidates = seen.get((mine.shape, str(mine.dtype)), [])
+            found = next((a for a in (layers.agreement(c, mine, tol) for c in candidates)
+                          if a.passed), None)
+            out[name] = found or layers.Agreement(False, None, np.inf)
+        return out
+
+    return evaluate
+
+
+EAGER_BYTES = 256 << 20  # what the capture search may keep of eager's intermediate tensors
+
+
+def _eager_tensors(prep: _Prepared, sample: _Sample
+                   ) -> dict[tuple[tuple[int, ...], str], list[np.ndarray]]:
+    """Every tensor eager's forward makes on this sample (and its inputs, weights), by
+    shape and dtype; bounded by EAGER_BYTES."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen: dict[tuple[tuple[int, ...], str], list[np.ndarray]] = {}
+    budget = [EAGER_BYTES]
+
+    def keep(t: Any) -> None:
+        if isinstance(t, torch.Tensor) and t.numel() * t.element_size() <= budget[0]:
+            a = to_numpy(t)
+            budget[0] -= a.nbytes
+            seen.setdefault((a.shape, str(a.dtype)), []).append(a)
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            for t in leaves(out):
+                keep(t)
+            return out
+
+    for t in (*prep.module.parameters(), *prep.module.buffers()):
+        keep(t)
+    for a in sample.inputs.values():
+        keep(to_torch(a))
+    with Record():
+        prep.call(prep.module, sample.inputs)
+    return seen
+
+
+def _is_tensor(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, torch.Tensor)
+
+
+def _like(onnx: np.ndarray, program: np.ndarray) -> np.ndarray:
+    """ONNX Runtime's value in the program's dtype where only the width differs (an int32
+    index for an int64 one): the blame rule asks about numbers, not dtypes."""
+    if onnx.dtype != program.dtype and onnx.dtype.kind == program.dtype.kind:
+        return onnx.astype(program.dtype)
+    return onnx
+
+
+@dataclass
+class _Found:
+    """What the layer search left for the owner check and the node repro."""
+
+    traced: _Traced
+    node: Any = None  # the culprit's FX node
+    cut: nodes.Cut | None = None
+    feeds: dict[str, np.ndarray] | None = None
+    eager: np.ndarray | None = None
+    verdict: nodes.Verdict | None = None
+    tensors: dict[str, Any] = field(default_factory=dict)  # the eager call's arguments
+
+
+def _weights(program: Any, node: Any) -> dict[str, Any]:
+    """The weights, buffers and constants `node` reads, by their placeholder names."""
+    sig = program.graph_signature
+    state = {**program.state_dict, **program.constants}
+    names = {**sig.inputs_to_parameters, **sig.inputs_to_buffers,
+             **sig.inputs_to_lifted_tensor_constants}
+    return {a.name: state[names[a.name]] for a in node.all_input_nodes
+            if a.name in names and names[a.name] in state}
+
+
+def _layer(job: LocaliseJob, prep: _Prepared, sample: _Sample, tol: cmp.Tolerance,
+           loc: Localisation, provider: str) -> str:
     if job.module.export.exporter == "torchscript":
-        return "skipped: layer search reads the dynamo exporter's module scopes"
-    if loc.capture_owns:
-        return "skipped: the capture already differs; the ONNX translation is not at fault"
-    program = _program(job, prep, sample)
-    args, kwargs = prep.arguments(sample.inputs)
-    graph_module = program.exported_program.module()
-    flat = program.exported_program._get_flat_args_with_check(args, kwargs)[0]
+        return "skipped: the blame rule reads the dynamo exporter's torch.export program"
+    traced = _traced(job, prep, sample)
+    evaluate = (_against_eager(traced, prep, sample, tol) if loc.capture_owns
+                else _against_onnx(traced, prep, sample, tol, provider))
+    blame = layers.search(traced.graph, evaluate)
+    loc.curve = blame.curve
+    graph = traced.graph
+    inside = graph.inside(blame.scope)
+    if blame.path:
+        call = graph.call(blame.scope)
+        loc.layer = DivergentLayer(call.label, call.kind, [graph.call(s).label for s in
+                                                           blame.path],
+                                   list(dict.fromkeys(op for n in inside for op in
+                                                      _op_types(traced, n.name))),
+                                   list(dict.fromkeys(n.aten for n in inside)))
+    sample.found = _Found(traced)
+    if not blame.diverges:
+        return f"no value differs on this sample ({blame.evaluated} values compared)"
+    call = graph.call(blame.scope)
+    if blame.node is None:
+        return (f"{call.label}: its inputs agree and its outputs do not, but no single node "
+                f"of its own code does ({blame.evaluated} values compared)")
+    fx = traced.fx[blame.node.name]
+    source, code = nodes.source_of(fx, job.module.base_dir)
+    loc.culprit = Culprit(
+        scope=call.label, kind=call.kind, aten=nodes._target(nodes.aten_node(fx)[0]),
+        call=nodes.call_text(fx), source=source, code=code,
+        onnx_nodes=_op_types(traced, blame.node.name),
+        owner=Owner.CAPTURE if loc.capture_owns else None,
+        owned_by="the torch.export program already differs from eager"
+        if loc.capture_owns else "")
+    sample.found.node = fx
+    return f"{loc.culprit.describe()} ({blame.evaluated} values compared)"
 
-    def evaluate(names: list[str]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        wanted = set(names)
-        expected: dict[str, np.ndarray] = {}
 
-        class Grab(torch.fx.Interpreter):
-            def run_node(self, n: Any) -> Any:
-                out = super().run_node(n)
-                if n.name in wanted and isinstance(out, torch.Tensor):
-                    expected[n.name] = to_numpy(out)
-                return out
-
-        with torch.inference_mode():
-            Grab(graph_module).run(*flat)
-        present = [n for n in names if n in expected]
-        values = program.compute_values(present, flat) if present else []
-        return expected, {n: to_numpy(v) for n, v in zip(present, values, strict=True)}
-
-    found = layers.search(layers.ScopeMap.of(program.model_proto), evaluate, tol)
-    loc.curve = found.curve
-    loc.layer = found.layer
-    if found.layer is None:
-        return f"no module's outputs leave tolerance ({found.evaluated} values compared)"
-    return f"{found.layer.module} ({found.evaluated} values compared)"
+def _op_types(traced: _Traced, fx_name: str) -> list[str]:
+    op, _ = nodes.aten_node(traced.fx[fx_name])
+    return [n.op_type for n in nodes.onnx_nodes(traced.proto, op.name)
+            if n.op_type != "Constant"]
 
 
 def _op(job: LocaliseJob, prep: _Prepared, sample: _Sample, loc: Localisation,
         key: CaseKey) -> str:
-    if loc.layer is None or sample.program is None:
-        return "skipped: no divergent layer to look in"
-    layer = loc.layer.module
-    nodes = [n for n in sample.program.exported_program.graph.nodes
-             if n.op == "call_function"
-             and any(path == layer or path.startswith(layer + ".")
-                     for path, _ in (n.meta.get("nn_module_stack") or {}).values())]
+    found = sample.found
+    if found is None or (loc.culprit is None and loc.layer is None):
+        return "skipped: no culprit to look at"
+    if found.node is not None:
+        candidates = [nodes.aten_node(found.node)[0]]
+        where = loc.culprit.scope if loc.culprit is not None else ""
+    else:
+        assert loc.layer is not None
+        scope = next(s for s, c in found.traced.graph.calls.items()
+                     if c.label == loc.layer.module)
+        candidates = [found.traced.fx[n.name] for n in found.traced.graph.inside(scope)]
+        where = loc.layer.module
     edge = isinstance(job.module.fixtures[key.inputs], EdgeFixture)
-    loc.known_op = known_ops.match(nodes, prep.known,
+    loc.known_op = known_ops.match(candidates, prep.known,
                                    ("specials", "normal") if edge else ("normal",))
     if loc.known_op is None:
-        return f"no known op-sweep finding covers the {len(nodes)} ATen calls in {layer}"
-    return loc.known_op.describe(layer, job.version_line)
+        return f"no known op-sweep finding covers {len(candidates)} ATen call(s) at {where}"
+    return loc.known_op.describe(where, job.version_line)
+
+
+def _owner(job: LocaliseJob, prep: _Prepared, sample: _Sample, tol: cmp.Tolerance,
+           loc: Localisation, provider: str) -> str:
+    found = sample.found
+    if found is None or found.node is None or loc.culprit is None:
+        return "skipped: no culprit node"
+    if loc.culprit.owner is Owner.CAPTURE:
+        return ("capture owns it: the torch.export program already differs from eager "
+                "(the ONNX nodes translate the program faithfully)")
+    traced = found.traced
+    op, _ = nodes.aten_node(found.node)
+    part = nodes.cut(traced.proto, nodes.onnx_nodes(traced.proto, op.name), found.node.name)
+    if part is None:
+        return "skipped: the culprit's ONNX nodes could not be cut out of the graph"
+    program = _program_values(traced, prep, sample, [*part.feeds, found.node.name,
+                                                     *(a.name for a in op.all_input_nodes)])
+    feeds = {n: to_numpy(v) for n, v in program.items() if n in part.feeds and _is_tensor(v)}
+    missing = [n for n in part.feeds if n not in feeds]
+    if missing:  # values with no FX name (shared constants): ONNX Runtime's own
+        feeds.update(_onnx_values(traced, sample, missing, provider))
+    if any(n not in feeds for n in part.feeds) or not _is_tensor(program.get(found.node.name)):
+        return "skipped: the culprit's ONNX nodes read values the program does not name"
+    eager = to_numpy(program[found.node.name])
+    found.tensors = {**_weights(traced.program, op), **program}
+    verdict = nodes.judge(part, feeds, eager, tol, _ep(provider), found.node)
+    found.cut, found.feeds, found.eager, found.verdict = part, feeds, eager, verdict
+    loc.culprit = replace(loc.culprit, owner=verdict.owner, owned_by=verdict.owned_by,
+                          reference=verdict.reference)
+    if verdict.owner is None:
+        return verdict.owned_by
+    return f"{verdict.owner.value}: {verdict.owned_by}"
 
 
 def _repro(job: LocaliseJob, prep: _Prepared, result: CaseResult, sample: _Sample,
@@ -336,50 +575,50 @@ def _repro(job: LocaliseJob, prep: _Prepared, result: CaseResult, sample: _Sampl
                 expected=dict(zip(names, sample.eager, strict=False)),
                 got=dict(zip(names, sample.onnx, strict=False)), atol=tol.atol,
                 rtol=tol.rtol, providers=[_ep(result.key.provider)], version=job.version)
-    loc.repro = str(folder)
-    if loc.layer is None:
-        return str(folder)
-    try:
-        note = _layer_repro(prep, sample, loc.layer.module, folder / "layer", result.id, tol,
-                            result.key.provider, job.version)
-    except Exception as exc:
-        note = f"the layer could not be exported alone: {first_line(repr(exc))}"
-    return f"{folder}; {note}"
+    code, _ = repro.run_script(folder)
+    notes = []
+    if code == 1:
+        loc.repro = str(folder)
+        notes.append(str(folder))
+    else:
+        notes.append(f"the model-level repro exits {code}, not 1: not presented")
+    notes.append(_node_repro(job, result, sample, tol, loc, folder / "node"))
+    return "; ".join(notes)
 
 
-def _layer_repro(prep: _Prepared, sample: _Sample, path: str, folder: Path, case_id: str,
-                 tol: cmp.Tolerance, provider: str, version: str) -> str:
-    """The divergent submodule alone, exported with the inputs it saw in this sample."""
-    import torch
-
-    sub = prep.module.get_submodule(path)
-    seen: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
-
-    def grab(_m: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if not seen:
-            seen.append((args, kwargs))
-
-    handle = sub.register_forward_pre_hook(grab, with_kwargs=True)
-    try:
-        prep.call(prep.module, sample.inputs)
-    finally:
-        handle.remove()
-    args, kwargs = seen[0]
-    if kwargs or not all(isinstance(a, torch.Tensor) for a in args):
-        return f"{path} takes non-tensor or keyword inputs: no separate layer repro"
-    args = tuple(a.clone() for a in args)
-    names = [f"input{i}" for i in range(len(args))]
-    with torch.inference_mode():
-        outs = [to_numpy(t) for t in leaves(sub(*args))]
-    out_names = [f"output{i}" for i in range(len(outs))]
-    program: Any = torch.onnx.export(sub, args, dynamo=True, verbose=False,
-                                     input_names=names, output_names=out_names)
-    model = program.model_proto.SerializeToString()
-    inputs = {n: to_numpy(a) for n, a in zip(names, args, strict=True)}
-    repro.write(folder, case_id=f"{case_id} (layer {path})", model=model, inputs=inputs,
-                expected=dict(zip(out_names, outs, strict=True)), got=None, atol=tol.atol,
-                rtol=tol.rtol, providers=[_ep(provider)], version=version)
-    return f"layer {path} alone in {folder}"
+def _node_repro(job: LocaliseJob, result: CaseResult, sample: _Sample, tol: cmp.Tolerance,
+                loc: Localisation, folder: Path) -> str:
+    """The culprit's nodes alone; kept only when it reproduces (exit 1)."""
+    found = sample.found
+    if loc.culprit is not None and loc.culprit.owner is Owner.CAPTURE:
+        remove(folder)
+        return "the culprit exists only in the torch.export program: the model-level repro " \
+               "is the narrowest"
+    if found is None or found.cut is None or found.eager is None or found.feeds is None \
+            or found.verdict is None:
+        remove(folder)
+        return "no node-level repro (no culprit's nodes to cut out)"
+    call = None
+    args: dict[str, np.ndarray] = {}
+    plain = all(a.dtype.kind in "biufc" and a.dtype.name != "bfloat16"
+                for a in (*found.feeds.values(), found.eager))
+    if plain:
+        made = nodes.eager_call(found.node, found.tensors)
+        if made is not None:
+            call, used = made
+            args = {n: to_numpy(t) for n, t in used.items()}
+    repro.write_node(folder, case_id=result.id, scope=loc.culprit.scope if loc.culprit else "",
+                     aten=loc.culprit.aten if loc.culprit else "", model=found.cut.model,
+                     feeds=found.feeds, output=found.cut.output, eager=found.eager,
+                     reference=found.verdict.ref, call=call, args=args, atol=tol.atol,
+                     rtol=tol.rtol, provider=_ep(result.key.provider), version=job.version)
+    code, printed = repro.run_script(folder)
+    if code == 1:
+        loc.node_repro = str(folder)
+        return f"node-level repro in {folder}"
+    remove(folder)
+    return (f"the node-level repro exits {code}, not 1 ({first_line(printed) or 'no output'}): "
+            "not presented; the model-level repro stands")
 
 
 def _ep(provider: str) -> str:

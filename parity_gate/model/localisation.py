@@ -22,12 +22,13 @@ class Check(str, enum.Enum):
     PROVIDER = "provider"        # does the CPU provider agree with eager?
     CAPTURE = "capture"          # does the torch.export program already differ from eager?
     CONDITIONING = "conditioning"  # both sides against a float64 run: defect or artefact?
-    LAYER = "layer"              # first module whose output leaves tolerance
-    OP = "op"                    # a known exporter defect inside that layer
+    LAYER = "layer"              # the blame rule: the owning module call and its culprit node
+    OP = "op"                    # a known exporter defect at the culprit
+    OWNER = "owner"              # the culprit's ONNX nodes in ONNX's reference evaluator and ORT
     REPRO = "repro"              # model, inputs, outputs and a standalone script
 
 
-EXPENSIVE = (Check.LAYER, Check.OP, Check.REPRO)
+EXPENSIVE = (Check.LAYER, Check.OP, Check.OWNER, Check.REPRO)
 
 
 class Status(str, enum.Enum):
@@ -58,7 +59,8 @@ class LayerError(Record):
 
 @dataclass(frozen=True, config=CONFIG)
 class DivergentLayer(Record):
-    """The first module (execution order) whose output leaves tolerance, inputs within it."""
+    """The module call that owns the divergence by the blame rule: its inputs within
+    tolerance, an output out of it, and no child call that satisfies the same."""
 
     module: str
     kind: str
@@ -66,6 +68,48 @@ class DivergentLayer(Record):
     onnx_ops: list[str]                   # ONNX node types inside it
     aten_ops: list[str]                   # ATen overloads inside it
     source: str = ""                      # a source line of the module's forward, when known
+
+
+class Owner(str, enum.Enum):
+    """Whose defect it is: what the upstream report routes on (`project`)."""
+
+    CAPTURE = "capture"          # the torch.export program already differs from eager
+    TRANSLATION = "translation"  # ONNX's reference evaluator agrees with ONNX Runtime
+    KERNEL = "kernel"            # the reference agrees with eager, ONNX Runtime does not
+    UNKNOWN = "unknown"          # the reference could not run, or agrees with neither
+
+    @property
+    def project(self) -> str | None:
+        return _PROJECTS[self]
+
+
+_PROJECTS = {Owner.CAPTURE: "pytorch", Owner.TRANSLATION: "onnxscript",
+             Owner.KERNEL: "onnxruntime", Owner.UNKNOWN: None}
+
+
+@dataclass(frozen=True, config=CONFIG)
+class Culprit(Record):
+    """The node that owns a divergence by the blame rule: its inputs agree with eager's
+    and its output does not, in the scope whose inputs agree and outputs do not."""
+
+    scope: str                   # the owning module call: "blocks.6", "fc (call 2 of 2)", "(root)"
+    kind: str                    # that module's class
+    aten: str                    # the ATen overload, e.g. "aten.scatter_reduce.two"
+    call: str                    # with its literal arguments (tensors as %name)
+    source: str = ""             # "models.py:27" where the exported program says it came from
+    code: str = ""               # that source line
+    onnx_nodes: list[str] = field(default_factory=list)  # the ONNX nodes it became (op types)
+    owner: Owner | None = None   # set by the owner check
+    owned_by: str = ""           # the torchlib function, or the op type and provider, or why not
+    reference: str = ""          # what ONNX's reference evaluator did ("" when not asked)
+
+    def describe(self) -> str:
+        """The culprit line, first in every report."""
+        where = f" at {self.source}" if self.source else ""
+        onnx = f" → ONNX {', '.join(self.onnx_nodes[:6])}" if self.onnx_nodes else ""
+        owner = f"; owner: {self.owner.value}" if self.owner is not None else ""
+        by = f" ({self.owned_by})" if self.owned_by and self.owner is not None else ""
+        return f"culprit: {self.scope}: {self.call}{where}{onnx}{owner}{by}"
 
 
 @dataclass(frozen=True, config=CONFIG)
@@ -95,10 +139,12 @@ class Localisation(Record):
     eager_error: Real | None = None        # eager vs float64 (needed atol)
     onnx_error: Real | None = None         # ORT vs float64 (needed atol)
     artefact: bool | None = None           # True: ORT is as close to float64 as eager is
-    layer: DivergentLayer | None = None
+    layer: DivergentLayer | None = None    # the owning module call (None: the root's code)
+    culprit: Culprit | None = None
     curve: list[LayerError] = field(default_factory=list)
     known_op: KnownOp | None = None
     repro: str | None = None               # the artifacts folder of this case
+    node_repro: str | None = None          # the culprit's nodes alone; only one that reproduces
 
     def step(self, check: Check) -> StepRun | None:
         return next((s for s in self.steps if s.check is check), None)
@@ -106,13 +152,17 @@ class Localisation(Record):
     def summary(self) -> list[str]:
         """The findings in words, most actionable first (the op, then the layer...)."""
         out: list[str] = []
-        if self.known_op is not None and self.layer is not None:
-            out.append(f"{self.layer.module}: {self.known_op.aten} is a known exporter defect "
+        if self.culprit is not None:
+            out.append(self.culprit.describe())
+        if self.known_op is not None:
+            where = self.culprit.scope if self.culprit is not None else (
+                self.layer.module if self.layer is not None else "")
+            out.append(f"{where}: {self.known_op.aten} is a known exporter defect "
                        f"({self.known_op.finding})")
-        if self.layer is not None:
+        if self.layer is not None and self.culprit is None:
             out.append(f"first divergent layer: {self.layer.module} ({self.layer.kind}; "
                        f"ONNX {', '.join(self.layer.onnx_ops[:8]) or '-'})")
-        if self.capture_owns:
+        if self.capture_owns and (self.culprit is None or self.culprit.owner is None):
             out.append("the torch.export program already differs from eager: the capture "
                        "owns it, not the ONNX translation")
         if self.provider_specific:
