@@ -336,7 +336,11 @@ def _module_table(views: list[ModuleView], where: Located, decision: GateDecisio
 def _case_section(case: CaseResult) -> str:
     parts = [f'<article class="case" id="case-{esc(case.id)}">'
              f'<h3><code>{esc(case.id)}</code> — <span style="color:{colour(case.outcome)}">'
-             f"{esc(case.outcome.value)}</span></h3><p>{esc(case.explanation)}</p>"]
+             f"{esc(case.outcome.value)}</span></h3>"]
+    loc = case.localisation
+    if loc is not None and loc.culprit is not None:  # the culprit line first
+        parts.append(f'<p class="culprit"><b>{esc(loc.culprit.describe())}</b></p>')
+    parts.append(f"<p>{esc(case.explanation)}</p>")
     bad = [c for c in case.comparisons if not c.passed][:OUTPUTS_PER_CASE]
     for c in bad:
         charts = [histogram_svg(c)] + ([tolerance_svg(c)] if c.max_abs is not None else [])

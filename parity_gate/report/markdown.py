@@ -165,8 +165,11 @@ def _module_fold(view: ModuleView, gate: bool) -> str:
     counts = ", ".join(f"{n} {o.value}" for o, n in
                        sorted(Counter(c.outcome for c in view.failing).items(),
                               key=lambda p: -p[0].severity))
+    culprit = next((c.localisation.culprit for c in view.failing
+                    if c.localisation is not None and c.localisation.culprit is not None), None)
     lines = [f"<details><summary><b>{html_line(view.name)}</b>: {counts} "
              f"of {plural(view.ran, 'case')}</summary>", "",
+             *([f"**{md_cell(culprit.describe(), 400)}**", ""] if culprit else []),
              "| case | outcome | max abs | max rel | ULP | why |" + (" baseline |" if gate else ""),
              "|---|---|---|---|---|---|" + ("---|" if gate else "")]
     lines += [_case_row(c, view, gate) for c in view.failing[:CASE_ROWS]]
@@ -192,6 +195,9 @@ def _localisation(case: CaseResult) -> list[str]:
     if loc.known_op is not None:
         out.append(f"- known op-sweep finding {md_code(loc.known_op.finding)}: "
                    f"{md_cell(loc.known_op.reason, 300)}")
+    if loc.node_repro:
+        out.append(f"- culprit's nodes alone: {md_code(loc.node_repro + '/repro.py')} (needs "
+                   "torch, numpy and onnxruntime; exits 1: it reproduces)")
     if loc.repro:
         out.append(f"- repro: {md_code(loc.repro + '/repro.py')} (needs numpy and onnxruntime)")
     out += ["", "| check | status | seconds | note |", "|---|---|---|---|"]
