@@ -124,7 +124,8 @@ class Settings(_Strict):
         None, description="how torch.onnx.export is called (merged key by key)"
     )
     timeout_s: float | None = Field(
-        None, gt=0, description="wall-clock limit for one module's export and all its runs"
+        None, gt=0, description="wall-clock limit for one module's export and all its runs, "
+        "counted from when its worker is ready (start-up is bounded apart, 120 s)"
     )
     reference_device: Literal["cpu", "cuda"] | None = Field(
         None, description="where eager computes the reference (default cpu)"
