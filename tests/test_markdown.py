@@ -224,3 +224,10 @@ def test_headline_counts_a_module_under_each_failing_outcome() -> None:
                            case("c", "float32", Outcome.EXPORT_ERROR)])
     assert markdown.headline(run).startswith(
         "## ❌ parity-gate: 2 modules fail in eager, 2 fail to export — blocking")
+
+
+def test_every_stage_that_runs_one_librarys_code_names_it() -> None:
+    """A crash's reason names whose code crashed, so its report goes to the right place."""
+    assert Stage.LOADING.library == Stage.RUNNING.library == "ONNX Runtime"
+    assert Stage.EXPORTING.library == "the exporter (torch.onnx)"
+    assert Stage.STARTING.library == "" and Stage.RECHECKING.library == ""

@@ -685,7 +685,9 @@ class WorkerPool:
         where = f"while {worker.step.describe()}"
         if code is not None and code < 0:
             name = signal.Signals(-code).name
-            extra = " (likely out of memory)" if name == "SIGKILL" else ""
+            library = worker.step.stage.library
+            extra = (" (likely out of memory)" if name == "SIGKILL" else
+                     f" in {library}" if library else "")
             return (f"worker killed by {name}{extra} {where}",
                     Lost(worker.step, signal=name))
         if code is None:  # alive, but its result channel is closed (model code closed it)

@@ -43,6 +43,23 @@ class Stage(str, enum.Enum):
     def phrase(self, subject: str) -> str:
         return _PHRASES[self].format(subject or "").replace("  ", " ").strip()
 
+    @property
+    def library(self) -> str:
+        """Whose code runs in this stage ("" where it could be several): a crash there is
+        that library's to explain, and its report goes upstream to it."""
+        return _LIBRARY.get(self, "")
+
+
+_LIBRARY = {
+    Stage.BUILDING: "the model's own code (its factory)",
+    Stage.CASTING: "torch",
+    Stage.EAGER: "the model's forward (eager torch)",
+    Stage.EXPORTING: "the exporter (torch.onnx)",
+    Stage.CHECKING: "onnx's checker",
+    Stage.LOADING: "ONNX Runtime",
+    Stage.RUNNING: "ONNX Runtime",
+}
+
 
 _PHRASES = {
     Stage.STARTING: "waiting for the worker to start",
