@@ -20,6 +20,7 @@ from parity_gate.engine.runtime import available_providers
 from parity_gate.engine.signals import Interrupted, Signals, interruptible
 from parity_gate.errors import UserError
 from parity_gate.gate.decision import GatePolicy, apply
+from parity_gate.localise.crash import replay
 from parity_gate.localise.run import LocalisePolicy, localise
 from parity_gate.manifest.models import Manifest, ProviderSettings
 from parity_gate.model.findings import Finding
@@ -45,6 +46,20 @@ class RunOptions:
     timings: dict[str, float] | None = None  # module → seconds, from --timings
     localise: LocalisePolicy | None = field(default_factory=LocalisePolicy)  # None: --no-localise
     cache_dir: Path | None = None  # the export cache (--cache-dir); None: --no-cache
+
+
+def _replay_crashes(run: RunResult, policy: LocalisePolicy, journal: Journal | None,
+                    progress: Progress) -> None:
+    """Each crash inside ONNX Runtime replayed in a repro folder (localise.crash), while the
+    workers' folder still holds its evidence."""
+    assert policy.artifacts is not None
+    for i, case in enumerate(run.cases):
+        replayed = replay(case, policy.artifacts, policy.version_line)
+        if replayed is not case and replayed.crash is not None:
+            run.cases[i] = replayed
+            if journal is not None:
+                journal.case(replayed)  # again, with its repro: the last one counts
+            progress.message(f"crash of {case.id}: {replayed.crash.describe()}")
 
 
 def apply_provider_override(manifest: Manifest, names: list[str] | None) -> Manifest:
@@ -123,6 +138,8 @@ def _run(manifest: Manifest, manifest_path: Path, options: RunOptions,
                 progress.step(event.module, event.step)
             else:
                 _note(run, progress, event, journal)
+        if options.localise is not None and options.localise.artifacts is not None:
+            _replay_crashes(run, options.localise, journal, progress)  # before the pool
         if options.localise is not None:  # follow-up checks on the failing cases
 
             def localised(case: CaseResult) -> None:

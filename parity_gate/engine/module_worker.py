@@ -12,9 +12,11 @@ import importlib
 import random
 import re
 import sys
+import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -373,7 +375,9 @@ def _run_provider(ctx: _Ctx, exported: ExportedModel, provider: str, keys: list[
     job = ctx.job
     dtype, device = mod.dtype, mod.device
     provenance = ctx.provenance(device, exported, cached)
-    ctx.step(Stage.LOADING, f"{dtype}", f"on {provider}")
+    evidence = {"model": _evidence_model(job, dtype, exported), "provider": provider,
+                "optimization": "all"}
+    ctx.step(Stage.LOADING, f"{dtype}", f"on {provider}", evidence)
     t0 = time.perf_counter()
     try:
         session = stages.open_session(exported.source, provider,
@@ -387,7 +391,7 @@ def _run_provider(ctx: _Ctx, exported: ExportedModel, provider: str, keys: list[
     unoptimized: list[Any] = []  # created on the first mismatch only
     for key in keys:
         ref = refs[(key.inputs, key.batch_size)]
-        ctx.step(Stage.RUNNING, key.id)
+        ctx.step(Stage.RUNNING, key.id, evidence=_evidence_inputs(evidence, ref, feed_names))
         result, got = _run_case(job, session, key, ref, feed_names, export_batch,
                                 dict(timings), provenance)
         if result.outcome is Outcome.MISMATCH:
@@ -404,6 +408,41 @@ def _run_provider(ctx: _Ctx, exported: ExportedModel, provider: str, keys: list[
                 ctx.step(Stage.RECHECKING, key.id, "against float64")
                 result = _against_float64(ctx, mod, result, ref, got)
         ctx.result(result)
+
+
+EVIDENCE_MAX_BYTES = 64 << 20  # inputs larger than this are not kept for a crash repro
+
+
+def _evidence_model(job: ModuleJob, dtype: str, exported: ExportedModel) -> str:
+    """A file holding the model ONNX Runtime is about to load, for a repro should it crash
+    the worker: the export's own file when it has one, else a copy in the worker's
+    temporary folder (the pool's, removed with it)."""
+    if isinstance(exported.source, str):
+        return exported.source
+    path = Path(tempfile.gettempdir()) / "evidence" / f"{job.name}-{dtype}.onnx"
+    try:
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(exported.source)
+    except OSError:
+        return ""
+    return str(path)
+
+
+def _evidence_inputs(evidence: dict[str, str], ref: _Reference,
+                     feed_names: set[str]) -> dict[str, str]:
+    """The LOADING evidence plus the first sample's feeds, saved for a crash while running
+    (not when they pass EVIDENCE_MAX_BYTES: the repro then loads the model only)."""
+    feeds = {k: v for k, v in ref.inputs[0].items() if k in feed_names} if ref.inputs else {}
+    if not evidence.get("model") or not feeds \
+            or sum(a.nbytes for a in feeds.values()) > EVIDENCE_MAX_BYTES:
+        return evidence
+    path = Path(tempfile.gettempdir()) / "evidence" / "inputs.npz"
+    try:
+        path.parent.mkdir(exist_ok=True)
+        np.savez(path, **feeds)  # type: ignore[arg-type]
+    except (OSError, ValueError):
+        return evidence
+    return {**evidence, "inputs": str(path)}
 
 
 def _fusion_check(job: ModuleJob, exported: ExportedModel, provider: str, result: CaseResult,

@@ -116,8 +116,9 @@ class CaseStream:
         self.emit = emit
         self.pending: list[CaseKey] = list(job.cases)
 
-    def step(self, stage: Stage, subject: str = "", detail: str = "") -> None:
-        self.emit(Step(stage, subject, detail))
+    def step(self, stage: Stage, subject: str = "", detail: str = "",
+             evidence: dict[str, str] | None = None) -> None:
+        self.emit(Step(stage, subject, detail, evidence or {}))
 
     def result(self, result: CaseResult) -> None:
         if result.key in self.pending:

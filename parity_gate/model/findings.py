@@ -81,9 +81,46 @@ class Step(Record):
     stage: Stage
     subject: str = ""
     detail: str = ""
+    # What a crash in this step could be replayed from (files in the worker's folder):
+    # `model`, `inputs` (an .npz of the case's feeds), `provider`, `optimization`.
+    evidence: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> str:
         return " ".join(p for p in (self.stage.phrase(self.subject), self.detail) if p)
+
+
+@dataclass(frozen=True, config=CONFIG)
+class CrashRepro(Record):
+    """A crash in ONNX Runtime replayed outside the gate, so it can go upstream.
+
+    `folder` holds the model, the case's inputs where the crash was in a run, and a
+    `repro.py` that loads (and runs) it like the gate did; each graph optimization level
+    is tried in a fresh process: `levels` maps a level to `ok`, the signal it died of, or
+    how else it ended (`exit 1`: an error, not a crash; `timeout`).
+    """
+
+    folder: str
+    reproduces: bool
+    signal: str = ""
+    levels: dict[str, str] = field(default_factory=dict)
+    error: str = ""  # why no repro could be made or run
+
+    def describe(self) -> str:
+        if self.error:
+            return f"no crash repro: {self.error}"
+        if not self.reproduces:
+            return (f"the crash did not reproduce outside the gate ({self.folder}/repro.py at "
+                    f"the gate's optimization level: {self.signal}): not presented as a repro")
+        crashing = [lvl for lvl, how in self.levels.items() if how.startswith("SIG")]
+        fine = [lvl for lvl, how in self.levels.items() if how == "ok"]
+        text = f"reproduced by {self.folder}/repro.py ({self.signal})"
+        if crashing and fine:
+            text += (f"; crashes only at ONNX Runtime optimization level "
+                     f"{', '.join(crashing)} (fine at {', '.join(fine)}): a graph "
+                     "optimization (fusion) pass crashes on this model")
+        elif crashing:
+            text += "; crashes at every optimization level: the kernel itself"
+        return text
 
 
 @dataclass(frozen=True, config=CONFIG)

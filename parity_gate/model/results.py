@@ -18,7 +18,7 @@ from pydantic.dataclasses import dataclass
 
 from parity_gate.errors import UserError
 from parity_gate.model.comparison import Comparison
-from parity_gate.model.findings import Finding, Lost, OpCase, Recheck, Rerun
+from parity_gate.model.findings import CrashRepro, Finding, Lost, OpCase, Recheck, Rerun
 from parity_gate.model.gate import GateDecision
 from parity_gate.model.keys import CaseKey
 from parity_gate.model.localisation import Localisation
@@ -63,6 +63,7 @@ class CaseResult(Record):
     reference: Reference | None = None  # float16/bfloat16: both sides against float64
     reexport: Reexport | None = None    # the mismatch exported again with optimize: false
     cause: ExportCause | None = None    # export failures: the root of the exception chain
+    crash: CrashRepro | None = None     # a crash in ONNX Runtime, replayed in a repro folder
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -88,6 +89,8 @@ class CaseResult(Record):
         if self.reference is not None and self.outcome.failed \
                 and not self.reference.unattainable:
             out.append(self.reference.describe())
+        if self.crash is not None:
+            out.append(self.crash.describe())
         if self.recheck is not None and self.outcome.failed:
             out.append(f"re-check: {self.recheck.describe()}")
         if self.op is not None and self.op.low_precision is not None and self.outcome.failed:
