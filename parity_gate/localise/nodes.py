@@ -23,7 +23,7 @@ import numpy as np
 from parity_gate import compare as cmp
 from parity_gate.engine.runtime import first_line
 from parity_gate.localise import layers
-from parity_gate.model.localisation import Owner
+from parity_gate.model.upstream import Owner
 
 SCOPES = "pkg.torch.onnx.name_scopes"
 NO_STACK = "_empty_nn_module_stack"  # torch.export's stand-in for a node made at the root
@@ -184,23 +184,23 @@ def cut(proto: Any, group: list[Any], output: str) -> Cut | None:
 class Verdict:
     """The culprit's nodes alone, in ONNX Runtime and in ONNX's reference evaluator."""
 
-    owner: Owner | None      # None: the nodes alone match eager in ONNX Runtime
+    reproduces: bool         # the nodes alone differ from eager in ONNX Runtime
+    owner: Owner | None      # None: unknown (`owned_by` says why)
     owned_by: str
     reference: str           # what the reference evaluator did
     onnx: np.ndarray
     ref: np.ndarray | None
 
 
-def owner_of(ort_agrees: bool, ref_eager: bool | None, ref_ort: bool | None) -> Owner | None:
-    """The owner rule. Reference agrees with eager, ONNX Runtime not: the kernel; reference
-    agrees with ONNX Runtime: the translation; no reference answer: unknown."""
-    if ort_agrees:
-        return None
+def owner_of(ref_eager: bool | None, ref_ort: bool | None) -> Owner | None:
+    """The owner rule, where ONNX Runtime differs from eager on the culprit's nodes alone.
+    Reference agrees with eager: the kernel; with ONNX Runtime: the translation; no
+    reference answer, or it agrees with neither: unknown (None)."""
     if ref_eager is None or ref_ort is None:
-        return Owner.UNKNOWN
+        return None
     if ref_eager:
         return Owner.KERNEL
-    return Owner.TRANSLATION if ref_ort else Owner.UNKNOWN
+    return Owner.TRANSLATION if ref_ort else None
 
 
 def judge(part: Cut, feeds: dict[str, np.ndarray], eager: np.ndarray, tol: cmp.Tolerance,
@@ -226,16 +226,16 @@ def judge(part: Cut, feeds: dict[str, np.ndarray], eager: np.ndarray, tol: cmp.T
     ort_ok = layers.agreement(eager, got[out], tol).passed
     ref_eager = None if ref is None else layers.agreement(eager, ref[out], tol).passed
     ref_ort = None if ref is None else layers.agreement(got[out], ref[out], tol).passed
-    owner = owner_of(ort_ok, ref_eager, ref_ort)
-    if owner is Owner.KERNEL:
+    owner = None if ort_ok else owner_of(ref_eager, ref_ort)
+    if ort_ok:
+        by = "the culprit's nodes alone match eager in ONNX Runtime"
+    elif owner is Owner.KERNEL:
         by = f"{_kernel(part, got, ref or {}, tol)} on {provider}"
     elif owner is Owner.TRANSLATION:
         by = translation_of(fx_node)
-    elif owner is Owner.UNKNOWN:
-        by = said if ref is None else _split(eager, got[out], ref[out], tol)
     else:
-        by = "the culprit's nodes alone match eager in ONNX Runtime"
-    return Verdict(owner, by, said, got[out], None if ref is None else ref[out])
+        by = said if ref is None else _split(eager, got[out], ref[out], tol)
+    return Verdict(not ort_ok, owner, by, said, got[out], None if ref is None else ref[out])
 
 
 def _split(eager: np.ndarray, got: np.ndarray, ref: np.ndarray, tol: cmp.Tolerance) -> str:

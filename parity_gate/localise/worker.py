@@ -46,12 +46,12 @@ from parity_gate.model.localisation import (
     Culprit,
     DivergentLayer,
     Localisation,
-    Owner,
     Status,
     StepRun,
 )
 from parity_gate.model.precision import Ruling
 from parity_gate.model.results import CaseResult
+from parity_gate.model.upstream import Owner
 
 LEVELS = ("disabled", "basic", "extended", "all")
 
@@ -558,11 +558,11 @@ def _owner(job: LocaliseJob, prep: _Prepared, sample: _Sample, tol: cmp.Toleranc
     found.tensors = {**_weights(traced.program, op), **program}
     verdict = nodes.judge(part, feeds, eager, tol, _ep(provider), found.node)
     found.cut, found.feeds, found.eager, found.verdict = part, feeds, eager, verdict
+    if not verdict.reproduces:
+        return verdict.owned_by
     loc.culprit = replace(loc.culprit, owner=verdict.owner, owned_by=verdict.owned_by,
                           reference=verdict.reference)
-    if verdict.owner is None:
-        return verdict.owned_by
-    return f"{verdict.owner.value}: {verdict.owned_by}"
+    return f"{verdict.owner.value if verdict.owner else 'unknown'}: {verdict.owned_by}"
 
 
 def _repro(job: LocaliseJob, prep: _Prepared, result: CaseResult, sample: _Sample,

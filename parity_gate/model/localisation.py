@@ -13,6 +13,7 @@ from dataclasses import field
 from pydantic.dataclasses import dataclass
 
 from parity_gate.model.record import CONFIG, Real, Record
+from parity_gate.model.upstream import Owner
 
 
 class Check(str, enum.Enum):
@@ -70,23 +71,6 @@ class DivergentLayer(Record):
     source: str = ""                      # a source line of the module's forward, when known
 
 
-class Owner(str, enum.Enum):
-    """Whose defect it is: what the upstream report routes on (`project`)."""
-
-    CAPTURE = "capture"          # the torch.export program already differs from eager
-    TRANSLATION = "translation"  # ONNX's reference evaluator agrees with ONNX Runtime
-    KERNEL = "kernel"            # the reference agrees with eager, ONNX Runtime does not
-    UNKNOWN = "unknown"          # the reference could not run, or agrees with neither
-
-    @property
-    def project(self) -> str | None:
-        return _PROJECTS[self]
-
-
-_PROJECTS = {Owner.CAPTURE: "pytorch", Owner.TRANSLATION: "onnxscript",
-             Owner.KERNEL: "onnxruntime", Owner.UNKNOWN: None}
-
-
 @dataclass(frozen=True, config=CONFIG)
 class Culprit(Record):
     """The node that owns a divergence by the blame rule: its inputs agree with eager's
@@ -99,7 +83,7 @@ class Culprit(Record):
     source: str = ""             # "models.py:27" where the exported program says it came from
     code: str = ""               # that source line
     onnx_nodes: list[str] = field(default_factory=list)  # the ONNX nodes it became (op types)
-    owner: Owner | None = None   # set by the owner check
+    owner: Owner | None = None   # set by the owner check; None with `owned_by`: unknown, why
     owned_by: str = ""           # the torchlib function, or the op type and provider, or why not
     reference: str = ""          # what ONNX's reference evaluator did ("" when not asked)
 
@@ -107,8 +91,9 @@ class Culprit(Record):
         """The culprit line, first in every report."""
         where = f" at {self.source}" if self.source else ""
         onnx = f" → ONNX {', '.join(self.onnx_nodes[:6])}" if self.onnx_nodes else ""
-        owner = f"; owner: {self.owner.value}" if self.owner is not None else ""
-        by = f" ({self.owned_by})" if self.owned_by and self.owner is not None else ""
+        owner = (f"; owner: {self.owner.value}" if self.owner is not None
+                 else "; owner unknown" if self.owned_by else "")
+        by = f" ({self.owned_by})" if self.owned_by else ""
         return f"culprit: {self.scope}: {self.call}{where}{onnx}{owner}{by}"
 
 
