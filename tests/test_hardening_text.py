@@ -22,7 +22,7 @@ from cmarkgfm.cmark import Options
 from github_server import FakeGitHub
 
 from parity_gate.gate.merge import read_results
-from parity_gate.github import comment, post, upstream
+from parity_gate.github import comment, drafts, post, upstream
 from parity_gate.github.annotations import annotate
 from parity_gate.github.client import GitHubClient
 from parity_gate.github.paths import Paths
@@ -262,11 +262,11 @@ def test_upstream_section_links_only_the_tools_own_github_pages(
 def test_upstream_create_posts_an_inert_issue(gh: FakeGitHub, tmp_path: Path,
                                               untrusted: tuple[Path, RunResult]) -> None:
     got, warnings = upstream.attach(untrusted[1], _client(gh), upstream.UpstreamOptions(
-        mode="create", ledger=tmp_path / "ledger.json"))
+        mode="create", ledger=tmp_path / "ledger.json", verify=False))
     (posted,) = [c.body for c in gh.calls("issues", "POST")]
     assert "\n" not in posted["title"] and len(posted["title"]) <= 256
     assert not MENTION.search(posted["title"]) and not REFERENCE.search(posted["title"])
-    view = assert_inert(posted["body"])
+    view = assert_inert(posted["body"], comments=1)  # the fingerprint, an HTML comment
     assert f"<img src={EVIL}/pixel.png>" in " ".join(view.shown.split())
     assert not warnings and got.upstream[0].created
 
@@ -275,26 +275,31 @@ def test_upstream_draft_is_inert_and_its_repro_fenced(gh: FakeGitHub, tmp_path: 
                                                       untrusted: tuple[Path, RunResult]
                                                       ) -> None:
     run = untrusted[1]
-    upstream.attach(run, _client(gh), upstream.UpstreamOptions(mode="draft",
-                                                               drafts=tmp_path / "drafts"))
+    got, _ = upstream.attach(run, _client(gh), upstream.UpstreamOptions(
+        mode="draft", drafts=tmp_path / "drafts", verify=False))
     (draft,) = list((tmp_path / "drafts").iterdir())
-    assert_inert(draft.read_text(), comments=1)  # "open at ..." for the reader
+    assert_inert(draft.read_text(), comments=2)  # "open at ..." and the fingerprint
     # A repro script that tries to close its fence stays inside it, as typed.
-    case = next(c for c in run.cases if c.op is not None)
     script = f"x = 1  # ```\n\n<img src={EVIL}/repro.png>\n@octocat #5\n"
-    body = upstream.draft(OpRef("aten.y.default", "y"), [case], run, script)[2]
-    view = assert_inert(body)
+    (report,) = [r for r in got.upstream if r.signature is not None]
+    assert report.signature is not None
+    body = drafts.body(report.signature, run, script, None, report)
+    view = assert_inert(body, comments=1)
     assert script.rstrip() in view.shown
 
 
-def test_a_variant_naming_another_folder_reads_no_repro(tmp_path: Path) -> None:
-    """The repro is posted upstream: `../` in a (fork's) variant must not pick the file."""
+def test_a_variant_naming_another_folder_reads_no_repro(gh: FakeGitHub, tmp_path: Path
+                                                        ) -> None:
+    """The repro is posted upstream: it is built from the catalogue's own record of the
+    variant, never read from a file a (fork's) variant names (`../secret`)."""
     (tmp_path / "secret__mismatch.py").write_text("TOKEN = 'not for upstream'\n")
-    (tmp_path / "repro").mkdir()
     case = CaseResult(CaseKey("op/x", "float32", "specials", None, "cpu"), Outcome.MISMATCH,
                       op=OpCase(variant="../secret", family="pointwise", call="torch.x(a)",
                                 op="aten.x.default", aten_ops=["aten.x.default"]))
-    assert upstream.find_repro([case], tmp_path / "repro") is None
+    got, _ = upstream.attach(RunResult(cases=[case]), _client(gh), upstream.UpstreamOptions(
+        mode="draft", drafts=tmp_path / "drafts", repro_dir=tmp_path / "repro"))
+    assert "not drafted: no repro could be built" in got.upstream[0].describe()
+    assert not (tmp_path / "drafts").exists()
 
 
 # ---------------------------------------------------------------- the HTML report

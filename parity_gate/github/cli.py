@@ -115,6 +115,7 @@ def _cmd_comment(args: argparse.Namespace) -> int:
 def _cmd_upstream(args: argparse.Namespace) -> int:
     from parity_gate.github import upstream
     from parity_gate.github.client import GitHubClient, search_rate
+    from parity_gate.github.upstream import issue_url
     from parity_gate.model.text import one_line
     from parity_gate.report.write import atomic_write, run_json
 
@@ -142,8 +143,8 @@ def _cmd_upstream(args: argparse.Namespace) -> int:
     for report in run.upstream:
         sig = report.signature
         what = f"{sig.user_op} {sig.symptom.info.title}" if sig else report.op.overload
-        print(one_line(f"{what}: {report.describe()}"
-                       + (f" — {report.match.url}" if report.match else "")))
+        url = issue_url(report.match.repo, report.match.number) if report.match else None
+        print(one_line(f"{what}: {report.describe()}") + (f" — {url}" if url else ""))
     _warn(warnings)
     s = client.stats
     drafted = sum(1 for r in run.upstream if r.draft)

@@ -20,9 +20,9 @@ from typing import Any
 
 from parity_gate.github.upstream import (
     UpstreamOptions,
-    _issue_url,
     _replace,
     fingerprint,
+    issue_url,
 )
 from parity_gate.model.files import atomic_write, make_folder
 from parity_gate.model.results import CaseResult, RunResult
@@ -107,7 +107,7 @@ def body(sig: Signature, run: RunResult, repro: str, answer: Mapping[str, Any] |
     nodes = list((answer or {}).get("nodes") or [])
     shown_nodes = code_block("\n".join(nodes[:upstream_check.NODE_LIMIT])
                              + ("\n..." if len(nodes) > upstream_check.NODE_LIMIT else ""))
-    related = "\n".join(f"- {md_link(m.title[:100], _issue_url(m.repo, m.number))} "
+    related = "\n".join(f"- {md_link(m.title[:100], issue_url(m.repo, m.number))} "
                         f"({m.kind.value.replace('_', ' ')}; {md_text('; '.join(m.why))})"
                         for m in report.related)
     versions = "\n".join(f"- {name}: {md_text(run.versions[name])}" for name in VERSIONS
@@ -185,7 +185,7 @@ def prepare(run: RunResult, reports: list[UpstreamReport],
                 built[r.signature.key] = []
     chosen, answers, lowerings = _verify(run, built, [
         r.signature.overload for r in todo if r.signature is not None
-        and r.signature.owner is not Owner.KERNEL], options)
+        and r.signature.owner is not Owner.KERNEL and built.get(r.signature.key)], options)
     drafted: Drafted = {}
     out = []
     warnings: list[str] = []

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from parity_gate.errors import UserError
 from parity_gate.gate.merge import read_results
 from parity_gate.github import comment, upstream
-from parity_gate.github.client import DEFAULT_API_URL, GitHubClient, GitHubError
+from parity_gate.github.client import DEFAULT_API_URL, GitHubClient, GitHubError, search_rate
 from parity_gate.github.commands import Annotation, escape_data, write_outputs
 from parity_gate.model.results import RunResult
 from parity_gate.model.text import md_text, one_line
@@ -87,7 +87,7 @@ def _post(inputs: Mapping[str, str], workspace: Path, out_dir: Path, cache_dir: 
     cache = cache_dir / CACHE_SUBDIR if cache_dir else None
     if inputs["upstream"] != "off":
         client = GitHubClient(inputs["upstream_api_url"], upstream_token(inputs, env),
-                              cache_dir=cache, search_per_minute=_per_minute(env))
+                              cache_dir=cache, search_per_minute=search_rate(env))
         run, warnings = _upstream(run, client, inputs, out_dir, results, cache)
         if run.upstream:
             atomic_write(results, run_json(run))
@@ -106,10 +106,12 @@ def _upstream(run: RunResult, client: GitHubClient, inputs: Mapping[str, str], o
     options = upstream.UpstreamOptions(
         mode=inputs["upstream"], drafts=out_dir / "upstream-drafts",
         repro_dir=results.parent / "repro",
-        ledger=cache / "created-issues.json" if cache else out_dir / "created-issues.json")
+        ledger=cache / "created-issues.json" if cache else out_dir / "created-issues.json",
+        check_cache=cache / "repro-checks.json" if cache else None)
     if options.mode == "create" and not client.authenticated:
         return upstream.attach(run, client, upstream.UpstreamOptions(
-            mode="draft", drafts=options.drafts, repro_dir=options.repro_dir)
+            mode="draft", drafts=options.drafts, repro_dir=options.repro_dir,
+            check_cache=options.check_cache)
         )[0], ["upstream: create needs upstream_token (a token that may open issues in the "
                "upstream repositories; a workflow's own token cannot): drafted instead"]
     return upstream.attach(run, client, options)
@@ -129,15 +131,6 @@ def _comment(run: RunResult, inputs: Mapping[str, str], env: Mapping[str, str],
         return [f"comment: not posted: {exc}"]
     print(one_line(f"parity-gate: comment {posted.action} ({posted.why}) {posted.url}"))
     return []
-
-
-def _per_minute(env: Mapping[str, str]) -> float | None:
-    """PARITY_GATE_SEARCH_PER_MINUTE: a GitHub Enterprise Server's own search limit."""
-    try:
-        value = float(env.get("PARITY_GATE_SEARCH_PER_MINUTE", ""))
-    except ValueError:
-        return None
-    return value if value > 0 else None
 
 
 def _summary(env: Mapping[str, str], text: str) -> None:

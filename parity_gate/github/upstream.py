@@ -33,6 +33,7 @@ from parity_gate.model.upstream import (
     OpRef,
     Owner,
     Signature,
+    Symptom,
     UpstreamMatch,
     UpstreamReport,
 )
@@ -82,7 +83,7 @@ def fingerprint(sig: Signature) -> str:
 def op_terms(sig: Signature) -> list[str]:
     """How reports name the op: its name, and `aten::name` (the exporter's spelling)."""
     name = sig.op_name
-    if sig.symptom.value == "missing_kernel" and sig.kernel:
+    if sig.symptom is Symptom.MISSING_KERNEL and sig.kernel:
         return [sig.kernel.split("(")[0]]
     return [name, f'"aten::{OpRef(sig.overload).name}"'] if OpRef(sig.overload).name != name \
         else [name]
@@ -118,8 +119,8 @@ def _names(sig: Signature) -> list[str]:
     short = OpRef(sig.overload).name
     names = {sig.overload, f"aten::{short}", f"aten.{short}", f"aten_{short}", sig.user_op,
              f".{sig.op_name}(", f"F.{sig.op_name}(", sig.lowering}
-    if sig.symptom.value == "missing_kernel" and sig.kernel:
-        names |= {sig.kernel, f"{sig.kernel.split('(')[0]} "}
+    if sig.symptom is Symptom.MISSING_KERNEL and sig.kernel:
+        names |= {sig.kernel, sig.kernel.split('(')[0]}
     return sorted(n for n in names if n and n != "(")
 
 
@@ -328,7 +329,7 @@ def markdown(reports: list[UpstreamReport], warnings: Iterable[str] = ()) -> str
     for r in reports:
         link = ""
         if r.match is not None:  # rebuilt from repo and number: a record's url is not used
-            link = f" — {md_link(r.match.title[:80], _issue_url(r.match.repo, r.match.number))}"
+            link = f" — {md_link(r.match.title[:80], issue_url(r.match.repo, r.match.number))}"
         elif r.created:  # linked only where it is an issue page on github.com
             link = f" — {md_link('the new issue', r.created)}"
         what = (f"{code_span(r.signature.user_op or r.op.overload, table=True)} "
@@ -339,7 +340,7 @@ def markdown(reports: list[UpstreamReport], warnings: Iterable[str] = ()) -> str
     return "\n".join([*lines, ""])
 
 
-def _issue_url(repo: str, number: int) -> str | None:
+def issue_url(repo: str, number: int) -> str | None:
     """The github.com page of an issue or pull request in one of the searched repositories
     (`/issues/N` shows a pull request too); None for any other repository."""
     return github_url(repo, "issues", number) if repo in SEARCHED_REPOS else None
@@ -352,7 +353,7 @@ def _issue_url(repo: str, number: int) -> str | None:
 class UpstreamOptions:
     mode: str = "draft"               # "search" | "draft" | "create"
     drafts: Path | None = None        # where drafts go (draft mode)
-    repro_dir: Path | None = None     # unused since repros are built per signature; kept
+    repro_dir: Path | None = None     # the sweep's repro/ (not read: drafts build their own)
     max_create: int = 3
     ledger: Path | None = None        # issues this machine opened (create mode)
     verify: bool = True               # run every repro first; draft only what reproduces

@@ -1,0 +1,173 @@
+"""Drafts for the bundled op sweep's findings: one per defect signature, each in its
+repository's convention, each with a repro that was run and reproduces.
+
+`data/upstream/bundled-findings.json.gz` holds the reported cases of `parity-gate ops` on
+the pinned versions (torch 2.13.0, onnxscript 0.7.2, onnxruntime 1.32.0): the findings
+`parity_gate/ops/known-findings.yml` was generated from.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from github_server import FakeGitHub
+from test_github_upstream import client, make_run, op_case
+
+from parity_gate.github import upstream
+from parity_gate.model.results import CaseResult, RunResult
+from parity_gate.model.upstream import Owner, Signature, Symptom
+from parity_gate.ops import signatures, upstream_check
+
+FIXTURE = Path(__file__).parent / "data" / "upstream" / "bundled-findings.json.gz"
+SIGNATURES = 376
+RAISES = {Symptom.MISSING_KERNEL: "NOT_IMPLEMENTED", Symptom.INVALID_MODEL: "",
+          Symptom.RUN_FAILS: "", Symptom.EXPORT_FAILS: "", Symptom.UNSUPPORTED: "",
+          Symptom.CRASH: ""}
+PREFIX = {Owner.TRANSLATION: "[torchlib] ", Owner.CAPTURE: "[ONNX] ",
+          Owner.KERNEL: "CPUExecutionProvider "}
+SECTIONS = {Owner.TRANSLATION: ["🐛 Describe the bug", "Repro", "Expected vs actual",
+                                "ONNX nodes involved", "Where the lowering lives", "Versions",
+                                "How it was found"],
+            Owner.KERNEL: ["Describe the issue", "To reproduce", "Urgency", "Platform",
+                           "ONNX Runtime Installation", "ONNX Runtime Version or Commit ID",
+                           "ONNX Runtime API", "Architecture", "Execution Provider", "Where",
+                           "Versions", "How it was found"]}
+JARGON = re.compile(r"op/[\w.]+/|\bo\d+:|re-?check|parity-gate|case id|specials/cpu")
+
+
+@pytest.fixture(scope="module")
+def bundled() -> RunResult:
+    return RunResult.from_dict(json.loads(gzip.decompress(FIXTURE.read_bytes())))
+
+
+@pytest.fixture
+def gh() -> Iterator[FakeGitHub]:
+    with FakeGitHub() as server:
+        yield server
+        assert server.errors == [], server.errors
+
+
+def test_the_bundled_findings_are_one_signature_per_defect(bundled: RunResult) -> None:
+    found = signatures.group(bundled)
+    assert len(found) == SIGNATURES
+    assert len({s.key for s, _ in found}) == SIGNATURES
+    ids = [c.id for _, cases in found for c in cases]
+    assert len(ids) == len(set(ids)) == sum(1 for c in bundled.cases if signatures.reported(c))
+    for sig, cases in found:  # every case shows this symptom; the lead is the most ordinary
+        assert {signatures.symptom_of(c) for c in cases} == {sig.symptom}
+        assert cases[0].id == sig.lead == min(cases, key=signatures.lead_order).id
+    by_args = {(s.user_op, tuple(s.args)) for s, _ in found if "scatter_reduce" in s.user_op}
+    assert ("torch.scatter_reduce", ("include_self", "reduce='mean'")) in by_args
+    assert ("torch.scatter_reduce", ("include_self", "reduce='amax'")) in by_args
+    leads = [s for s, _ in found if s.symptom is Symptom.NAN_DROPPED and s.op_name == "mean"]
+    assert leads and all(s.lead.split("/")[-2] == "empty" for s in leads)  # NaN of nothing
+
+
+def _pick(found: list[tuple[Signature, list[CaseResult]]], op: str, symptom: Symptom
+          ) -> list[CaseResult]:
+    return next(cs for s, cs in found if s.op_name == op and s.symptom is symptom)
+
+
+def _blocks(draft: str) -> list[str]:
+    return re.findall(r"^(`{3,})python\n(.*?)\n\1$", draft, re.MULTILINE | re.DOTALL)
+
+
+def _check_draft(sig: Signature, text: str) -> str:
+    """The draft reads as upstream writes: title, sections, no tool jargon; its repro."""
+    head, _, body = text.partition("\n# ")[2].partition("\n")
+    assert head.replace("\\", "").startswith(PREFIX[sig.owner])
+    sections = re.findall(r"^### (.+)$", body, re.MULTILINE)
+    assert sections[:len(SECTIONS.get(sig.owner, []))] == SECTIONS.get(sig.owner, []) or \
+        sig.owner is Owner.CAPTURE
+    visible = re.sub(r"<!--.*?-->", "", text, flags=re.DOTALL)
+    assert not JARGON.search(visible), JARGON.findall(visible)
+    assert re.search(r"<!-- parity-gate-finding-[0-9a-f]{12} -->\n$", text)
+    if sig.owner is Owner.TRANSLATION:
+        assert re.search(r"`aten_\w+` in `onnxscript/function_libs/torch_lib/ops/\w+\.py:\d+`",
+                         body), body
+    ((_, repro),) = [(f, b) for f, b in _blocks(text)]
+    assert repro.count("\n") + 1 <= 25
+    imports = set(re.findall(r"^import ([\w.]+)", repro, re.MULTILINE))
+    assert imports <= {"torch", "onnxruntime", "torch.nn.functional", "math", "onnx"}
+    return repro
+
+
+@pytest.mark.process
+def test_drafts_follow_each_repository_and_their_repros_reproduce(
+        gh: FakeGitHub, tmp_path: Path, bundled: RunResult) -> None:
+    """A translation defect (onnxscript), a kernel gap (onnxruntime) and an invalid model:
+    drafted once each, and each embedded repro, run as a script of its own, fails with
+    the defect (an assertion on the values, ONNX Runtime's own error)."""
+    found = signatures.group(bundled)
+    cases = [*_pick(found, "atan2", Symptom.NAN_DROPPED),
+             *next(cs for s, cs in found if s.kernel == "Atan(7)"),
+             *_pick(found, "softmax", Symptom.INVALID_MODEL)]
+    got, warnings = upstream.attach(make_run(*cases), client(gh), upstream.UpstreamOptions(
+        mode="draft", drafts=tmp_path / "drafts", check_cache=tmp_path / "checks.json"))
+    assert warnings == [] and len(got.upstream) == 3
+    assert [r.signature.owner for r in got.upstream if r.signature] == [
+        Owner.TRANSLATION, Owner.KERNEL, Owner.TRANSLATION]
+    expect = {Symptom.NAN_DROPPED: "AssertionError: Tensor-likes are not close",
+              Symptom.MISSING_KERNEL: "NOT_IMPLEMENTED : Could not find an implementation "
+                                      "for Atan(7)",
+              Symptom.INVALID_MODEL: "INVALID_GRAPH"}
+    for report in got.upstream:
+        sig = report.signature
+        assert sig is not None and report.draft is not None, report.describe()
+        repro = _check_draft(sig, Path(report.draft).read_text(encoding="utf-8"))
+        script = tmp_path / f"{sig.symptom.value}.py"
+        script.write_text(repro, encoding="utf-8")
+        run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                             timeout=300, cwd=tmp_path)
+        assert run.returncode != 0 and expect[sig.symptom] in run.stderr, run.stderr[-2000:]
+        if sig.symptom is Symptom.NAN_DROPPED:  # eager, ONNX Runtime and float64 printed
+            assert re.search(r"eager: tensor\(nan\) \| onnxruntime: tensor\(0\.\) \| "
+                             r"float64: nan", run.stdout), run.stdout
+
+
+@pytest.mark.process
+def test_a_repro_that_does_not_reproduce_is_never_drafted(gh: FakeGitHub,
+                                                          tmp_path: Path) -> None:
+    """acos(-0.0) is +pi/2 on both sides: a recorded "sign of zero lost" that its repro does
+    not show gets no draft, and the report says why."""
+    got, _ = upstream.attach(make_run(op_case("acos", "aten.acos.default")), client(gh),
+                             upstream.UpstreamOptions(mode="draft", drafts=tmp_path / "d"))
+    (report,) = got.upstream
+    assert report.draft is None and not (tmp_path / "d").exists()
+    assert report.describe() == ("no known report; not drafted: no repro candidate "
+                                 "reproduced it (a flaky or environment-dependent finding)")
+
+
+@pytest.mark.slow
+@pytest.mark.process
+def test_every_bundled_signature_is_drafted_and_its_repro_reproduces(
+        gh: FakeGitHub, tmp_path: Path, bundled: RunResult) -> None:
+    """The whole bundled sweep: one draft per signature, and every embedded repro, taken
+    from the draft's text and run again, fails with its defect (minutes)."""
+    got, _ = upstream.attach(bundled, client(gh), upstream.UpstreamOptions(
+        mode="draft", drafts=tmp_path / "drafts"))
+    assert len(got.upstream) == SIGNATURES
+    missing = [r.describe() for r in got.upstream if r.draft is None]
+    assert not missing, missing
+    assert len(list((tmp_path / "drafts").iterdir())) == SIGNATURES
+    repros = []
+    for report in got.upstream:
+        assert report.signature is not None and report.draft is not None
+        text = Path(report.draft).read_text(encoding="utf-8")
+        repros.append({"key": report.signature.key, "stages": {},
+                       "script": _check_draft(report.signature, text)})
+    checked = upstream_check.check_all(repros, [])
+    for report in got.upstream:
+        sig = report.signature
+        assert sig is not None
+        answer = checked.answers[sig.key]
+        assert answer["stage"] != "ok" and "NameError" not in answer["error"], (sig.key, answer)
+        want = RAISES.get(sig.symptom, "AssertionError")
+        assert want in answer["error"] or sig.symptom is Symptom.CRASH, (sig.key, answer)
