@@ -71,6 +71,18 @@ def test_a_sample_arg_takes_the_other_input_classes_like_data() -> None:
     assert not np.array_equal(values, GIVEN) and np.isfinite(values).all()
 
 
+def test_a_zero_dim_sample_takes_every_dtype_and_class() -> None:
+    """numpy turns 0-d results into scalars; a 0-d sample must stay an array."""
+    scalar = OpVariant("oi.abs.0", "oi.unary", "torch.abs(t0)",
+                       (_sample(np.array(-2.5, dtype=np.float32)),), ("int8", "bool"))
+    for dtype in ("int8", "bool", "float32"):
+        for cls in ("normal", "specials", "empty"):
+            value = make_inputs(scalar, dtype, cls)["t0"]
+            assert isinstance(value, np.ndarray) and value.shape == ()
+    assert make_inputs(scalar, "int8", "normal")["t0"].item() == -2
+    assert make_inputs(scalar, "int8", "specials")["t0"].item() == -128  # the first extreme
+
+
 def _case(variant: str, outcome: Outcome, ops: list[str]) -> CaseResult:
     return CaseResult(CaseKey(f"op/{variant}", "float32", "normal", None, "cpu"), outcome,
                       op=OpCase(variant=variant, family="f", call="", op=ops[0],

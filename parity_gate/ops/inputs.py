@@ -116,12 +116,12 @@ def _given(arg: Arg, dtype: str) -> np.ndarray:
     if dtype in FLOATS:
         return values
     if dtype == "bool":
-        return values > 0
+        return np.asarray(values > 0)
     info = np.iinfo(NUMPY_DTYPES[dtype])
     ints = np.trunc(np.nan_to_num(values, nan=0.0, posinf=info.max, neginf=info.min))
     if info.min == 0:
         ints = np.abs(ints)
-    return np.clip(ints, info.min, info.max).astype(np.int64)
+    return np.asarray(np.clip(ints, info.min, info.max), dtype=np.int64)  # 0-d stays an array
 
 
 def _data(arg: Arg, shape: tuple[int, ...], dtype: str, input_class: str, position: int,
