@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -31,7 +32,9 @@ PLANTED = ("ten_blocks", "two_deep", "root_code", "called_twice", "nan_sign")
 
 def manifest(folder: Path) -> Path:
     doc = yaml.safe_load((ROOT / "fixtures" / "parity.yml").read_text())
-    doc["python_path"] = [str(ROOT / "fixtures"), str(ROOT / "tests" / "data" / "localise")]
+    # the planted models under their own name: the example's `models` would shadow them
+    shutil.copy(ROOT / "tests" / "data" / "localise" / "models.py", folder / "planted.py")
+    doc["python_path"] = [str(ROOT / "fixtures"), str(folder)]
     doc["providers"] = {"cpu": {"required": True}}
     for module in doc["modules"]:  # data files stay where the example keeps them
         for name in module.get("fixtures", []):
@@ -41,7 +44,7 @@ def manifest(folder: Path) -> Path:
     doc["fixtures"]["vec16"] = {"kind": "random", "samples": 1,
                                 "inputs": {"x": {"shape": ["batch", 16]}}}
     for name in PLANTED:
-        doc["modules"].append({"name": name, "factory": f"models:{name}",
+        doc["modules"].append({"name": name, "factory": f"planted:{name}",
                                "fixtures": ["vec16"], "dtypes": ["float32"],
                                "inputs": [{"name": "x", "dynamic": {0: "batch"}}]})
     path = folder / "parity.yml"

@@ -249,10 +249,13 @@ class _Traced:
 
 
 def _traced(job: LocaliseJob, prep: _Prepared, sample: _Sample) -> _Traced:
-    """The translation for this sample's input shapes, made once and kept on `prep`."""
+    """The optimizer-off translation for this sample, made once and kept on `prep`."""
     import torch
 
-    key = tuple(sorted((n, tuple(a.shape), str(a.dtype)) for n, a in sample.inputs.items()))
+    # the gate's program takes every shape its cases ran at (its dynamic dims stay dynamic
+    # in the translation): one translation per (module, dtype); else one per input shape
+    key = () if prep.program is not None else tuple(
+        sorted((n, tuple(a.shape), str(a.dtype)) for n, a in sample.inputs.items()))
     if key not in prep.traced:
         args, kwargs = prep.arguments(sample.inputs)
         source = prep.program if prep.program is not None else prep.module
