@@ -112,8 +112,8 @@ def test_drafts_follow_each_repository_and_their_repros_reproduce(
     got, warnings = upstream.attach(make_run(*cases), client(gh), upstream.UpstreamOptions(
         mode="draft", drafts=tmp_path / "drafts", check_cache=tmp_path / "checks.json"))
     assert warnings == [] and len(got.upstream) == 3
-    assert [r.signature.owner for r in got.upstream if r.signature] == [
-        Owner.TRANSLATION, Owner.KERNEL, Owner.TRANSLATION]
+    assert sorted(r.signature.owner.value for r in got.upstream if r.signature) == [
+        "kernel", "translation", "translation"]
     expect = {Symptom.NAN_DROPPED: "AssertionError: Tensor-likes are not close",
               Symptom.MISSING_KERNEL: "NOT_IMPLEMENTED : Could not find an implementation "
                                       "for Atan(7)",
@@ -142,7 +142,8 @@ def test_a_repro_that_does_not_reproduce_is_never_drafted(gh: FakeGitHub,
     (report,) = got.upstream
     assert report.draft is None and not (tmp_path / "d").exists()
     assert report.describe() == ("no known report; not drafted: no repro candidate "
-                                 "reproduced it (a flaky or environment-dependent finding)")
+                                 "reproduced it on its own (the finding depends on the "
+                                 "sweep's batch, or is flaky)")
 
 
 @pytest.mark.slow
@@ -154,17 +155,22 @@ def test_every_bundled_signature_is_drafted_and_its_repro_reproduces(
     got, _ = upstream.attach(bundled, client(gh), upstream.UpstreamOptions(
         mode="draft", drafts=tmp_path / "drafts"))
     assert len(got.upstream) == SIGNATURES
-    missing = [r.describe() for r in got.upstream if r.draft is None]
-    assert not missing, missing
-    assert len(list((tmp_path / "drafts").iterdir())) == SIGNATURES
+    missing = [r for r in got.upstream if r.draft is None]
+    # index_fill on an empty input failed to export only inside the sweep's batch: alone,
+    # it exports, so it is not drafted, and says why
+    assert [(r.signature.op_name if r.signature else "", r.not_drafted) for r in missing] == [
+        ("index_fill", "no repro candidate reproduced it on its own (the finding depends on "
+                       "the sweep's batch, or is flaky)")]
+    drafted = [r for r in got.upstream if r.draft is not None]
+    assert len(list((tmp_path / "drafts").iterdir())) == len(drafted) == SIGNATURES - 1
     repros = []
-    for report in got.upstream:
+    for report in drafted:
         assert report.signature is not None and report.draft is not None
         text = Path(report.draft).read_text(encoding="utf-8")
         repros.append({"key": report.signature.key, "stages": {},
                        "script": _check_draft(report.signature, text)})
     checked = upstream_check.check_all(repros, [])
-    for report in got.upstream:
+    for report in drafted:
         sig = report.signature
         assert sig is not None
         answer = checked.answers[sig.key]

@@ -202,8 +202,8 @@ def prepare(run: RunResult, reports: list[UpstreamReport],
             pick = upstream_repro.Repro("# no repro: the op is not in the catalogue\n")
         if pick is None:
             why = ("no repro could be built (the op is not in the catalogue)"
-                   if not built.get(sig.key) else "no repro candidate reproduced it "
-                   "(a flaky or environment-dependent finding)")
+                   if not built.get(sig.key) else "no repro candidate reproduced it on its "
+                   "own (the finding depends on the sweep's batch, or is flaky)")
             out.append(_replace(r, signature=sig.to_dict(), not_drafted=why))
             continue
         report = _replace(r, signature=sig.to_dict())

@@ -43,7 +43,9 @@ def run_one(script: str, stages: dict[int, str]) -> dict[str, Any]:
                      if f.filename == FILENAME]
             line = (lines[-1] or 0) if lines else 0
             stage = stages.get(line, f"line {line}")
-            error = f"{type(exc).__name__}: {str(exc).strip()}"[:2000]
+            error = f"{type(exc).__name__}: {str(exc).strip()}"
+            if len(error) > 3000:  # the exporter's summary of the cause comes last
+                error = f"{error[:1500]} ... {error[-1500:]}"
     return {"stage": stage, "error": error, "output": out.getvalue()[-4000:],
             "nodes": _nodes(namespace.get("onnx_program"))}
 
