@@ -177,3 +177,24 @@ def test_every_bundled_signature_is_drafted_and_its_repro_reproduces(
         assert answer["stage"] != "ok" and "NameError" not in answer["error"], (sig.key, answer)
         want = RAISES.get(sig.symptom, "AssertionError")
         assert want in answer["error"] or sig.symptom is Symptom.CRASH, (sig.key, answer)
+
+
+@pytest.mark.process
+def test_where_torch_cannot_run_nothing_is_drafted_and_it_says_why(
+        gh: FakeGitHub, tmp_path: Path, bundled: RunResult,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job without the exporter (a trusted job that only posts) drafts nothing, says why
+    once per defect, and caches no answer that would pass for a run."""
+    fake = tmp_path / "site" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('no torch in this job')\n")
+    monkeypatch.setenv("PYTHONPATH", str(fake.parent))
+    found = signatures.group(bundled)
+    run = make_run(*_pick(found, "atan2", Symptom.NAN_DROPPED))
+    got, _ = upstream.attach(run, client(gh), upstream.UpstreamOptions(
+        mode="draft", drafts=tmp_path / "d", check_cache=tmp_path / "checks.json"))
+    (report,) = got.upstream
+    assert report.draft is None and not (tmp_path / "d").exists()
+    assert report.not_drafted == ("the repro could not be run here (ImportError: no torch in "
+                                  "this job)")
+    assert not (tmp_path / "checks.json").exists()

@@ -183,7 +183,7 @@ def prepare(run: RunResult, reports: list[UpstreamReport],
                 built[r.signature.key] = upstream_repro.candidates(r.signature, lead, variant)
             except Exception:
                 built[r.signature.key] = []
-    chosen, answers, lowerings = _verify(run, built, [
+    chosen, answers, lowerings, unavailable = _verify(run, built, [
         r.signature.overload for r in todo if r.signature is not None
         and r.signature.owner is not Owner.KERNEL and built.get(r.signature.key)], options)
     drafted: Drafted = {}
@@ -202,7 +202,8 @@ def prepare(run: RunResult, reports: list[UpstreamReport],
             pick = upstream_repro.Repro("# no repro: the op is not in the catalogue\n")
         if pick is None:
             why = ("no repro could be built (the op is not in the catalogue)"
-                   if not built.get(sig.key) else "no repro candidate reproduced it on its "
+                   if not built.get(sig.key) else f"the repro could not be run here "
+                   f"({unavailable})" if unavailable else "no repro candidate reproduced it on its "
                    "own (the finding depends on the sweep's batch, or is flaky)")
             out.append(_replace(r, signature=sig.to_dict(), not_drafted=why))
             continue
@@ -216,11 +217,12 @@ def prepare(run: RunResult, reports: list[UpstreamReport],
 def _verify(run: RunResult, built: dict[str, list[upstream_repro.Repro]], overloads: list[str],
             options: UpstreamOptions) -> tuple[dict[str, upstream_repro.Repro],
                                                dict[str, dict[str, Any]],
-                                               dict[str, list[str]]]:
+                                               dict[str, list[str]], str]:
     """Run the candidates in rounds (first candidates of all, then the next of those not
-    yet reproduced); the chosen repro per signature, its answer, and the lowerings."""
+    yet reproduced); the chosen repro per signature, its answer, the lowerings, and why
+    nothing could run here (torch or onnxruntime missing), if so."""
     if not options.verify:
-        return ({k: c[0] for k, c in built.items() if c}, {}, {})
+        return ({k: c[0] for k, c in built.items() if c}, {}, {}, "")
     salt = "|".join(f"{k}={run.versions.get(k, '')}" for k in ("torch", "onnxscript",
                                                                 "onnxruntime"))
     chosen: dict[str, upstream_repro.Repro] = {}
@@ -232,12 +234,14 @@ def _verify(run: RunResult, built: dict[str, list[upstream_repro.Repro]], overlo
         checked = upstream_check.check_all(
             [{"key": k, "script": r.script, "stages": r.stages} for k, r in batch.items()],
             sorted(set(overloads)) if i == 0 else [], options.check_cache, salt)
+        if checked.unavailable:
+            return chosen, answers, lowerings, checked.unavailable
         lowerings.update(checked.lowerings)
         for k, r in batch.items():
             answer = checked.answers.get(k)
             if answer and upstream_repro.reproduced(r, answer["stage"], answer["error"]):
                 chosen[k], answers[k] = r, answer
-    return chosen, answers, lowerings
+    return chosen, answers, lowerings, ""
 
 
 def write(reports: list[UpstreamReport], drafted: Drafted, folder: Path) -> list[UpstreamReport]:

@@ -100,7 +100,12 @@ def _relative(path: Path) -> str:
 
 def main() -> int:
     request = json.loads(sys.stdin.read())
-    import torch  # noqa: F401 - imported once, before the first script
+    try:
+        import onnxruntime  # noqa: F401
+        import torch  # noqa: F401 - imported once, before the first script
+    except ImportError as exc:  # a job without the exporter: say so once, run nothing
+        print(json.dumps({"unavailable": f"{type(exc).__name__}: {exc}"}), flush=True)
+        return 0
 
     for item in request.get("repros", []):
         stages = {int(k): v for k, v in item.get("stages", {}).items()}
@@ -129,6 +134,7 @@ class Checked:
     answers: dict[str, dict[str, Any]] = field(default_factory=dict)
     lowerings: dict[str, list[str]] = field(default_factory=dict)
     ran: int = 0        # scripts run in the process (the rest came from the cache)
+    unavailable: str = ""  # why nothing could run here (torch or onnxruntime missing)
 
 
 def check_all(repros: list[dict[str, Any]], overloads: list[str], cache: Path | None = None,
@@ -153,6 +159,9 @@ def check_all(repros: list[dict[str, Any]], overloads: list[str], cache: Path | 
     while todo or lowerings:
         batch = [item for _, item in todo]
         got, finished = _one_process(batch, lowerings, per_script_s)
+        if "" in got:  # nothing can run in this environment: nothing is cached either
+            done.unavailable = str(got[""]["error"])
+            return done
         done.ran += len(got)
         for digest, item in todo:
             if item["key"] in got:
@@ -195,6 +204,9 @@ def _one_process(batch: list[dict[str, Any]], overloads: list[str], per_script_s
                 lowerings = {}
             break
         data = json.loads(line)
+        if "unavailable" in data:
+            proc.wait()
+            return {"": {"error": data["unavailable"]}}, None
         if "lowerings" in data:
             lowerings = data["lowerings"]
         else:
