@@ -211,6 +211,9 @@ def test_opinfo_samples_become_variants_with_every_tensor_a_graph_input(
     assert conv.input_classes == ("normal", "specials", "empty")
     expand = next(v for v in found if v.id == "oi.expand.0")  # a lambda in OpInfo
     assert expand.call.startswith("t0.expand(")
+    bitwise = next(v for v in found if v.id == "oi.bitwise_and.0")  # no float32 in OpInfo
+    assert all(a.follows and a.stored == "int64" for a in bitwise.args)
+    assert "int64" in bitwise.dtypes and "float32" not in bitwise.dtypes
     late = [v for v in found if int(v.id.rsplit(".", 1)[1]) >= 2]
     assert late and all(v.input_classes == ("normal",) for v in late)
     # the same ids and values on a second read of the cache (what workers do)

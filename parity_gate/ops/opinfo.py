@@ -57,6 +57,8 @@ RANDOM = frozenset({
 # Index outputs among ties of these ops are legitimately implementation-defined.
 TIES = frozenset({"sort", "argsort", "msort", "topk", "kthvalue", "median", "nanmedian",
                   "mode", "max", "min", "cummax", "cummin", "unique", "unique_consecutive"})
+# The dtype samples are made in: float32 where the OpInfo supports it, else an integer one.
+REFERENCE = ("float32", "int64", "int32", "bool", "uint8", "int8")
 _DTYPE_NAMES = ("float32", "float64", "float16", "bfloat16", "int8", "int32", "int64",
                 "uint8", "bool", "int16")
 _ID_CHARS = re.compile(r"[^A-Za-z0-9_.-]")
@@ -251,8 +253,9 @@ def render(spelling: tuple[str, bool], sample: Any) -> tuple[str, list[Any]]:
     return f"{text}({', '.join([first, *rest])})", tensors
 
 
-def _arg(name: str, t: Any) -> Arg:
-    """Float tensors follow the case dtype; the others keep their values and dtype."""
+def _arg(name: str, t: Any, reference: str = "float32") -> Arg:
+    """Float tensors, and tensors of the dtype the samples were made in (`reference`: int64
+    for integer-only ops), follow the case dtype; the others keep their values and dtype."""
     import numpy as np
     import torch
 
@@ -267,8 +270,8 @@ def _arg(name: str, t: Any) -> Arg:
         return Arg(name, tuple(t.shape), kind="sample", stored="float32", sample=data.tobytes())
     array = values.numpy()
     data = array.astype(array.dtype.newbyteorder("<"))
-    return Arg(name, tuple(t.shape), kind="sample", dtype=dtype, stored=dtype,
-               sample=np.ascontiguousarray(data).tobytes())
+    return Arg(name, tuple(t.shape), kind="sample", dtype=None if dtype == reference else dtype,
+               stored=dtype, sample=np.ascontiguousarray(data).tobytes())
 
 
 def variant_id(info: Any, k: int) -> str:
@@ -321,13 +324,18 @@ def build(ops: tuple[str, ...] | None = None) -> tuple[list[OpVariant], Counter[
         if info.name in RANDOM or info.name.startswith("jiterator"):
             dropped["random or uninitialised values"] += 1
             continue
+        supported = {str(d).removeprefix("torch.") for d in info.supported_dtypes("cpu")}
+        reference = next((d for d in REFERENCE if d in supported), None)
+        if reference is None:
+            dropped["no dtype the sweep runs (complex only)"] += 1
+            continue
         torch.manual_seed(derive_seed("opinfo", info.name, info.variant_test_name) % 2**63)
         try:
-            samples = list(info.sample_inputs("cpu", torch.float32, requires_grad=False))
+            samples = list(info.sample_inputs("cpu", getattr(torch, reference),
+                                              requires_grad=False))
         except Exception:
             dropped["the OpInfo's sample generator raises"] += 1
             continue
-        supported = {str(d).removeprefix("torch.") for d in info.supported_dtypes("cpu")}
         dtypes = tuple(d for d in ("float32", "float64", "float16", "bfloat16", "int8",
                                    "int32", "int64", "uint8", "bool") if d in supported)
         crossed = 0
@@ -339,15 +347,15 @@ def build(ops: tuple[str, ...] | None = None) -> tuple[list[OpVariant], Counter[
             cross = crossed < CROSS
             v, reason = None, ""
             for way in ways:
-                v, reason = _variant(info, k, sample, way, dtypes, cross, compile_call,
-                                     make_inputs, to_torch, leaves)
+                v, reason = _variant(info, k, sample, way, dtypes, cross, reference,
+                                     compile_call, make_inputs, to_torch, leaves)
                 if not reason:
                     break
             if reason or v is None:
                 dropped[reason] += 1
                 continue
             if info.name in TIES:
-                v = _ties(v, compile_call, make_inputs, to_torch, leaves)
+                v = _ties(v, reference, compile_call, make_inputs, to_torch, leaves)
             accepted = probe({v.id: v}, [v.id])[v.id]
             if not accepted:
                 dropped["eager accepts no dtype on the sample"] += 1
@@ -359,11 +367,11 @@ def build(ops: tuple[str, ...] | None = None) -> tuple[list[OpVariant], Counter[
 
 
 def _variant(info: Any, k: int, sample: Any, way: tuple[str, bool], dtypes: tuple[str, ...],
-             cross: bool, *helpers: Any) -> tuple[OpVariant | None, str]:
+             cross: bool, reference: str, *helpers: Any) -> tuple[OpVariant | None, str]:
     """The sample as a variant spelled `way`, or why it cannot be one."""
     try:
         call, tensors = render(way, sample)
-        args = tuple(_arg(f"t{i}", t) for i, t in enumerate(tensors))
+        args = tuple(_arg(f"t{i}", t, reference) for i, t in enumerate(tensors))
     except Unrenderable as why:
         return None, f"the sample holds {why}"
     except Exception as exc:  # a tensor subclass, a meta tensor ...
@@ -376,14 +384,14 @@ def _variant(info: Any, k: int, sample: Any, way: tuple[str, bool], dtypes: tupl
                   (NORMAL, SPECIALS, EMPTY) if cross else (NORMAL,),
                   ranged=cross and ranged(info))
     try:
-        reason = _faithful(v, info, sample, *helpers)
+        reason = _faithful(v, info, sample, reference, *helpers)
     except Exception as exc:  # a sparse or nested output: nothing to compare
         reason = f"the output cannot be compared ({type(exc).__name__})"
     return v, reason
 
 
-def _faithful(v: OpVariant, info: Any, sample: Any, compile_call: Any, make_inputs: Any,
-              to_torch: Any, leaves: Any) -> str:
+def _faithful(v: OpVariant, info: Any, sample: Any, reference: str, compile_call: Any,
+              make_inputs: Any, to_torch: Any, leaves: Any) -> str:
     """Why the rendered call is not the OpInfo's own call on these values ("" if it is):
     it must run, give the same answer as `info.op(sample)`, twice, and return tensors."""
     import torch
@@ -391,7 +399,7 @@ def _faithful(v: OpVariant, info: Any, sample: Any, compile_call: Any, make_inpu
     try:
         with torch.no_grad():
             expected = info.op(sample.input, *sample.args, **sample.kwargs)
-            inputs = make_inputs(v, "float32", NORMAL)
+            inputs = make_inputs(v, reference, NORMAL)
             fn = compile_call(v, 0)
             got = fn(*[to_torch(inputs[a.name]) for a in v.args])
             again = fn(*[to_torch(inputs[a.name]) for a in v.args])
@@ -406,14 +414,14 @@ def _faithful(v: OpVariant, info: Any, sample: Any, compile_call: Any, make_inpu
     return ""
 
 
-def _ties(v: OpVariant, compile_call: Any, make_inputs: Any, to_torch: Any,
+def _ties(v: OpVariant, reference: str, compile_call: Any, make_inputs: Any, to_torch: Any,
           leaves: Any) -> OpVariant:
     """Integer outputs of sort/topk/median... are indices: among ties any is right."""
     from dataclasses import replace
 
     import torch
 
-    inputs = make_inputs(v, "float32", NORMAL)
+    inputs = make_inputs(v, reference, NORMAL)
     with torch.no_grad():
         out = leaves(compile_call(v, 0)(*[to_torch(inputs[a.name]) for a in v.args]))
     index = tuple(m for m, t in enumerate(out)
