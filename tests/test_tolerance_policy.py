@@ -72,6 +72,7 @@ def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, 
     for case in json.loads((out / "results.json").read_text())["cases"]:
         by.setdefault(case["key"]["module"], []).append(case)
     by["_summary"] = [{"text": (out / "summary.md").read_text()}]
+    by["_findings"] = json.loads((out / "results.json").read_text())["findings"]
     return by
 
 
@@ -120,3 +121,15 @@ def test_a_random_model_is_never_excused_by_a_float64_run(
         assert case["outcome"] == "mismatch"
         assert case["reference"]["ruling"] == "unverified"
         assert "eager is not deterministic" in case["reference"]["error"]
+
+
+@pytest.mark.process
+def test_a_pass_that_compares_no_finite_number_is_said_to(
+        cases: dict[str, list[dict[str, Any]]]) -> None:
+    """NaN equals NaN: an output that is NaN or inf everywhere in eager passes vacuously."""
+    assert all(c["outcome"] == "pass" for c in cases["overflow"])
+    (found,) = [f for f in cases["_findings"] if f["kind"] == "degenerate-reference"]
+    assert found["module"] == "overflow" and "every value of output0 is NaN or inf" in \
+        found["message"]
+    assert not [f for f in cases["_findings"] if f["kind"] == "degenerate-reference"
+                and f["module"] != "overflow"]

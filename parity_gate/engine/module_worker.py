@@ -389,6 +389,7 @@ def _run_provider(ctx: _Ctx, exported: ExportedModel, provider: str, keys: list[
     timings = {**shared, "session_s": time.perf_counter() - t0}
     feed_names = {i.name for i in session.get_inputs()}
     unoptimized: list[Any] = []  # created on the first mismatch only
+    warned: set[str] = set()  # outputs already said to hold nothing finite
     for key in keys:
         ref = refs[(key.inputs, key.batch_size)]
         ctx.step(Stage.RUNNING, key.id, evidence=_evidence_inputs(evidence, ref, feed_names))
@@ -407,6 +408,12 @@ def _run_provider(ctx: _Ctx, exported: ExportedModel, provider: str, keys: list[
             if dtype in JUDGED:
                 ctx.step(Stage.RECHECKING, key.id, "against float64")
                 result = _against_float64(ctx, mod, result, ref, got)
+        degenerate = _nothing_finite(ref) if result.outcome is Outcome.PASS else ""
+        if degenerate and degenerate not in warned:
+            warned.add(degenerate)
+            ctx.note("degenerate-reference", f"{key.id}: every value of {degenerate} is NaN "
+                     f"or inf in eager (a {dtype} overflow?), so its pass compares nothing but "
+                     "where the NaNs and infinities are")
         ctx.result(result)
 
 
@@ -443,6 +450,18 @@ def _evidence_inputs(evidence: dict[str, str], ref: _Reference,
     except (OSError, ValueError):
         return evidence
     return {**evidence, "inputs": str(path)}
+
+
+def _nothing_finite(ref: _Reference) -> str:
+    """The first floating output with values, none of them finite, in every sample ("" if
+    none): NaN equals NaN, so such an output passes without any number compared."""
+    for i, name in enumerate(ref.names):
+        arrays = [outs[i] for outs in ref.outputs if i < len(outs)]
+        floating = [a for a in arrays if a.dtype.kind == "f" and a.size]
+        if floating and len(floating) == len(arrays) \
+                and not any(np.isfinite(a.astype(np.float32)).any() for a in floating):
+            return name
+    return ""
 
 
 def _fusion_check(job: ModuleJob, exported: ExportedModel, provider: str, result: CaseResult,
