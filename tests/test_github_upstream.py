@@ -12,7 +12,7 @@ import pytest
 from github_server import FakeGitHub, Item
 
 from parity_gate.gate.merge import read_results
-from parity_gate.github import upstream
+from parity_gate.github import upstream, upstream_pass
 from parity_gate.github.client import GitHubClient
 from parity_gate.model.findings import Example, OpCase
 from parity_gate.model.gate import GateDecision
@@ -186,7 +186,7 @@ def test_near_misses_never_suppress_and_a_true_duplicate_is_linked(gh: FakeGitHu
         Item(PYTORCH, 150001, "[ONNX] torch.remainder returns NaN where eager returns 0",
              labels=ONNX_LABEL, body="torch.remainder(0.0, inf) is nan after export"),
     ]
-    got, warnings = upstream.attach(mean_run(), client(gh), upstream.UpstreamOptions(
+    got, warnings = upstream_pass.attach(mean_run(), client(gh), upstream.UpstreamOptions(
         mode="search"))
     assert warnings == []
     by_op = {r.signature.op_name: r for r in got.upstream if r.signature is not None}
@@ -230,15 +230,15 @@ def test_cache_per_run_and_across_runs(gh: FakeGitHub, tmp_path: Path) -> None:
     run = make_run(op_case("atan2", "aten.atan2.default"), op_case("abs", "aten.abs.default"))
     opts = upstream.UpstreamOptions(mode="search")
     cold = client(gh, cache_dir=tmp_path)
-    first, _ = upstream.attach(run, cold, opts)
+    first, _ = upstream_pass.attach(run, cold, opts)
     assert cold.stats.sent == 6
-    again, _ = upstream.attach(run, cold, opts)  # the same run asks again: nothing sent
+    again, _ = upstream_pass.attach(run, cold, opts)  # the same run asks again: nothing sent
     assert cold.stats.sent == 6 and cold.stats.run_cache_hits == 6
     warm = client(gh, cache_dir=tmp_path)
-    second, _ = upstream.attach(run, warm, opts)
+    second, _ = upstream_pass.attach(run, warm, opts)
     assert warm.stats.sent == 0 and warm.stats.disk_cache_hits == 6
     stale = client(gh, cache_dir=tmp_path, cache_ttl_s=0)  # expired: revalidated by ETag
-    third, _ = upstream.attach(run, stale, opts)
+    third, _ = upstream_pass.attach(run, stale, opts)
     assert stale.stats.sent == 6 and stale.stats.not_modified == 6
     assert first.upstream == second.upstream == third.upstream == again.upstream
     assert all(TOKEN not in f.read_text() for f in tmp_path.iterdir())
@@ -248,7 +248,7 @@ def test_a_search_budget_stops_searching_and_the_cache_goes_on(gh: FakeGitHub,
                                                                 tmp_path: Path) -> None:
     run = mean_run()
     budget = client(gh, cache_dir=tmp_path, search_budget=4)
-    got, warnings = upstream.attach(run, budget, upstream.UpstreamOptions(mode="search"))
+    got, warnings = upstream_pass.attach(run, budget, upstream.UpstreamOptions(mode="search"))
     assert budget.stats.requests["search"] == 4
     assert [r.searched for r in got.upstream] == [True, False, False]
     assert "not searched: the search budget of 4 searches per run is spent" in \
@@ -256,7 +256,7 @@ def test_a_search_budget_stops_searching_and_the_cache_goes_on(gh: FakeGitHub,
     assert warnings == ["upstream: 2 defect(s) not searched: the search budget of 4 searches "
                         "per run is spent (the answers are cached: the next run goes on)"]
     again = client(gh, cache_dir=tmp_path, search_budget=6)
-    got, warnings = upstream.attach(run, again, upstream.UpstreamOptions(mode="search"))
+    got, warnings = upstream_pass.attach(run, again, upstream.UpstreamOptions(mode="search"))
     assert [r.searched for r in got.upstream] == [True, True, True] and warnings == []
     assert again.stats.requests["search"] == 5 and again.stats.disk_cache_hits == 4
 
@@ -266,7 +266,7 @@ def test_faults_become_warnings_and_never_touch_the_verdict(gh: FakeGitHub, faul
     gh.items.append(Item(ONNXSCRIPT, 3, "aten::abs loses the sign of zero", pr=True))
     run = make_run(op_case("atan2", "aten.atan2.default"), op_case("abs", "aten.abs.default"))
     gh.fail("search", fault, times=8, reset_in=3600, delay=1.0)
-    got, warnings = upstream.attach(run, client(gh, timeout_s=0.3, retries=1),
+    got, warnings = upstream_pass.attach(run, client(gh, timeout_s=0.3, retries=1),
                                     upstream.UpstreamOptions(mode="search"))
     assert got.verdict == run.verdict and got.gate == run.gate
     assert sorted(c.id for c in got.cases) == sorted(c.id for c in run.cases)
@@ -283,7 +283,7 @@ def test_results_json_carries_the_matches(gh: FakeGitHub, tmp_path: Path) -> Non
 
     gh.items.append(Item(ONNXSCRIPT, 3, "aten::atan2 loses the sign of zero (-0)", pr=True,
                          body="fix: atan2(-0.0, x) sign"))
-    got, _ = upstream.attach(make_run(op_case("atan2", "aten.atan2.default")), client(gh),
+    got, _ = upstream_pass.attach(make_run(op_case("atan2", "aten.atan2.default")), client(gh),
                              upstream.UpstreamOptions(mode="search"))
     path = tmp_path / "results.json"
     path.write_bytes(run_json(got))

@@ -20,7 +20,7 @@ import pytest
 from github_server import FakeGitHub
 from test_github_upstream import client, make_run, op_case
 
-from parity_gate.github import upstream
+from parity_gate.github import upstream, upstream_pass
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.model.upstream import Owner, Signature, Symptom
 from parity_gate.ops import signatures, upstream_check
@@ -111,7 +111,7 @@ def test_drafts_follow_each_repository_and_their_repros_reproduce(
     cases = [*_pick(found, "atan2", Symptom.NAN_DROPPED),
              *next(cs for s, cs in found if s.kernel == "Atan(7)"),
              *_pick(found, "softmax", Symptom.INVALID_MODEL)]
-    got, warnings = upstream.attach(make_run(*cases), client(gh), upstream.UpstreamOptions(
+    got, warnings = upstream_pass.attach(make_run(*cases), client(gh), upstream.UpstreamOptions(
         mode="draft", drafts=tmp_path / "drafts", check_cache=tmp_path / "checks.json"))
     assert warnings == [] and len(got.upstream) == 3
     assert sorted(r.signature.owner.value for r in got.upstream if r.signature) == [
@@ -139,7 +139,7 @@ def test_a_repro_that_does_not_reproduce_is_never_drafted(gh: FakeGitHub,
                                                           tmp_path: Path) -> None:
     """acos(-0.0) is +pi/2 on both sides: a recorded "sign of zero lost" that its repro does
     not show gets no draft, and the report says why."""
-    got, _ = upstream.attach(make_run(op_case("acos", "aten.acos.default")), client(gh),
+    got, _ = upstream_pass.attach(make_run(op_case("acos", "aten.acos.default")), client(gh),
                              upstream.UpstreamOptions(mode="draft", drafts=tmp_path / "d"))
     (report,) = got.upstream
     assert report.draft is None and not (tmp_path / "d").exists()
@@ -154,7 +154,7 @@ def test_every_bundled_signature_is_drafted_and_its_repro_reproduces(
         gh: FakeGitHub, tmp_path: Path, bundled: RunResult) -> None:
     """The whole bundled sweep: one draft per signature, and every embedded repro, taken
     from the draft's text and run again, fails with its defect (minutes)."""
-    got, _ = upstream.attach(bundled, client(gh), upstream.UpstreamOptions(
+    got, _ = upstream_pass.attach(bundled, client(gh), upstream.UpstreamOptions(
         mode="draft", drafts=tmp_path / "drafts"))
     assert len(got.upstream) == SIGNATURES
     missing = [r for r in got.upstream if r.draft is None]
@@ -193,7 +193,7 @@ def test_where_torch_cannot_run_nothing_is_drafted_and_it_says_why(
     monkeypatch.setenv("PYTHONPATH", str(fake.parent))
     found = signatures.group(bundled)
     run = make_run(*_pick(found, "atan2", Symptom.NAN_DROPPED))
-    got, _ = upstream.attach(run, client(gh), upstream.UpstreamOptions(
+    got, _ = upstream_pass.attach(run, client(gh), upstream.UpstreamOptions(
         mode="draft", drafts=tmp_path / "d", check_cache=tmp_path / "checks.json"))
     (report,) = got.upstream
     assert report.draft is None and not (tmp_path / "d").exists()

@@ -22,7 +22,7 @@ from cmarkgfm.cmark import Options
 from github_server import FakeGitHub
 
 from parity_gate.gate.merge import read_results
-from parity_gate.github import comment, drafts, post, upstream
+from parity_gate.github import comment, drafts, post, upstream, upstream_pass
 from parity_gate.github.annotations import annotate
 from parity_gate.github.client import GitHubClient
 from parity_gate.github.paths import Paths
@@ -261,7 +261,7 @@ def test_upstream_section_links_only_the_tools_own_github_pages(
 
 def test_upstream_create_posts_an_inert_issue(gh: FakeGitHub, tmp_path: Path,
                                               untrusted: tuple[Path, RunResult]) -> None:
-    got, warnings = upstream.attach(untrusted[1], _client(gh), upstream.UpstreamOptions(
+    got, warnings = upstream_pass.attach(untrusted[1], _client(gh), upstream.UpstreamOptions(
         mode="create", ledger=tmp_path / "ledger.json", verify=False))
     (posted,) = [c.body for c in gh.calls("issues", "POST")]
     assert "\n" not in posted["title"] and len(posted["title"]) <= 256
@@ -275,7 +275,7 @@ def test_upstream_draft_is_inert_and_its_repro_fenced(gh: FakeGitHub, tmp_path: 
                                                       untrusted: tuple[Path, RunResult]
                                                       ) -> None:
     run = untrusted[1]
-    got, _ = upstream.attach(run, _client(gh), upstream.UpstreamOptions(
+    got, _ = upstream_pass.attach(run, _client(gh), upstream.UpstreamOptions(
         mode="draft", drafts=tmp_path / "drafts", verify=False))
     (draft,) = list((tmp_path / "drafts").iterdir())
     assert_inert(draft.read_text(), comments=2)  # "open at ..." and the fingerprint
@@ -296,7 +296,7 @@ def test_a_variant_naming_another_folder_reads_no_repro(gh: FakeGitHub, tmp_path
     case = CaseResult(CaseKey("op/x", "float32", "specials", None, "cpu"), Outcome.MISMATCH,
                       op=OpCase(variant="../secret", family="pointwise", call="torch.x(a)",
                                 op="aten.x.default", aten_ops=["aten.x.default"]))
-    got, _ = upstream.attach(RunResult(cases=[case]), _client(gh), upstream.UpstreamOptions(
+    got, _ = upstream_pass.attach(RunResult(cases=[case]), _client(gh), upstream.UpstreamOptions(
         mode="draft", drafts=tmp_path / "drafts", repro_dir=tmp_path / "repro"))
     assert "not drafted: no repro could be built" in got.upstream[0].describe()
     assert not (tmp_path / "drafts").exists()

@@ -113,7 +113,7 @@ def _cmd_comment(args: argparse.Namespace) -> int:
 
 
 def _cmd_upstream(args: argparse.Namespace) -> int:
-    from parity_gate.github import upstream
+    from parity_gate.github import upstream, upstream_pass
     from parity_gate.github.client import GitHubClient, search_rate
     from parity_gate.github.upstream import issue_url
     from parity_gate.model.text import one_line
@@ -138,7 +138,7 @@ def _cmd_upstream(args: argparse.Namespace) -> int:
         mode=mode, drafts=args.draft or folder / "upstream-drafts",
         repro_dir=args.repro_dir or folder / "repro", max_create=args.max_create,
         ledger=cache / "created-issues.json", check_cache=cache / "repro-checks.json")
-    run, warnings = upstream.attach(run, client, options)
+    run, warnings = upstream_pass.attach(run, client, options)
     atomic_write(args.out or args.results, run_json(run))
     for report in run.upstream:
         sig = report.signature

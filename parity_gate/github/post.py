@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from parity_gate.errors import UserError
 from parity_gate.gate.merge import read_results
-from parity_gate.github import comment, upstream
+from parity_gate.github import comment, upstream, upstream_pass
 from parity_gate.github.client import DEFAULT_API_URL, GitHubClient, GitHubError, search_rate
 from parity_gate.github.commands import Annotation, escape_data, write_outputs
 from parity_gate.model.results import RunResult
@@ -109,12 +109,12 @@ def _upstream(run: RunResult, client: GitHubClient, inputs: Mapping[str, str], o
         ledger=cache / "created-issues.json" if cache else out_dir / "created-issues.json",
         check_cache=cache / "repro-checks.json" if cache else None)
     if options.mode == "create" and not client.authenticated:
-        return upstream.attach(run, client, upstream.UpstreamOptions(
+        return upstream_pass.attach(run, client, upstream.UpstreamOptions(
             mode="draft", drafts=options.drafts, repro_dir=options.repro_dir,
             check_cache=options.check_cache)
         )[0], ["upstream: create needs upstream_token (a token that may open issues in the "
                "upstream repositories; a workflow's own token cannot): drafted instead"]
-    return upstream.attach(run, client, options)
+    return upstream_pass.attach(run, client, options)
 
 
 def _comment(run: RunResult, inputs: Mapping[str, str], env: Mapping[str, str],

@@ -358,28 +358,3 @@ class UpstreamOptions:
     ledger: Path | None = None        # issues this machine opened (create mode)
     verify: bool = True               # run every repro first; draft only what reproduces
     check_cache: Path | None = None   # answers of earlier repro runs (keyed by script)
-
-
-def attach(run: RunResult, client: GitHubClient, options: UpstreamOptions,
-           ) -> tuple[RunResult, list[str]]:
-    """`run` with `upstream` filled in (search, then draft or create), and the warnings.
-
-    Never raises for GitHub's sake: every failure is a warning and a note on the
-    signature it concerns; the gate's verdict is untouched (it is not recomputed here).
-    """
-    from parity_gate.github import drafts
-
-    found = op_findings(run)
-    reports, warnings = search(client, found, run.versions)
-    if options.mode in ("draft", "create"):
-        reports, drafted, more = drafts.prepare(run, reports, found, options)
-        warnings += more
-        if options.mode == "draft" and options.drafts is not None:
-            reports = drafts.write(reports, drafted, options.drafts)
-        elif options.mode == "create":
-            reports, more = create_issues(client, reports, drafted, options.max_create,
-                                          options.ledger)
-            warnings += more
-    data = run.to_dict()
-    data["upstream"] = [r.to_dict() for r in reports]
-    return RunResult.from_dict(data), warnings
