@@ -392,7 +392,8 @@ def _run_provider(ctx: _Ctx, exported: ExportedModel, provider: str, keys: list[
     warned: set[str] = set()  # outputs already said to hold nothing finite
     for key in keys:
         ref = refs[(key.inputs, key.batch_size)]
-        ctx.step(Stage.RUNNING, key.id, evidence=_evidence_inputs(evidence, ref, feed_names))
+        ctx.step(Stage.RUNNING, key.id,
+                 evidence=_evidence_inputs(evidence, key, ref, feed_names))
         result, got = _run_case(job, session, key, ref, feed_names, export_batch,
                                 dict(timings), provenance)
         if result.outcome is Outcome.MISMATCH:
@@ -435,18 +436,22 @@ def _evidence_model(job: ModuleJob, dtype: str, exported: ExportedModel) -> str:
     return str(path)
 
 
-def _evidence_inputs(evidence: dict[str, str], ref: _Reference,
+def _evidence_inputs(evidence: dict[str, str], key: CaseKey, ref: _Reference,
                      feed_names: set[str]) -> dict[str, str]:
     """The LOADING evidence plus the first sample's feeds, saved for a crash while running
-    (not when they pass EVIDENCE_MAX_BYTES: the repro then loads the model only)."""
+    (not when they pass EVIDENCE_MAX_BYTES: the repro then loads the model only). One file
+    per reference (module, dtype, fixture, batch), written once: every provider's case of
+    it reuses the file instead of writing the same feeds again."""
     feeds = {k: v for k, v in ref.inputs[0].items() if k in feed_names} if ref.inputs else {}
     if not evidence.get("model") or not feeds \
             or sum(a.nbytes for a in feeds.values()) > EVIDENCE_MAX_BYTES:
         return evidence
-    path = Path(tempfile.gettempdir()) / "evidence" / "inputs.npz"
+    name = f"{key.module}-{key.dtype}-{key.inputs}-b{key.batch_size}.npz".replace("/", "_")
+    path = Path(tempfile.gettempdir()) / "evidence" / name
     try:
-        path.parent.mkdir(exist_ok=True)
-        np.savez(path, **feeds)  # type: ignore[arg-type]
+        if not path.exists():
+            path.parent.mkdir(exist_ok=True)
+            np.savez(path, **feeds)  # type: ignore[arg-type]
     except (OSError, ValueError):
         return evidence
     return {**evidence, "inputs": str(path)}
@@ -541,7 +546,7 @@ def _against_float64(ctx: _Ctx, mod: _Module, result: CaseResult, ref: _Referenc
     worst = result.worst()
     name = worst.name if worst is not None else "output"
     if _contract(ctx.job, mod.dtype, name):
-        tol = tolerance_for(ctx.job, mod.dtype, _output_spec(ctx.job, name))
+        tol = _tolerance(ctx.job, mod.dtype, _output_spec(ctx.job, name))
         needed = worst.needed_atol if worst is not None else None
         result.reference = replace(judged, needed_atol=needed, manifest_atol=tol.atol,
                                    manifest_rtol=tol.rtol)
