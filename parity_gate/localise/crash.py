@@ -20,11 +20,11 @@ from pathlib import Path
 from parity_gate.localise.repro import folder_name
 from parity_gate.model.files import atomic_write, copy_file, make_folder
 from parity_gate.model.findings import CrashRepro, Stage
+from parity_gate.model.localisation import LEVELS
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult
 from parity_gate.plan.providers import EXECUTION_PROVIDERS
 
-LEVELS = ("disabled", "basic", "extended", "all")
 STAGES = (Stage.LOADING, Stage.RUNNING)  # ONNX Runtime's own steps
 
 SCRIPT = '''"""Replays the crash parity-gate met in ONNX Runtime on case {case_id}.

@@ -42,6 +42,7 @@ from parity_gate.model.findings import Stage
 from parity_gate.model.keys import CaseKey
 from parity_gate.model.localisation import (
     EXPENSIVE,
+    LEVELS,
     Check,
     Culprit,
     DivergentLayer,
@@ -52,8 +53,6 @@ from parity_gate.model.localisation import (
 from parity_gate.model.precision import Ruling
 from parity_gate.model.results import CaseResult
 from parity_gate.model.upstream import Owner
-
-LEVELS = ("disabled", "basic", "extended", "all")
 
 
 @dataclass

@@ -15,6 +15,10 @@ from pydantic.dataclasses import dataclass
 from parity_gate.model.record import CONFIG, Real, Record
 from parity_gate.model.upstream import Owner
 
+# ONNX Runtime's graph optimization levels, lowest first: the optimizer check and crash
+# repros try each (engine.runtime maps the names to ORT's enum).
+LEVELS = ("disabled", "basic", "extended", "all")
+
 
 class Check(str, enum.Enum):
     """The follow-up checks, cheapest first (the order they run in)."""
