@@ -26,15 +26,21 @@ _NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONL
 @dataclass(frozen=True)
 class Binding:
     """How inputs reach forward(): by keyword in forward()'s order (`keyword`), or, for a
-    forward() that takes only `*args` or positional-only parameters, in manifest order."""
+    forward() that takes only `*args` or positional-only parameters, in manifest order.
+
+    By keyword, a dotted input name is a path into a structured argument, the way output
+    names are: `images.0` and `images.1` pass `images=[t0, t1]`, `batch.mask` passes
+    `batch={"mask": t}` (a detector's list of images, a dict of features). Each leaf stays
+    its own fixture tensor and its own graph input under its dotted name."""
 
     order: tuple[str, ...]
     keyword: bool = True
 
     def arguments(self, tensors: Mapping[str, Any]) -> dict[str, Any] | list[Any]:
-        """What the module and the exporter are given: a name → tensor mapping or a list."""
+        """What the module and the exporter are given: a name → tensor mapping (nested
+        where names are dotted) or a list."""
         if self.keyword:
-            return {n: tensors[n] for n in self.order}
+            return nest({n: tensors[n] for n in self.order})
         return [tensors[n] for n in self.order]
 
     def call(self, module: Any, tensors: Mapping[str, Any]) -> Any:
@@ -42,22 +48,66 @@ class Binding:
         return module(**args) if isinstance(args, dict) else module(*args)
 
 
+def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """Dotted leaf names → nested dicts, with all-digit keys `0..n-1` as a list, in the
+    leaves' order (so the exporter's flattened inputs follow `flat`'s order)."""
+    tree: dict[str, Any] = {}
+    for name, leaf in flat.items():
+        *parents, last = name.split(".")
+        node = tree
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = leaf
+    return {k: _lists(v) for k, v in tree.items()}
+
+
+def _lists(node: Any) -> Any:
+    if not isinstance(node, dict):
+        return node
+    items = {k: _lists(v) for k, v in node.items()}
+    if items and sorted(items) == [str(i) for i in range(len(items))] and all(
+            k.isdigit() for k in items):
+        return [items[str(i)] for i in range(len(items))]
+    return items
+
+
+def leaf_paths(tree: Mapping[str, Any]) -> list[str]:
+    """The dotted names of `nest(flat)`'s leaves in pytree order: `flat`'s names."""
+    out: list[str] = []
+
+    def walk(prefix: str, node: Any) -> None:
+        if isinstance(node, Mapping):
+            for k, v in node.items():
+                walk(f"{prefix}.{k}" if prefix else str(k), v)
+        elif isinstance(node, list | tuple):
+            for i, v in enumerate(node):
+                walk(f"{prefix}.{i}", v)
+        else:
+            out.append(prefix)
+
+    walk("", tree)
+    return out
+
+
 def bind(module: Any, spec: ModuleSpec) -> tuple[Binding, list[str]]:
     """The binding of `spec.inputs` to `module.forward`, and every problem with it."""
-    names = [i.name for i in spec.inputs]
+    leaves = [i.name for i in spec.inputs]
     try:
         params = list(inspect.signature(module.forward).parameters.values())
     except (TypeError, ValueError):  # a builtin or C-implemented forward: nothing to check
-        return Binding(tuple(names)), []
+        return Binding(tuple(leaves)), []
     named = [p.name for p in params if p.kind in _NAMED]
     if not named and any(p.kind in (inspect.Parameter.POSITIONAL_ONLY,
                                     inspect.Parameter.VAR_POSITIONAL) for p in params):
-        return Binding(tuple(names), keyword=False), []
+        return Binding(tuple(leaves), keyword=False), []
+    problems: list[str] = []
+    # a structured input binds by its first part: `images.0` is forward()'s `images`
+    names = list(dict.fromkeys(n.split(".")[0] for n in leaves))
     owner = f"{type(module).__name__}.forward()"
     swallows = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
-    problems: list[str] = []
     if named:
-        for j, name in enumerate(names):
+        for name in names:
+            j = next(j for j, n in enumerate(leaves) if n.split(".")[0] == name)
             if name not in named:
                 silent = (" (its **kwargs would take it and ignore it silently)"
                           if swallows else "")
@@ -71,7 +121,8 @@ def bind(module: Any, spec: ModuleSpec) -> tuple[Binding, list[str]]:
             problems.append(f"{spec.locate('')}.inputs: {owner} requires parameter {name!r} "
                             f"(expected an entry `- name: {name}` under `inputs`)")
     order = [n for n in named if n in names] + [n for n in names if n not in named]
-    return Binding(tuple(order)), problems
+    return Binding(tuple(leaf for top in order for leaf in leaves
+                         if leaf.split(".")[0] == top)), problems
 
 
 def structural_names(output: Any) -> tuple[list[str], bool]:

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from parity_gate.engine.binding import leaf_paths, nest
 from parity_gate.manifest.models import ExportSettings, InputSpec
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.precision import ExportCause, ExportStage
@@ -222,9 +223,11 @@ def _export_dynamo(torch: Any, module: Any, example: Sequence[Any] | Mapping[str
     }
     if settings.opset is not None:
         kwargs["opset_version"] = settings.opset
-    if isinstance(example, Mapping):  # by keyword: graph inputs take the parameter names
-        kwargs["dynamic_shapes"] = {name: shapes[name] for name in example}
-        program = torch.onnx.export(module, (), kwargs=dict(example), **kwargs)
+    if isinstance(example, Mapping):  # by keyword: graph inputs take the (dotted) leaf names
+        leaves = leaf_paths(example)
+        kwargs["dynamic_shapes"] = nest({name: shapes[name] for name in leaves})
+        program = torch.onnx.export(module, (), kwargs=dict(example), input_names=leaves,
+                                    **kwargs)
     else:
         kwargs["dynamic_shapes"] = tuple(shapes[n] for n in names)
         program = torch.onnx.export(module, tuple(example), input_names=names, **kwargs)
@@ -253,7 +256,7 @@ def _export_torchscript(torch: Any, module: Any, example: Sequence[Any] | Mappin
         dynamic_axes.setdefault(out, {0: "batch"})
     kwargs: dict[str, Any] = {
         "dynamo": False,
-        "input_names": list(example) if isinstance(example, Mapping) else names,
+        "input_names": leaf_paths(example) if isinstance(example, Mapping) else names,
         "output_names": list(output_names),
         "dynamic_axes": dynamic_axes,
         **settings.options,

@@ -312,6 +312,7 @@ def _check_references(data: dict[str, Any], base: Path, problems: Problems,
                              f"unique names; first at modules[{seen[name]}])")
             seen.setdefault(name, i)
         input_names = _unique_names(module.get("inputs"), (*mloc, "inputs"), "input", problems)
+        _check_structure(input_names, (*mloc, "inputs"), problems)
         _unique_names(module.get("outputs"), (*mloc, "outputs"), "output", problems)
         for j, fname in enumerate(_as_list(module.get("fixtures"))):
             if not isinstance(fname, str):
@@ -415,6 +416,30 @@ def _check_fixture(name: str, fixture: dict[str, Any], base: Path,
             elif isinstance(dim, int) and not isinstance(dim, bool) and dim < 0:
                 problems.add((*floc, "inputs", iname, "shape", k),
                              f"got {dim} (expected a size >= 0)")
+
+
+def _check_structure(names: list[str], loc: Loc, problems: Problems) -> None:
+    """Dotted input names are paths into a structured argument (`images.0`, `batch.mask`):
+    they must describe one. Not: a name that is both a tensor and a parent (`x`, `x.a`), a
+    list with gaps (`x.0`, `x.2`), or parts that mix indices and keys."""
+    children: dict[str, list[str]] = {}
+    for name in names:
+        parts = name.split(".")
+        for depth in range(1, len(parts)):
+            children.setdefault(".".join(parts[:depth]), []).append(parts[depth])
+    for j, name in enumerate(names):
+        if name in children:
+            problems.add((*loc, j, "name"), f"{name!r} is a whole input and also the parent "
+                         f"of {name}.{children[name][0]} (expected either the tensor or its "
+                         "parts)")
+    for parent, kids in children.items():
+        keys = list(dict.fromkeys(kids))
+        digits = [k for k in keys if k.isdigit()]
+        if digits and (len(digits) != len(keys)
+                       or sorted(int(k) for k in keys) != list(range(len(keys)))):
+            j = next(j for j, n in enumerate(names) if n.startswith(f"{parent}."))
+            problems.add((*loc, j, "name"), f"the parts of {parent!r} are {', '.join(keys)} "
+                         "(expected a list numbered 0..n-1, or named keys, not both)")
 
 
 def _check_coverage(fname: str, fixture: Any, input_names: list[str], loc: Loc,

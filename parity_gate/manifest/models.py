@@ -160,7 +160,10 @@ class Settings(_Strict):
 class InputSpec(_Strict):
     name: Name = Field(
         description="the forward() parameter it is passed as, by keyword (checked against "
-        "forward()'s signature); also the graph input's name"
+        "forward()'s signature); also the graph input's name. A dotted name is a part of a "
+        "structured argument: `images.0`, `images.1` pass `images=[t0, t1]` (a detector's "
+        "list of images), `batch.mask` passes `batch={'mask': t}`; each part is its own "
+        "fixture tensor and graph input"
     )
     dynamic: dict[int, Name] = Field(
         default_factory=lambda: {0: "batch"},
