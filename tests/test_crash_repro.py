@@ -1,6 +1,7 @@
-"""A crash inside ONNX Runtime is named and replayed in a repro folder that crashes the
-same way (tests/data/ort_crash: one float16 attention layer segfaults ONNX Runtime's CPU
-provider while loading, at the highest graph optimization level only)."""
+"""A crash inside ONNX Runtime or under the exporter is named and replayed in a repro folder
+that crashes the same way (tests/data/ort_crash: one float16 attention layer segfaults ONNX
+Runtime's CPU provider while loading, at the highest graph optimization level only;
+tests/data/export_crash: native code under the exporter's trace)."""
 
 from __future__ import annotations
 
@@ -56,3 +57,66 @@ def test_the_repro_folder_crashes_the_same_way_and_names_the_level(run: dict[str
                           capture_output=True, text=True)
     assert fine.returncode == 0 and "loaded at optimization level extended" in fine.stdout
     assert "a graph optimization (fusion) pass crashes on this model" in run["summary"]
+
+
+EXPORT_CRASH = Path(__file__).parent / "data" / "export_crash" / "parity.yml"
+
+
+@pytest.mark.process
+def test_a_crash_while_exporting_is_replayed_by_rebuilding_and_exporting(
+        tmp_path: Path) -> None:
+    """tests/data/export_crash: native code under the exporter's trace kills the worker.
+    The crash names the model's own line (faulthandler's innermost frame outside the
+    standard library), and the repro folder rebuilds the module from its factory, binds
+    the structured input the same way and exports it: it crashes the same way."""
+    assert main(["run", str(EXPORT_CRASH), "--out", str(tmp_path), "--quiet"]) == 1
+    (case,) = json.loads((tmp_path / "results.json").read_text())["cases"]
+    assert case["outcome"] == "crash"
+    assert case["reason"] == ("worker killed by SIGSEGV in the model's own code (models.py:19, "
+                              "in forward) while exporting float32")
+    crash = case["crash"]
+    assert crash["reproduces"] and crash["signal"] == "SIGSEGV" and crash["levels"] == {}
+    folder = Path(crash["folder"])
+    assert sorted(p.name for p in folder.iterdir()) == ["export.json", "inputs.npz", "repro.py"]
+    died = subprocess.run([sys.executable, "repro.py"], cwd=folder, capture_output=True,
+                          text=True)
+    assert died.returncode == -signal.SIGSEGV and "exporting with dynamo" in died.stdout
+    # the same script exports when the model does not crash: it is the call, not a stub
+    call = json.loads((folder / "export.json").read_text())
+    (tmp_path / "fine.py").write_text(
+        "import torch\nclass M(torch.nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n"
+        "        self.fc = torch.nn.Linear(6, 3)\n"
+        "    def forward(self, parts):\n        return self.fc(parts[0] + parts[1])\n"
+        "def make():\n    return M()\n")
+    call.update(python_path=[str(tmp_path)], factory="fine:make")
+    (folder / "export.json").write_text(json.dumps(call))
+    fine = subprocess.run([sys.executable, "repro.py"], cwd=folder, capture_output=True,
+                          text=True)
+    assert fine.returncode == 0 and fine.stdout.rstrip().endswith("exported"), fine.stderr[-2000:]
+    import onnx
+
+    graph = onnx.load(str(folder / "exported.onnx")).graph
+    assert [i.name for i in graph.input] == ["parts.0", "parts.1"]
+
+
+def test_the_crash_site_is_the_innermost_frame_outside_the_standard_library() -> None:
+    """faulthandler's stack (innermost first): a library's frame leaves the step's library
+    to name it; the model's own frame under a standard-library one names the line."""
+    import sysconfig
+
+    from parity_gate.engine.pool import crash_site
+
+    stdlib = sysconfig.get_paths()["stdlib"]
+    head = "Fatal Python error: Segmentation fault\n\nCurrent thread 0x00007f3a (most recent " \
+           "call first):\n"
+    ort = (head + '  File "/v/lib/python3.11/site-packages/onnxruntime/capi/onnxruntime_'
+           'inference_collection.py", line 552 in _create_inference_session\n'
+           '  File "/w/parity_gate/engine/stages.py", line 80 in open_session\n')
+    assert crash_site(ort) == ""
+    model = (head + f'  File "{stdlib}/ctypes/__init__.py", line 519 in string_at\n'
+             '  File "/home/me/proj/nets.py", line 33 in forward\n'
+             '  File "/v/lib/python3.11/site-packages/torch/nn/modules/module.py", line 1784 '
+             'in _call_impl\n')
+    assert crash_site(model) == "the model's own code (nets.py:33, in forward)"
+    assert crash_site("no stack at all") == ""

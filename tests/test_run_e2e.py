@@ -134,9 +134,11 @@ def test_faulty_manifest_exit_code_and_outcomes(faulty_run: tuple[int, Path]) ->
 def test_faulty_crash_and_hang_reasons(faulty_run: tuple[int, Path]) -> None:
     _, out = faulty_run
     _, cases = load(out)
-    # the signal, whose code it was in (the library a report goes to), and the step
+    # the signal, whose code it was in (the line faulthandler's stack names, else the
+    # library a report goes to), and the step
     assert cases["segfault/float32/vec/b2/cpu"]["reason"].startswith(
-        "worker killed by SIGSEGV in the model's forward (eager torch) while eager ")
+        "worker killed by SIGSEGV in the model's own code (models.py:47, in forward) while "
+        "eager ")
     assert "SIGABRT" in cases["abort/float32/vec/b2/cpu"]["reason"]
     assert "timeout of 8s" in cases["hang/float32/vec/b2/cpu"]["reason"]
     assert "SIGKILL (likely out of memory)" in cases["oom/float32/vec/b3/cpu"]["reason"]

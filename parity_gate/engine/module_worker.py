@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import json
 import random
 import re
 import sys
@@ -325,6 +326,8 @@ def _cached_export(ctx: _Ctx, mod: _Module, example: dict[str, np.ndarray], name
             raise result
         return result, stored, True
     hazards: list[Hazard] = []
+    ctx.step(Stage.EXPORTING, mod.dtype, "" if purpose == "gate" else f"({purpose})",
+             _export_evidence(job, mod, example, names, settings))
     try:
         exported = _export(job, mod, example, names, settings)
     except ExportFailure as failure:
@@ -419,6 +422,37 @@ def _run_provider(ctx: _Ctx, exported: ExportedModel, provider: str, keys: list[
 
 
 EVIDENCE_MAX_BYTES = 64 << 20  # inputs larger than this are not kept for a crash repro
+
+
+def _export_evidence(job: ModuleJob, mod: _Module, example: dict[str, np.ndarray],
+                     names: list[str], settings: Any) -> dict[str, str]:
+    """What an export that kills the worker is replayed from (localise.crash): the call
+    as data (factory, seed, dtype, binding, dynamic dims, exporter options) and the
+    example, written before the export starts. Nothing when the example is too large or
+    the call's options are not plain data."""
+    if sum(a.nbytes for a in example.values()) > EVIDENCE_MAX_BYTES:
+        return {}
+    folder = Path(tempfile.gettempdir()) / "evidence"
+    stem = f"{job.name}-{mod.dtype}-export".replace("/", "_")
+    call = {
+        "factory": job.module.factory, "kwargs": job.module.kwargs,
+        "python_path": [str(p) for p in job.python_path],
+        "seed": derive_seed(job.seed, job.name) % (2**32), "dtype": mod.dtype,
+        "device": mod.device, "order": list(mod.binding.order), "keyword": mod.binding.keyword,
+        "dynamic": {i.name: {str(d): sym for d, sym in i.dynamic.items()}
+                    for i in job.module.inputs},
+        "output_names": names, "exporter": settings.exporter or "dynamo",
+        "optimize": settings.optimize, "opset": settings.opset,
+        "options": dict(settings.options),
+    }
+    try:
+        folder.mkdir(exist_ok=True)
+        text = json.dumps(call, indent=1)
+        (folder / f"{stem}.json").write_text(text)
+        np.savez(folder / f"{stem}.npz", **example)  # type: ignore[arg-type]
+    except (OSError, TypeError, ValueError):
+        return {}
+    return {"export": str(folder / f"{stem}.json"), "inputs": str(folder / f"{stem}.npz")}
 
 
 def _evidence_model(job: ModuleJob, dtype: str, exported: ExportedModel) -> str:

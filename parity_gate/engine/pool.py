@@ -33,6 +33,7 @@ import select
 import shutil
 import signal
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -417,6 +418,31 @@ def _sigint_held() -> Iterator[None]:
                 signal.raise_signal(signal.SIGINT)
 
 
+_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)', re.M)
+_STDLIB = sysconfig.get_paths()["stdlib"]
+
+
+def crash_site(log: str) -> str:
+    """Whose code a signal killed the worker in, from faulthandler's stack of the crashing
+    thread (innermost frame first): the model's own code (`models.py:19, forward`) when
+    the innermost frame outside Python's standard library is neither an installed package
+    nor parity-gate; "" when the stack is missing or a library's, where the step names it.
+    A native crash inside user code under the exporter is the model's, not torch.onnx's."""
+    start = log.rfind("Current thread ")
+    if start < 0:
+        start = log.rfind("Fatal Python error")
+    if start < 0:
+        return ""
+    for match in _FRAME.finditer(log, start):
+        path = match["path"]
+        if path.startswith(_STDLIB) and "-packages" not in path:
+            continue  # ctypes, importlib, threading: the caller is what matters
+        if "-packages" in path or "/parity_gate/" in path or path.startswith("<"):
+            return ""
+        return f"the model's own code ({Path(path).name}:{match['line']}, in {match['func']})"
+    return ""
+
+
 @dataclass
 class _Worker:
     process: Any
@@ -685,7 +711,8 @@ class WorkerPool:
         where = f"while {worker.step.describe()}"
         if code is not None and code < 0:
             name = signal.Signals(-code).name
-            library = worker.step.stage.library
+            library = (crash_site(self._log_tail(worker, 64_000)) or worker.step.stage.library
+                       if name != "SIGKILL" else "")
             extra = (" (likely out of memory)" if name == "SIGKILL" else
                      f" in {library}" if library else "")
             return (f"worker killed by {name}{extra} {where}",
