@@ -524,9 +524,18 @@ def _fusion_check(job: ModuleJob, exported: ExportedModel, provider: str, result
     except Exception as exc:  # the check is advisory; never lose the real result
         result.rerun = Rerun(error=first_line(repr(exc)))
         return
+    if again.outcome.info.junit == "error":  # the re-run failed: no verdict on the fusion
+        result.rerun = Rerun(error=_failed_rerun(again))
+        return
     worst = again.worst()
     result.rerun = Rerun(outcome=again.outcome,
                          max_abs=worst.max_abs if worst is not None else None)
+
+
+def _failed_rerun(again: CaseResult) -> str:
+    """A follow-up run that errors is that check's finding with its cause, never "the
+    mismatch persists" (a runtime error compares nothing)."""
+    return f"{again.outcome.value}: {first_line(again.reason)}"
 
 
 def _reexport(ctx: _Ctx, mod: _Module, provider: str, result: CaseResult, ref: _Reference,
@@ -554,6 +563,10 @@ def _reexport(ctx: _Ctx, mod: _Module, provider: str, result: CaseResult, ref: _
         return Reexport(error=failure.reason)
     except Exception as exc:  # advisory: never lose the real result
         return Reexport(error=first_line(repr(exc)))
+    if again.outcome.info.junit == "error":
+        return Reexport(error="an exporter defect that the optimizer's rewrites hide "
+                        "(ONNX Runtime fails on that graph where it runs the optimized one; "
+                        f"worth its own report): {_failed_rerun(again)}")
     worst = again.worst()
     onnx_error = None
     if ref.truth is not None and again.outcome is not Outcome.SHAPE_MISMATCH:
