@@ -58,3 +58,28 @@ def test_a_segmentation_models_dict_output_is_named_by_its_key(smoke: dict[str, 
     for case in smoke["cases"]:
         if case["key"]["module"] == "lraspp_mobilenet_v3_large":
             assert [c["name"] for c in case["comparisons"]] == ["out"]
+
+
+def test_a_tolerance_tighter_than_float32_rounding_is_named_unattainable(
+        smoke: dict[str, Any], tmp_path: Path) -> None:
+    """The smoke's resnest14d passes at the default float32 settings; under an explicit
+    atol of 1e-9 the same correct export fails, and the reason says no correct float32
+    implementation meets that contract (ONNX Runtime as close to float64 as eager),
+    with the atol it needs, instead of calling it a mismatch of the export."""
+    manifest = tmp_path / "tight.yml"
+    manifest.write_text(
+        f"version: 1\ninclude: [{VISION / 'fixtures.yml'}]\npython_path: [{VISION}]\n"
+        "defaults:\n  batch_sizes: [1]\n  dtypes: [float32]\n"
+        "  tolerances: {float32: {atol: 1.0e-9, rtol: 0.0}}\n"
+        "modules:\n  - name: resnest14d\n    factory: vision_models:timm_model\n"
+        "    kwargs: {name: resnest14d, num_classes: 10}\n"
+        "    inputs: [{name: x, dynamic: {0: batch}}]\n"
+        "    outputs: [{name: logits, task: classification}]\n    fixtures: [images64]\n")
+    assert main(["run", str(manifest), "--out", str(tmp_path / "out"), "--quiet",
+                 "--no-localise"]) == 1
+    (case,) = json.loads((tmp_path / "out" / "results.json").read_text())["cases"]
+    assert case["outcome"] == "mismatch"
+    assert case["reference"]["ruling"] in ("onnx_rounding", "as_eager", "onnx_exact")
+    assert case["reference"]["manifest_atol"] == 1e-9
+    assert "unattainable by any correct implementation in float32: logits needs atol>=" \
+        in (tmp_path / "out" / "summary.md").read_text().replace("&gt;", ">")
