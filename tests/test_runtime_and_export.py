@@ -163,3 +163,28 @@ def test_a_warning_is_placed_at_the_models_line_not_in_contextlib() -> None:
     # the innermost line of the model's own code: the helper's warn call
     lines, first = inspect.getsourcelines(legacy_scale)
     assert "warnings.warn" in lines[found.lineno - first]
+
+
+@pytest.mark.process
+def test_a_guard_on_a_data_dependent_size_gets_the_hints_that_work() -> None:
+    """A count that depends on the data (a detector's boxes after a score filter) used in
+    a Python `if`: torch.export cannot capture it; the cause names it, and the hints say
+    what works (torch.cond, bounding the size with torch._check, the legacy exporter)."""
+    import torch
+
+    from parity_gate.engine.exporting import ExportFailure, export_module
+    from parity_gate.manifest.models import ExportSettings, InputSpec
+
+    class Keep(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            keep = torch.nonzero(x[:, 0] > 0).flatten()
+            return x[keep] * 2 if keep.shape[0] > 2 else x[keep]
+
+    with pytest.raises(ExportFailure) as failure:
+        export_module(Keep(), {"x": torch.randn(6, 4)}, [InputSpec(name="x")], ["y"],
+                      ExportSettings())
+    cause = failure.value.cause
+    assert cause is not None and cause.kind == "GuardOnDataDependentSymNode"
+    hints = " | ".join(cause.hints)
+    assert "torch.cond" in hints and "torch._check_is_size(n)" in hints
+    assert "exporter: torchscript" in hints

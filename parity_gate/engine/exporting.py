@@ -91,6 +91,12 @@ HINTS: tuple[Hint, ...] = (
     Hint(r"data-dependent|GuardOnDataDependent",
          "replacing the Python `if` on tensor values at that line with torch.where or "
          "torch.cond"),
+    # A guard on an unbacked size (u0: a count that depends on the data, such as a
+    # detector's number of boxes after a score filter): bounds let torch.export reason.
+    Hint(r"GuardOnDataDependent.*\bu(\d+|#)",
+         "telling torch.export what the data-dependent size at that line can be "
+         "(`torch._check(n >= 0)`, `torch._check_is_size(n)` before it is used as a size), "
+         "or the model's own export path where it has one"),
     Hint(r"Constraints violated|specializ",
          "fewer dims in `dynamic` (one declared dynamic was specialised to a constant)"),
     Hint(r".", "`export: {exporter: torchscript}` (the legacy exporter traces one path)",
