@@ -271,3 +271,12 @@ def test_no_rule_fires_on_the_bundled_example() -> None:
         ctx.target_runtime = "onnxruntime>=1.16"
     assert {h.rule for ctx in contexts for h in run_checks(ctx)} == {"opset-too-new"}
     assert BY_ID["opset-too-new"].action is Action.FAIL
+
+
+def test_unchecked_size_assumption_says_what_the_program_assumed(exported: Any) -> None:
+    """AdaptiveAvgPool2d(4) at 8x8 with dynamic h, w: the decomposition assumed the export
+    size; the ONNX graph is an AveragePool with window 2 that nothing guards."""
+    (h,) = [h for h in _hazards(exported("AdaptivePool"))
+            if h.rule == "unchecked-size-assumption"]
+    assert "h % 4 == 0" in h.message and "h // 4 == 2" in h.message
+    assert "w // 4 == 2" in h.message and "silently wrong values" in h.message

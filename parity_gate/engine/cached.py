@@ -31,6 +31,7 @@ from parity_gate.engine.cache import (
     versions,
 )
 from parity_gate.engine.exporting import ExportedModel, ExportFailure
+from parity_gate.hazards.rules import RULE_IDS
 from parity_gate.model.hazards import Hazard
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.precision import ExportCause
@@ -75,7 +76,8 @@ class WorkerCache:
             {**versions(), "parity-gate": __version__},
             context=[purpose, device, list(names), export_batch,
                      list(job.settings.batch_sizes or []), list(training),
-                     _dump(job.settings.hazards), _dump(job.settings.target_runtime)])
+                     _dump(job.settings.hazards), _dump(job.settings.target_runtime),
+                     list(RULE_IDS)])  # a new rule's findings are not in an older entry
 
     def load_export(self, key: str) -> tuple[ExportedModel | ExportFailure, list[Hazard]] | None:
         entry = self.store.get(EXPORT, key)

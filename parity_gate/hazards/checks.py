@@ -13,10 +13,11 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
+import operator
 import re
 import textwrap
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,6 +111,102 @@ def baked_dim(ctx: HazardContext) -> list[Found]:
                 f"sizes of {symbol!r} fail or silently reshape ({values})",
                 [og.node_site(node)]))
     return found
+
+
+_ASSUMED = {"eq": ("==", "!="), "ne": ("!=", "==")}
+_ARITH: dict[str, tuple[str, Callable[[int, int], int]]] = {
+    "mod": ("%", operator.mod), "floordiv": ("//", operator.floordiv),
+    "mul": ("*", operator.mul), "add": ("+", operator.add), "sub": ("-", operator.sub)}
+_SWEEP = range(2, 65)  # sizes a dynamic dim may take (torch.export's default range starts at 2)
+
+
+def unchecked_size_assumption(ctx: HazardContext) -> list[Found]:
+    """Equalities on dynamic dims that the exported program computed and then dropped:
+    a decomposition that read a size as a Python number (torch 2.13's ONNX decomposition of
+    `adaptive_avg_pool2d(x, 4)` at 8x8 assumes `h % 4 == 0` and `h // 4 == 2` and writes
+    an AveragePool with window 2) leaves the condition as a dead node, neither a guard
+    nor a runtime assert. The ONNX graph then holds only for sizes that satisfy it and
+    gives silently wrong values (or another shape) for the rest. A dead condition whose
+    value is the same for every size in the dims' range (`batch == 1` with batch >= 2, a
+    tautology) restricts nothing and is not reported."""
+    ep = ctx.program
+    if ep is None:
+        return []
+    dims = {name: dict(spec.dynamic) for spec, name in
+            zip(ctx.inputs, ep.graph_signature.user_inputs, strict=False)}
+    sizes = ctx.sizes()
+    found: list[str] = []
+    site: list[Site] = []
+    for node in ep.graph.nodes:
+        name = getattr(node.target, "__name__", "")
+        if node.op != "call_function" or name not in _ASSUMED or node.users:
+            continue
+        expr = _size_expr(node, dims)
+        if expr is None:
+            continue
+        text, value, symbols = expr
+        if not symbols or any(s not in sizes for s in symbols):
+            continue
+        try:
+            held = bool(value(sizes))
+            if all(bool(value({**sizes, s: v})) == held for s in symbols for v in _SWEEP):
+                continue  # the same at every size: no restriction
+        except ArithmeticError:  # a division by a size expression that can be 0
+            continue
+        said = text if held else text.replace(f" {_ASSUMED[name][0]} ",
+                                              f" {_ASSUMED[name][1]} ", 1)
+        if said in found:
+            continue
+        found.append(said)
+        trace = node.meta.get("stack_trace") or ""
+        if not site and trace:
+            site = [Site(source=og.source_of(trace))]
+    if not found:
+        return []
+    return [Found(f"the exported program assumes {', '.join(found)} about dynamic dims "
+                  f"(true at the export sizes {', '.join(f'{k}={v}' for k, v in sizes.items())})"
+                  " and nothing checks it at run time: a decomposition read the size as a "
+                  "number, so sizes that break it give silently wrong values or another shape",
+                  site)]
+
+
+_Expr = tuple[str, Callable[[dict[str, int]], int], frozenset[str]]
+
+
+def _size_expr(node: Any, dims: dict[str, dict[int, str]], depth: int = 0) -> _Expr | None:
+    """A symbolic size expression over the manifest's dim symbols: its text (`h % 4 == 0`),
+    a function of the sizes, and the symbols it reads; None when it is not plain integer
+    arithmetic on declared-dynamic dims."""
+    if isinstance(node, int):
+        return str(node), lambda _s, n=node: n, frozenset()
+    if depth > 8 or not hasattr(node, "target"):
+        return None
+    name = getattr(node.target, "__name__", "")
+    if str(node.target) == "aten.sym_size.int":
+        symbol = dims.get(getattr(node.args[0], "name", ""), {}).get(int(node.args[1]))
+        if symbol is None:
+            return None
+        return symbol, lambda s, k=symbol: s[k], frozenset([symbol])
+    fn: Callable[[int, int], int]
+    if name in _ASSUMED:
+        text_op = _ASSUMED[name][0]
+        fn = (lambda a, b: int(a == b)) if name == "eq" else (lambda a, b: int(a != b))
+    elif name in _ARITH:
+        text_op, fn = _ARITH[name]
+    else:
+        return None
+    if len(node.args) != 2:
+        return None
+    parts: list[_Expr] = []
+    for arg in node.args:
+        sub = _size_expr(arg, dims, depth + 1)
+        if sub is None:
+            return None
+        nested = name in _ARITH and not isinstance(arg, int) \
+            and getattr(arg.target, "__name__", "") in _ARITH
+        parts.append((f"({sub[0]})", sub[1], sub[2]) if nested else sub)
+    (lt, lf, ls), (rt, rf, rs) = parts
+    return (f"{lt} {text_op} {rt}", lambda s: fn(lf(s), rf(s)), ls | rs)
 
 
 def _graph_symbols(ctx: HazardContext, model: Any) -> dict[str, tuple[str, int]]:

@@ -119,6 +119,14 @@ RULES: tuple[Rule, ...] = (
          "loop over it) or declare the dim static",
          check="dynamic_dim_specialised", on_failure="dynamic_dim_specialised_failure",
          pair=("SpecialisedDim", "SpecialisedDimFixed"), exporters=("dynamo",)),
+    Rule("unchecked-size-assumption", "the exported program assumes a size equality on a "
+         "dynamic dim that nothing checks at run time",
+         Severity.ERROR, Action.WARN,
+         "declare those dims static (and export per size), or make the op independent of the "
+         "size (adaptive pooling to 1 is a mean: `x.mean((2, 3), keepdim=True)`); test the "
+         "sizes you serve as fixture sets: the gate compares each against eager",
+         check="unchecked_size_assumption", pair=("AdaptivePool", "AdaptivePoolGlobal"),
+         exporters=("dynamo",)),
 )
 
 BY_ID: dict[str, Rule] = {r.id: r for r in RULES}

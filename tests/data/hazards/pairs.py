@@ -225,6 +225,27 @@ class SpecialisedDimFixed(SpecialisedDim):
         return self.fc(x.reshape(x.shape[0], -1))
 
 
+class AdaptivePool(nn.Module):
+    """`AdaptiveAvgPool2d(4)` with dynamic height and width (a VGG-style head): exported as
+    an AveragePool whose window is the export size's (8x8 → window 2)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pool(x).flatten(1)
+
+
+class AdaptivePoolGlobal(AdaptivePool):
+    def __init__(self) -> None:
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool2d(1)  # a ReduceMean: right at every size
+
+
+SPATIAL = [InputSpec(name="x", dynamic={0: "batch", 2: "h", 3: "w"})]
+
+
 @torch.library.custom_op("parityhazards::square", mutates_args=())
 def square(x: torch.Tensor) -> torch.Tensor:
     """A custom op: no exporter has a translation for it."""
@@ -319,6 +340,8 @@ PAIRS: dict[str, Case] = {
     "ExportBranch": Case(_eval(ExportBranch), [(4, 8)], "torchscript"),
     "ExportBranchFixed": Case(_eval(ExportBranchFixed), [(4, 8)], "torchscript"),
     "SpecialisedDim": Case(_eval(SpecialisedDim), [(4, 8)]),
+    "AdaptivePool": Case(_eval(AdaptivePool), [(4, 3, 8, 8)], inputs=SPATIAL),
+    "AdaptivePoolGlobal": Case(_eval(AdaptivePoolGlobal), [(4, 3, 8, 8)], inputs=SPATIAL),
     "SpecialisedDimFixed": Case(_eval(SpecialisedDimFixed), [(4, 8)]),
 }
 
