@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from parity_gate.gate.baseline import Baseline, Entry
 from parity_gate.gate.deltas import compute as compute_deltas
+from parity_gate.gate.performance import run_flags
 from parity_gate.model.gate import (
     CATEGORIES,
     DEFAULT_WORSEN_FACTOR,
@@ -110,7 +111,8 @@ def finish(run: RunResult, rulings: list[Ruling], stale: list[Stale], fail_on: s
                       if f.hazard is not None and f.hazard.blocks})
     return GateDecision(blocking, fail_on, strict, baseline, factor, rulings, stale,
                         all_skipped=all_skipped, allow_all_skipped=allow_all_skipped,
-                        hazards=hazards, unreported=unreported(run))
+                        hazards=hazards, unreported=unreported(run),
+                        performance=run_flags(run))
 
 
 def unreported(run: RunResult) -> int:
