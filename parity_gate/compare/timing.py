@@ -32,7 +32,7 @@ CONFIDENCE = 0.95
 MIN_PAIRS = 8  # the smallest count whose 95% sign-test interval excludes the extremes
 MAX_PAIRS = 60
 WIDTH = 1.15  # stop once high / low of the ratio's interval is within this
-EXTRA = 4  # budgets a ratio that straddles the gate's limit may take
+EXTRA = 20  # budgets a ratio that straddles the gate's limit may take
 
 
 @dataclass(frozen=True)
@@ -85,12 +85,14 @@ def enough(eager_s: Sequence[float], onnx_s: Sequence[float], spent_s: float,
            max_pairs: int = MAX_PAIRS) -> bool:
     """Stop timing. After `min_pairs`: when the ratio's interval is narrow, or lies wholly
     on one side of `limit` (the gate's question is answered), or the budget is spent; a
-    ratio still straddling `limit` gets up to four budgets, since that is the decision
-    the gate makes on it. Always at `max_pairs`, or at four budgets (after two pairs: a
-    pair that alone takes the budget is not repeated eight times)."""
+    ratio still straddling `limit` gets up to EXTRA budgets, since that is the decision
+    the gate makes on it (only where latency is gated). Always at `max_pairs`, or at EXTRA
+    budgets (after two pairs: a pair that alone takes them is not repeated eight times)."""
     n = len(eager_s)
     if n >= max_pairs or (n >= 2 and spent_s >= EXTRA * budget_s):
         return True
+    if n >= 2 and spent_s >= budget_s and limit is None and n * 4 >= min_pairs:
+        return True  # nothing is gated on it: no more than its budget (and half the pairs)
     if n < min_pairs:
         return False
     r = paired_ratio(eager_s, onnx_s)

@@ -12,6 +12,7 @@ module, dtype and provider (one run), never from the timed session.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import time
@@ -36,6 +37,9 @@ from parity_gate.plan.providers import EXECUTION_PROVIDERS
 
 WARMUP = 2  # untimed calls per side first: lazy initialisation, caches, the arena
 # (the faster of the two sizes the calls per timed sample)
+# Blocks per timed sample, the fastest kept: a block the scheduler preempted (another
+# job on a shared runner) is slower, never faster, so the minimum drops it.
+BEST_OF = 3
 
 
 def limits_for(settings: Any, provider: str) -> PerformanceLimits:
@@ -52,8 +56,9 @@ def latency(eager: Callable[[], Any], onnx: Callable[[], Any], budget_s: float,
             clock: Callable[[], float] = time.perf_counter) -> Latency:
     """Time `eager` and `onnx` (each one call on the case's inputs) in interleaved pairs,
     alternating which goes first, until the ratio's interval is narrow or the budget is
-    spent (`limit`: the gate's max_slowdown, see compare.timing.enough); a call shorter
-    than a millisecond is repeated within one sample."""
+    spent (`limit`: the gate's max_slowdown, see compare.timing.enough). One sample of a
+    side is the fastest of BEST_OF blocks of calls, a block being as many calls as last
+    a millisecond."""
     t0 = clock()
     once = []
     for call in (eager, onnx):
@@ -70,10 +75,13 @@ def latency(eager: Callable[[], Any], onnx: Callable[[], Any], budget_s: float,
     while not timing.enough(eager_s, onnx_s, clock() - start, budget_s, limit):
         order = ((eager, repeats[0], eager_s), (onnx, repeats[1], onnx_s))
         for call, n, out in (order if len(eager_s) % 2 == 0 else order[::-1]):
-            s = clock()
-            for _ in range(n):
-                call()
-            out.append((clock() - s) / n)
+            best = math.inf
+            for _ in range(BEST_OF):
+                s = clock()
+                for _ in range(n):
+                    call()
+                best = min(best, (clock() - s) / n)
+            out.append(best)
     r = timing.paired_ratio(eager_s, onnx_s)
     return Latency(eager_ms=r.eager_s * 1e3, onnx_ms=r.onnx_s * 1e3, ratio=r.ratio,
                    low=r.low, high=r.high, pairs=r.pairs, stable=r.narrow,
