@@ -25,8 +25,8 @@ from parity_gate.model.performance import (
     Latency,
     Performance,
     PerformanceLimits,
-    Placement,
     PlacedNode,
+    Placement,
 )
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.report import html, markdown
@@ -118,7 +118,8 @@ def test_latency_loop_with_a_fake_clock_interleaves_and_reports_the_ratio() -> N
     assert lat.ratio == pytest.approx(3.0) and lat.stable and lat.pairs == timing.MIN_PAIRS
     assert lat.eager_ms == pytest.approx(2.0) and lat.onnx_ms == pytest.approx(6.0)
     timed = calls[4:]  # after two warm-up calls per side
-    assert timed[:6] == ["e"] * 3 + ["o"] * 3 and timed[6:12] == ["o"] * 3 + ["e"] * 3  # the order alternates
+    # best of three blocks per side; the order alternates from one pair to the next
+    assert timed[:6] == ["e"] * 3 + ["o"] * 3 and timed[6:12] == ["o"] * 3 + ["e"] * 3
 
 
 def test_peak_rss_increase_sees_an_allocation() -> None:
@@ -295,3 +296,8 @@ def test_a_genuinely_slow_export_is_flagged_and_the_control_is_not(tmp_path: Pat
     assert slow["placement"]["by_provider"] == {CPU: slow["placement"]["by_provider"][CPU]}
     assert slow["placement"]["fallback"] == [] and slow["memory"]["source"] == "peak RSS"
     assert time.perf_counter() - t0 < 120
+
+
+def test_too_few_pairs_are_never_stable() -> None:
+    r = timing.paired_ratio([1.0] * 3, [2.0] * 3)
+    assert (r.low, r.high) == (2.0, 2.0) and not r.narrow

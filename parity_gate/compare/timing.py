@@ -48,7 +48,9 @@ class Ratio:
 
     @property
     def narrow(self) -> bool:
-        return self.low > 0 and self.high / self.low <= WIDTH
+        """A real 95% interval (enough pairs for one) within WIDTH."""
+        return order_bounds(self.pairs) is not None and self.low > 0 \
+            and self.high / self.low <= WIDTH
 
 
 def order_bounds(n: int, confidence: float = CONFIDENCE) -> tuple[int, int] | None:
@@ -70,7 +72,8 @@ def order_bounds(n: int, confidence: float = CONFIDENCE) -> tuple[int, int] | No
 def paired_ratio(eager_s: Sequence[float], onnx_s: Sequence[float],
                  confidence: float = CONFIDENCE) -> Ratio:
     """The ratio statistic of interleaved pairs (eager_s[i], onnx_s[i]). With too few
-    pairs for an interval, the interval is the full observed range."""
+    pairs for a 95% interval (under 6), the interval is the full observed range and the
+    ratio is never `narrow`."""
     if len(eager_s) != len(onnx_s) or not eager_s:
         raise ValueError("paired timings need the same, non-zero number of values per side")
     ratios = sorted(o / e if e > 0 else math.inf for e, o in zip(eager_s, onnx_s, strict=True))

@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from parity_gate.model.performance import Placement, PlacedNode
+from parity_gate.model.performance import PlacedNode, Placement
 
 MEMCPY_OPS = frozenset({"MemcpyToHost", "MemcpyFromHost"})
 _KERNEL = "_kernel_time"

@@ -126,8 +126,10 @@ class PerformanceSettings(_Strict):
         "devices: fail the case, warn, or ignore")
     budget_s: float = Field(
         0.05, gt=0, le=60, allow_inf_nan=False,
-        description="seconds of timing per case: pairs stop earlier once the ratio's "
-        "interval is narrow (high/low <= 1.15), after at least 8 pairs")
+        description="seconds of timing per case: eager and ONNX Runtime are timed in "
+        "interleaved pairs until the ratio's 95% interval is narrow (high/low <= 1.15, at "
+        "least 8 pairs) or this is spent; with max_slowdown set, a ratio whose interval "
+        "still straddles it gets up to 20 times this, to decide")
 
 
 class Settings(_Strict):
@@ -428,6 +430,7 @@ BUILTIN_SETTINGS = Settings(
     timeout_s=600.0,
     reference_device="cpu",
     max_case_bytes=ByteSize(DEFAULT_MAX_CASE_BYTES),
+    performance=PerformanceSettings(),
 )
 
 

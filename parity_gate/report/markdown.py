@@ -20,8 +20,8 @@ from parity_gate.model.outcomes import Outcome
 from parity_gate.model.performance import Latency
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.model.text import escape_html, html_line, md_cell, md_code, md_text
-from parity_gate.report.fmt import num, plural, seconds
 from parity_gate.report import performance as perf
+from parity_gate.report.fmt import num, plural, seconds
 from parity_gate.report.modules import (
     ModuleView,
     gate_text,
