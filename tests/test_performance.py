@@ -301,3 +301,38 @@ def test_a_genuinely_slow_export_is_flagged_and_the_control_is_not(tmp_path: Pat
 def test_too_few_pairs_are_never_stable() -> None:
     r = timing.paired_ratio([1.0] * 3, [2.0] * 3)
     assert (r.low, r.high) == (2.0, 2.0) and not r.narrow
+
+
+def test_baseline_records_stable_ratios_and_flags_a_slowdown_beyond_both_noises(
+        tmp_path: Path) -> None:
+    from parity_gate.gate import baseline as bl
+
+    def run_of(ratio: float, low: float, high: float, stable: bool = True,
+               limit: float | None = None) -> RunResult:
+        lat = Latency(eager_ms=1.0, onnx_ms=ratio, ratio=ratio, low=low, high=high,
+                      pairs=20, stable=stable)
+        return RunResult(cases=[_case("m/float32/x/b1/cpu",
+                                      Performance(PerformanceLimits(max_slowdown=limit), lat))])
+
+    recorded, changes = bl.update(bl.Baseline(str(tmp_path / "b.yml")),
+                                  run_of(2.0, 1.9, 2.1))
+    assert [str(c) for c in changes] == ["updated performance: 1 case(s) time ratios recorded"]
+    path = tmp_path / "b.yml"
+    path.write_text(bl.dump(recorded))
+    loaded = bl.load(path)
+    assert [(r.id, r.figures) for r in loaded.performance] == [
+        ("m/float32/x/b1/cpu", (2.0, 1.9, 2.1))]
+    assert loaded.performance[0].line > 0
+    # unstable figures are not recorded over the stable ones
+    same, _ = bl.update(loaded, run_of(9.0, 1.0, 20.0, stable=False))
+    assert same.performance[0].figures == (2.0, 1.9, 2.1)
+
+    within = decide(run_of(2.2, 2.0, 2.4, limit=1.5 * 9), baseline=loaded)
+    assert [f.rule for f in within.performance] == []  # overlaps the record: noise
+    slower = decide(run_of(2.6, 2.3, 2.9), baseline=loaded)
+    (flag,) = slower.performance
+    assert flag.rule == "latency-regression" and not flag.blocks  # latency not gated
+    assert f"{path}:" in flag.message and "recorded 2.00×" in flag.message
+    gated = decide(run_of(2.6, 2.3, 2.9, limit=10.0), baseline=loaded)
+    assert [(f.rule, f.blocks) for f in gated.performance] == [("latency-regression", True)]
+    assert not gated.passed

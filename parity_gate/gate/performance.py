@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from parity_gate.compare.timing import slower
+from parity_gate.compare.timing import regressed, slower
+from parity_gate.gate.baseline import Baseline, Recorded
 from parity_gate.model.performance import Performance, PerformanceFlag, PlacedNode
 from parity_gate.model.results import CaseResult, RunResult
 
@@ -19,7 +20,15 @@ from parity_gate.model.results import CaseResult, RunResult
 Verdict = tuple[str, bool, list[PlacedNode]] | None
 
 
-def _slowdown(p: Performance) -> Verdict:
+@dataclass(frozen=True)
+class Context:
+    """What a rule reads besides the case: its baseline record, and where that is."""
+
+    recorded: Recorded | None = None
+    where: str = ""
+
+
+def _slowdown(p: Performance, _: Context) -> Verdict:
     lat, limit = p.latency, p.limits.max_slowdown
     if lat is None or limit is None or not slower(lat.low, limit):
         return None
@@ -28,7 +37,19 @@ def _slowdown(p: Performance) -> Verdict:
             f"{lat.onnx_ms:.3g} ms vs {lat.eager_ms:.3g} ms", True, [])
 
 
-def _fallback(p: Performance) -> Verdict:
+def _regression(p: Performance, ctx: Context) -> Verdict:
+    lat, rec = p.latency, ctx.recorded
+    if lat is None or rec is None or not regressed(rec.figures, (lat.ratio, lat.low, lat.high)):
+        return None
+    gated = p.limits.max_slowdown is not None
+    return (f"slower than the baseline beyond the noise of both runs: ONNX/eager "
+            f"{lat.ratio:.2f}× (95% {lat.low:.2f}–{lat.high:.2f}), recorded {rec.ratio:.2f}× "
+            f"({rec.low:.2f}–{rec.high:.2f}) at {ctx.where}"
+            + ("" if gated else " (not blocking: set performance.max_slowdown to gate "
+               "latency)"), gated, [])
+
+
+def _fallback(p: Performance, _: Context) -> Verdict:
     placed, limit = p.placement, p.limits.max_fallback_nodes
     if placed is None or not placed.fallback or not p.limits.gpu:
         return None
@@ -41,7 +62,7 @@ def _fallback(p: Performance) -> Verdict:
             f"{placed.requested}{bound}: {names}{more}", over, list(placed.fallback))
 
 
-def _memcpy(p: Performance) -> Verdict:
+def _memcpy(p: Performance, _: Context) -> Verdict:
     placed, action = p.placement, p.limits.memcpy
     if placed is None or not placed.memcpy or action == "off":
         return None
@@ -53,19 +74,22 @@ def _memcpy(p: Performance) -> Verdict:
 @dataclass(frozen=True)
 class Rule:
     id: str
-    check: Callable[[Performance], Verdict]
+    check: Callable[[Performance, Context], Verdict]
 
 
-RULES = (Rule("slowdown", _slowdown), Rule("fallback", _fallback), Rule("memcpy", _memcpy))
+RULES = (Rule("slowdown", _slowdown), Rule("latency-regression", _regression),
+         Rule("fallback", _fallback), Rule("memcpy", _memcpy))
 
 
-def flags(case: CaseResult) -> list[PerformanceFlag]:
+def flags(case: CaseResult, baseline: Baseline | None = None) -> list[PerformanceFlag]:
     """The rules the case broke, in the table's order."""
     if case.performance is None:
         return []
+    recorded = baseline.recorded_for(case.id) if baseline is not None else None
+    ctx = Context(recorded, baseline.where(recorded) if baseline and recorded else "")
     out = []
     for rule in RULES:
-        verdict = rule.check(case.performance)
+        verdict = rule.check(case.performance, ctx)
         if verdict is not None:
             message, blocks, nodes = verdict
             out.append(PerformanceFlag(case.id, rule.id, message, blocks,
@@ -73,7 +97,8 @@ def flags(case: CaseResult) -> list[PerformanceFlag]:
     return out
 
 
-def run_flags(run: RunResult) -> list[PerformanceFlag]:
+def run_flags(run: RunResult, baseline: Baseline | None = None) -> list[PerformanceFlag]:
     """Every case's flags, blocking ones first."""
-    found = [f for case in sorted(run.cases, key=lambda c: c.key) for f in flags(case)]
+    found = [f for case in sorted(run.cases, key=lambda c: c.key)
+             for f in flags(case, baseline)]
     return sorted(found, key=lambda f: (not f.blocks, f.id, f.rule))
