@@ -316,7 +316,7 @@ def test_baseline_records_stable_ratios_and_flags_a_slowdown_beyond_both_noises(
 
     recorded, changes = bl.update(bl.Baseline(str(tmp_path / "b.yml")),
                                   run_of(2.0, 1.9, 2.1))
-    assert [str(c) for c in changes] == ["updated performance: 1 case(s) time ratios recorded"]
+    assert [str(c) for c in changes] == ["recorded performance: time ratios of 1 case(s)"]
     path = tmp_path / "b.yml"
     path.write_text(bl.dump(recorded))
     loaded = bl.load(path)

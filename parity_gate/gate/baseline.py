@@ -188,7 +188,7 @@ class Baseline:
 class Change:
     """One thing `baseline update` did, printed so nothing is dropped silently."""
 
-    action: str  # added | removed | updated
+    action: str  # added | removed | updated | recorded (time ratios)
     id: str
     why: str
 
@@ -327,7 +327,7 @@ def record_performance(old: tuple[Recorded, ...], run: RunResult
         return old, None
     merged = {r.id: r for r in old} | fresh
     return (tuple(merged[k] for k in sorted(merged)),
-            Change("updated", "performance", f"{len(fresh)} case(s) time ratios recorded"))
+            Change("recorded", "performance", f"time ratios of {len(fresh)} case(s)"))
 
 
 def _round(x: float) -> float:
