@@ -336,3 +336,27 @@ def test_baseline_records_stable_ratios_and_flags_a_slowdown_beyond_both_noises(
     gated = decide(run_of(2.6, 2.3, 2.9, limit=10.0), baseline=loaded)
     assert [(f.rule, f.blocks) for f in gated.performance] == [("latency-regression", True)]
     assert not gated.passed
+
+
+def test_a_model_slower_than_the_budget_costs_its_warm_up_calls_only() -> None:
+    now = [0.0]
+    calls: list[str] = []
+
+    def side(name: str, cost: float) -> Any:
+        def call() -> None:
+            calls.append(name)
+            now[0] += cost
+        return call
+
+    lat = latency(side("e", 0.5), side("o", 1.0), budget_s=0.05, clock=lambda: now[0])
+    assert calls == ["e", "e", "o", "o"] and lat.pairs == 1 and not lat.stable
+    assert lat.ratio == pytest.approx(2.0)
+    calls.clear()  # gated, the same model is timed until the ratio is decided
+    lat = latency(side("e", 0.5), side("o", 1.0), budget_s=0.05, limit=1.5,
+                  clock=lambda: now[0])
+    # ...within EXTRA budgets: two pairs here (one block a side, no best-of), too few for
+    # a 95% interval, so the gate warns instead of deciding (below)
+    assert lat.pairs == 2 and len(calls) == 4 + 2 * 2 and not lat.stable
+    (flag,) = flags(_case("m/float32/x/b1/cpu",
+                          Performance(PerformanceLimits(max_slowdown=1.5), lat)))
+    assert flag.rule == "slowdown" and not flag.blocks and "budget_s" in flag.message

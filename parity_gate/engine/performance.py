@@ -57,8 +57,11 @@ def latency(eager: Callable[[], Any], onnx: Callable[[], Any], budget_s: float,
     """Time `eager` and `onnx` (each one call on the case's inputs) in interleaved pairs,
     alternating which goes first, until the ratio's interval is narrow or the budget is
     spent (`limit`: the gate's max_slowdown, see compare.timing.enough). One sample of a
-    side is the fastest of BEST_OF blocks of calls, a block being as many calls as last
-    a millisecond."""
+    side is the fastest of BEST_OF blocks of calls (one block for a model too slow for
+    that to fit the budget), a block being as many calls as last a millisecond. Where
+    latency is not gated and two pairs would already overrun the budget, the warm-up's
+    fastest calls are the one pair (an unstable figure: the cost stays bounded by four
+    calls a side)."""
     t0 = clock()
     once = []
     for call in (eager, onnx):
@@ -69,14 +72,21 @@ def latency(eager: Callable[[], Any], onnx: Callable[[], Any], budget_s: float,
             took.append(clock() - s)
         once.append(min(took))
     repeats = [timing.inner_repeats(t) for t in once]
+    pair_s = sum(n * t for n, t in zip(repeats, once, strict=True))
+    # Best-of blocks only where eight such pairs fit the budget: a large model's call is
+    # long enough not to need them, and the budget bounds the cost.
+    blocks = BEST_OF if pair_s * BEST_OF * timing.MIN_PAIRS <= budget_s else 1
     eager_s: list[float] = []
     onnx_s: list[float] = []
+    large = limit is None and 2 * pair_s > budget_s
+    if large:  # a large model, latency not gated: the warm-up pair is the figure
+        eager_s, onnx_s = [once[0]], [once[1]]
     start = clock()
-    while not timing.enough(eager_s, onnx_s, clock() - start, budget_s, limit):
+    while not large and not timing.enough(eager_s, onnx_s, clock() - start, budget_s, limit):
         order = ((eager, repeats[0], eager_s), (onnx, repeats[1], onnx_s))
         for call, n, out in (order if len(eager_s) % 2 == 0 else order[::-1]):
             best = math.inf
-            for _ in range(BEST_OF):
+            for _ in range(blocks):
                 s = clock()
                 for _ in range(n):
                     call()

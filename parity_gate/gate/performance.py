@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from parity_gate.compare.timing import regressed, slower
+from parity_gate.compare.timing import order_bounds, regressed, slower
 from parity_gate.gate.baseline import Baseline, Recorded
 from parity_gate.model.performance import Performance, PerformanceFlag, PlacedNode
 from parity_gate.model.results import CaseResult, RunResult
@@ -32,6 +32,11 @@ def _slowdown(p: Performance, _: Context) -> Verdict:
     lat, limit = p.latency, p.limits.max_slowdown
     if lat is None or limit is None or not slower(lat.low, limit):
         return None
+    if order_bounds(lat.pairs) is None:  # no 95% interval: not a decision to block on
+        return (f"ONNX Runtime took {lat.ratio:.2f}× eager's time over only "
+                f"{lat.pairs} timed pair(s) (too few for a 95% interval within the timing "
+                f"budget; raise performance.budget_s to decide against max_slowdown "
+                f"{limit:g})", False, [])
     return (f"ONNX Runtime is {lat.ratio:.2f}× eager's time (95% interval "
             f"{lat.low:.2f}–{lat.high:.2f}, above max_slowdown {limit:g}): "
             f"{lat.onnx_ms:.3g} ms vs {lat.eager_ms:.3g} ms", True, [])
@@ -39,8 +44,9 @@ def _slowdown(p: Performance, _: Context) -> Verdict:
 
 def _regression(p: Performance, ctx: Context) -> Verdict:
     lat, rec = p.latency, ctx.recorded
-    if lat is None or rec is None or not regressed(rec.figures, (lat.ratio, lat.low, lat.high)):
-        return None
+    if lat is None or rec is None or order_bounds(lat.pairs) is None \
+            or not regressed(rec.figures, (lat.ratio, lat.low, lat.high)):
+        return None  # (too few pairs for an interval: no claim beyond the noise)
     gated = p.limits.max_slowdown is not None
     return (f"slower than the baseline beyond the noise of both runs: ONNX/eager "
             f"{lat.ratio:.2f}× (95% {lat.low:.2f}–{lat.high:.2f}), recorded {rec.ratio:.2f}× "
