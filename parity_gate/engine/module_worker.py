@@ -390,7 +390,8 @@ def _run_provider(ctx: _Ctx, exported: ExportedModel, provider: str, keys: list[
     feed_names = {i.name for i in session.get_inputs()}
     unoptimized: list[Any] = []  # created on the first mismatch only
     warned: set[str] = set()  # outputs already said to hold nothing finite
-    measurer = performance.measurer(job, exported.source, provider, mod.typed)
+    measurer = performance.measurer(job, exported.source, provider, mod.typed,
+                                    sum(timings.values()) / len(keys))
     for key in keys:
         ref = refs[(key.inputs, key.batch_size)]
         ctx.step(Stage.RUNNING, key.id,

@@ -73,9 +73,9 @@ def latency(eager: Callable[[], Any], onnx: Callable[[], Any], budget_s: float,
         once.append(min(took))
     repeats = [timing.inner_repeats(t) for t in once]
     pair_s = sum(n * t for n, t in zip(repeats, once, strict=True))
-    # Best-of blocks only where eight such pairs fit the budget: a large model's call is
-    # long enough not to need them, and the budget bounds the cost.
-    blocks = BEST_OF if pair_s * BEST_OF * timing.MIN_PAIRS <= budget_s else 1
+    # As many best-of blocks (up to BEST_OF) as let eight pairs fit the budget: the budget
+    # bounds the cost, and a large model's calls get fewer.
+    blocks = max(1, min(BEST_OF, int(budget_s / (pair_s * timing.MIN_PAIRS or 1e-9))))
     eager_s: list[float] = []
     onnx_s: list[float] = []
     large = limit is None and 2 * pair_s > budget_s
@@ -225,11 +225,20 @@ def weights_bytes(module: Any) -> int:
     return sum(t.numel() * t.element_size() for t in module.state_dict().values())
 
 
-def measurer(job: Any, model: bytes | str, provider: str, module: Any) -> Measurer | None:
+# Timing may take this share of what each case already cost the module (its share of the
+# export, check and session), when that is more than `budget_s`: a model whose export
+# took a minute can afford a steadier figure than the budget's few pairs.
+SHARE = 0.1
+
+
+def measurer(job: Any, model: bytes | str, provider: str, module: Any,
+             case_cost_s: float = 0.0) -> Measurer | None:
     """The job's measurer for one provider's session, or None when the manifest turned the
-    check off."""
+    check off. `case_cost_s`: the export, check and session time per case of this
+    provider (SHARE of it is the timing budget where that exceeds `budget_s`)."""
     settings = job.settings.performance
     if settings is None or not settings.measure:
         return None
-    return Measurer(model, provider, job.providers[provider].options, settings,
-                    weights_bytes(module))
+    budget = max(settings.budget_s, SHARE * case_cost_s)
+    return Measurer(model, provider, job.providers[provider].options,
+                    settings.model_copy(update={"budget_s": budget}), weights_bytes(module))
