@@ -360,3 +360,11 @@ def test_a_model_slower_than_the_budget_costs_its_warm_up_calls_only() -> None:
     (flag,) = flags(_case("m/float32/x/b1/cpu",
                           Performance(PerformanceLimits(max_slowdown=1.5), lat)))
     assert flag.rule == "slowdown" and not flag.blocks and "budget_s" in flag.message
+
+
+def test_ungated_timing_past_its_budget_stops_once_an_interval_exists() -> None:
+    e, o = [1.0] * 5, [2.0, 2.1, 1.9, 2.2, 1.8]
+    assert not timing.enough(e, o, 1.2, 1.0)  # 5 pairs: no 95% interval yet
+    assert timing.enough(e, o, 2.0, 1.0)  # twice the budget: stop regardless
+    assert timing.enough([*e, 1.0], [*o, 2.0], 1.2, 1.0)  # 6 pairs: an interval
+    assert not timing.enough([*e, 1.0], [*o, 2.0], 1.2, 1.0, limit=1.5)  # gated: decide

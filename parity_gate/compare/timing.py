@@ -94,10 +94,11 @@ def enough(eager_s: Sequence[float], onnx_s: Sequence[float], spent_s: float,
     n = len(eager_s)
     if n >= max_pairs or (n >= 2 and spent_s >= EXTRA * budget_s):
         return True
-    if n >= 2 and spent_s >= budget_s and limit is None and n * 4 >= min_pairs:
-        return True  # nothing is gated on it: no more than its budget (and half the pairs)
     if n < min_pairs:
-        return False
+        # Nothing gated on it: past the budget, stop once a 95% interval exists (6 pairs),
+        # and at twice the budget in any case.
+        return limit is None and n >= 2 and (spent_s >= 2 * budget_s or (
+            spent_s >= budget_s and order_bounds(n) is not None))
     r = paired_ratio(eager_s, onnx_s)
     if r.narrow or (limit is not None and (r.low > limit or r.high <= limit)):
         return True
