@@ -126,10 +126,12 @@ class PerformanceSettings(_Strict):
         "devices: fail the case, warn, or ignore")
     budget_s: float = Field(
         0.05, gt=0, le=60, allow_inf_nan=False,
-        description="seconds of timing per case: eager and ONNX Runtime are timed in "
-        "interleaved pairs until the ratio's 95% interval is narrow (high/low <= 1.15, at "
-        "least 8 pairs) or this is spent; with max_slowdown set, a ratio whose interval "
-        "still straddles it gets up to 20 times this, to decide")
+        description="seconds of timing per case, or a tenth of what the case's share of "
+        "its module's export, check and session cost, whichever is more: eager and ONNX "
+        "Runtime are timed in interleaved pairs until the ratio's 95% interval is narrow "
+        "(high/low <= 1.15, at least 8 pairs) or this is spent (then on to 6 pairs, a real "
+        "interval, within twice this); with max_slowdown set, a ratio whose interval still "
+        "straddles it gets up to 20 times this, to decide")
 
 
 class Settings(_Strict):
