@@ -29,7 +29,7 @@ from parity_gate.model.performance import (
     Placement,
 )
 from parity_gate.model.results import CaseResult, RunResult
-from parity_gate.report import html, markdown
+from parity_gate.report import html, junit, markdown
 
 DATA = Path(__file__).parent / "data" / "performance"
 CUDA = "CUDAExecutionProvider"
@@ -218,6 +218,9 @@ def test_gate_blocks_on_a_slowdown_and_a_fallback_and_warns_on_memcpy() -> None:
     assert "2 fell back, 4 memcpy" in summary
     page = html.render(run)
     assert 'id="performance"' in page and "node_Unique_5" in page
+    xml = junit.to_xml(run).decode()
+    assert xml.count('type="performance"') == 2  # slow and det: both match eager, both block
+    assert 'failures="2"' in xml
 
 
 def test_placement_is_not_gated_on_cpu_and_memcpy_off_is_silent() -> None:
