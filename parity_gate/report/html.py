@@ -445,7 +445,8 @@ def _performance(run: RunResult, decision: GateDecision) -> str:
                     f"</code> ({esc(f.rule)}): {esc(f.message)}</li>" for f in flagged)
     return ('<section id="performance"><h2>Performance: ONNX Runtime vs eager</h2>'
             '<p class="legend">median per-pair time ratio ONNX/eager with its 95% interval, '
-            'slowest case of each module; bars: <span style="color:#6a8">eager</span> and '
+            "per module the case whose interval's lower bound is highest; bars: "
+            '<span style="color:#6a8">eager</span> and '
             '<span style="color:#c63">ONNX Runtime</span></p>'
             "<table><tr><th>module</th><th>eager ms</th><th>onnx ms</th><th>ratio (95%)</th>"
             "<th>chart</th><th>placement</th><th>memory onnx vs eager</th></tr>"

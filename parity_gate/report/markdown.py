@@ -129,10 +129,11 @@ def _module_table(views: list[ModuleView], decision: GateDecision, cap: int) -> 
 
 
 def slowest(view: ModuleView) -> Latency | None:
-    """The module's highest ONNX/eager time ratio (None when nothing was timed)."""
+    """The module's surest slowdown: the ONNX/eager time ratio whose interval has the
+    highest lower bound (None when nothing was timed)."""
     timed = [c.performance.latency for c in view.cases
              if c.performance is not None and c.performance.latency is not None]
-    return max(timed, key=lambda t: t.ratio) if timed else None
+    return max(timed, key=lambda t: (t.low, t.ratio)) if timed else None
 
 
 # ---------------------------------------------------------------- per-module folds
