@@ -370,7 +370,8 @@ def _cmd_baseline(args: argparse.Namespace) -> int:
     print(f"parity-gate baseline: wrote {path}: {len(new.entries)} entries "
           f"({sum(c.action == 'added' for c in changes)} added, "
           f"{sum(c.action == 'updated' for c in changes)} updated, "
-          f"{sum(c.action == 'removed' for c in changes)} removed) from {source}",
+          f"{sum(c.action == 'removed' for c in changes)} removed), "
+          f"{len(new.performance)} recorded time ratios, from {source}",
           file=sys.stderr)
     return 0
 

@@ -391,7 +391,7 @@ BAD = [
      f"(expected one of: {ENTRY_KEYS})"),
     ("known_failure:\n  - id: a\n",
      "b.yml:1:1: known_failure: unknown key; did you mean `known_failures`? "
-     "(expected one of: known_failures, version, worsen_factor)"),
+     "(expected one of: known_failures, performance, version, worsen_factor)"),
     ("known_failures:\n  - id: a/*\n",
      "b.yml:2:5: known_failures[0].reason: required key `reason` is missing (expected it here)"),
     ("known_failures:\n  - reason: x\n",

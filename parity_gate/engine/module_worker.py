@@ -25,7 +25,7 @@ import numpy as np
 from parity_gate import compare as cmp
 from parity_gate.compare.detection import DETECTION_KEYS, Detections, compare_detections
 from parity_gate.compare.reference import judge_against_float64
-from parity_gate.engine import stages
+from parity_gate.engine import performance, stages
 from parity_gate.engine.binding import Binding, bind, output_names
 from parity_gate.engine.cached import WorkerCache
 from parity_gate.engine.exporting import ExportedModel, ExportFailure, export_module
@@ -393,6 +393,8 @@ def _run_provider(ctx: _Ctx, exported: ExportedModel, provider: str, keys: list[
     feed_names = {i.name for i in session.get_inputs()}
     unoptimized: list[Any] = []  # created on the first mismatch only
     warned: set[str] = set()  # outputs already said to hold nothing finite
+    measurer = performance.measurer(job, exported.source, provider, mod.typed,
+                                    sum(timings.values()) / len(keys))
     for key in keys:
         ref = refs[(key.inputs, key.batch_size)]
         ctx.step(Stage.RUNNING, key.id,
@@ -412,6 +414,11 @@ def _run_provider(ctx: _Ctx, exported: ExportedModel, provider: str, keys: list[
             if dtype in JUDGED:
                 ctx.step(Stage.RECHECKING, key.id, "against float64")
                 result = _against_float64(ctx, mod, result, ref, got)
+        if measurer is not None and result.comparisons:  # the session ran: time it
+            ctx.step(Stage.RECHECKING, key.id, "timing against eager")
+            result.performance = measurer.measure(
+                session, performance.eager_call(mod.binding, mod.typed, ref.inputs[0], device),
+                {k: v for k, v in ref.inputs[0].items() if k in feed_names})
         degenerate = _nothing_finite(ref) if result.outcome is Outcome.PASS else ""
         if degenerate and degenerate not in warned:
             warned.add(degenerate)

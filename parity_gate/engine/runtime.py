@@ -33,13 +33,17 @@ def set_thread_budget(threads: int) -> None:
 
 
 def create_session(model: bytes | str, provider: str, options: dict[str, Any],
-                   *, optimization: str = "all") -> Any:
+                   *, optimization: str = "all", profile_prefix: str | None = None) -> Any:
     """One session per (model, provider), reused for every batch size and sample; `model`
-    is the serialized model or, when its weights are external, its file."""
+    is the serialized model or, when its weights are external, its file. `profile_prefix`:
+    write ONNX Runtime's JSON profile there (the performance check's placement)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
+    if profile_prefix is not None:
+        so.enable_profiling = True
+        so.profile_file_prefix = profile_prefix
     if _THREADS:
         so.intra_op_num_threads = _THREADS
         so.inter_op_num_threads = 1

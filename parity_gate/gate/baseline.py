@@ -80,6 +80,15 @@ class EntryModel(_Strict):
         None, description="recorded share of elements out of tolerance")
 
 
+class PerformanceEntryModel(_Strict):
+    """One entry of `performance`: a case's recorded ONNX/eager time ratio."""
+
+    id: Text = Field(description="a case id")
+    ratio: Figure = Field(description="median per-pair time ratio ONNX Runtime / eager")
+    low: Figure = Field(description="lower end of its 95% interval")
+    high: Figure = Field(description="upper end of its 95% interval")
+
+
 class BaselineFile(_Strict):
     """Top level of `parity-baseline.yml`."""
 
@@ -88,9 +97,14 @@ class BaselineFile(_Strict):
         None, description="how much a recorded figure may grow before it is a regression")
     known_failures: list[EntryModel] | None = Field(
         None, description="known failing cases (`- id: ...` with `reason: ...`)")
+    performance: list[PerformanceEntryModel] | None = Field(
+        None, description="recorded time ratios per case (written by `baseline update`): a "
+        "case whose interval now lies wholly above its recorded one is slower beyond the "
+        "noise of both runs")
 
 
 TOP_KEYS = tuple(BaselineFile.model_fields)
+PERFORMANCE_KEYS = tuple(PerformanceEntryModel.model_fields)
 ENTRY_KEYS = tuple(EntryModel.model_fields)
 assert tuple(FIGURES) == ENTRY_KEYS[-len(FIGURES):]  # Figures(*...) reads them in order
 PHRASING = Phrasing(patterns={_NOT_BLANK: "a non-blank string"})
@@ -131,13 +145,36 @@ class Entry:
 
 
 @dataclass(frozen=True)
+class Recorded:
+    """A case's recorded time ratio and its interval (`performance` in the file)."""
+
+    id: str
+    ratio: float
+    low: float
+    high: float
+    line: int = 0
+
+    @property
+    def figures(self) -> tuple[float, float, float]:
+        return self.ratio, self.low, self.high
+
+    def to_model(self) -> PerformanceEntryModel:
+        return PerformanceEntryModel.model_construct(id=self.id, ratio=self.ratio,
+                                                     low=self.low, high=self.high)
+
+
+@dataclass(frozen=True)
 class Baseline:
     path: str
     entries: tuple[Entry, ...] = ()
     worsen_factor: float | None = None
+    performance: tuple[Recorded, ...] = ()
 
-    def where(self, entry: Entry) -> str:
+    def where(self, entry: Entry | Recorded) -> str:
         return f"{self.path}:{entry.line}" if entry.line else self.path
+
+    def recorded_for(self, case_id: str) -> Recorded | None:
+        return next((r for r in self.performance if r.id == case_id), None)
 
     def entry_for(self, case_id: str) -> Entry | None:
         """The entry that owns a case: an exact id wins, else the first matching glob."""
@@ -151,7 +188,7 @@ class Baseline:
 class Change:
     """One thing `baseline update` did, printed so nothing is dropped silently."""
 
-    action: str  # added | removed | updated
+    action: str  # added | removed | updated | recorded (time ratios)
     id: str
     why: str
 
@@ -201,7 +238,11 @@ def parse(text: str, display: str) -> Baseline:
     lines = [position(n)[0] for n in items.value] if isinstance(items, yaml.SequenceNode) else []
     entries = tuple(Entry.of(model, line) for model, line
                     in zip(file.known_failures or [], lines, strict=True))
-    return Baseline(display, entries, file.worsen_factor)
+    items = doc.node(("performance",))
+    lines = [position(n)[0] for n in items.value] if isinstance(items, yaml.SequenceNode) else []
+    timed = tuple(Recorded(m.id, m.ratio, m.low, m.high, line)
+                  for m, line in zip(file.performance or [], lines, strict=True))
+    return Baseline(display, entries, file.worsen_factor, timed)
 
 
 def _check_unique_ids(items: Any, problems: Problems) -> None:
@@ -223,8 +264,10 @@ def _check_unique_ids(items: Any, problems: Problems) -> None:
 
 
 def dump(baseline: Baseline) -> str:
-    file = BaselineFile.model_construct(worsen_factor=baseline.worsen_factor,
-                                        known_failures=[e.to_model() for e in baseline.entries])
+    file = BaselineFile.model_construct(
+        worsen_factor=baseline.worsen_factor,
+        known_failures=[e.to_model() for e in baseline.entries],
+        performance=[r.to_model() for r in baseline.performance] or None)
     doc = file.model_dump(exclude_none=True)
     return HEADER + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=1000)
 
@@ -267,7 +310,28 @@ def update(old: Baseline, run: RunResult, reason: str = TODO_REASON
         entry = record(Entry(case.id, reason), [case])
         kept.append(entry)
         changes.append(Change("added", case.id, f"new failure: {case.outcome.value}"))
-    return Baseline(old.path, tuple(kept), old.worsen_factor), changes
+    timed, note = record_performance(old.performance, run)
+    if note:
+        changes.append(note)
+    return Baseline(old.path, tuple(kept), old.worsen_factor, timed), changes
+
+
+def record_performance(old: tuple[Recorded, ...], run: RunResult
+                       ) -> tuple[tuple[Recorded, ...], Change | None]:
+    """The run's stable time ratios over the recorded ones (cases the run did not time
+    keep theirs): an unstable figure is no record to measure a later run against."""
+    fresh = {c.id: Recorded(c.id, _round(lat.ratio), _round(lat.low), _round(lat.high))
+             for c in run.cases if c.performance is not None
+             and (lat := c.performance.latency) is not None and lat.stable}
+    if not fresh:
+        return old, None
+    merged = {r.id: r for r in old} | fresh
+    return (tuple(merged[k] for k in sorted(merged)),
+            Change("recorded", "performance", f"time ratios of {len(fresh)} case(s)"))
+
+
+def _round(x: float) -> float:
+    return float(f"{x:.4g}")
 
 
 def record(entry: Entry, failing: list[CaseResult]) -> Entry:

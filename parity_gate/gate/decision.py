@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from parity_gate.gate.baseline import Baseline, Entry
 from parity_gate.gate.deltas import compute as compute_deltas
+from parity_gate.gate.performance import run_flags
 from parity_gate.model.gate import (
     CATEGORIES,
     DEFAULT_WORSEN_FACTOR,
@@ -27,6 +28,7 @@ from parity_gate.model.gate import (
     counts_line,
 )
 from parity_gate.model.outcomes import Outcome
+from parity_gate.model.performance import PerformanceFlag
 from parity_gate.model.precision import rounding_level
 from parity_gate.model.results import CaseResult, RunResult
 
@@ -87,12 +89,14 @@ def decide(run: RunResult, fail_on: str | None = "any-failure", *,
     stale = [Stale(e.id, baseline.where(e)) for e in baseline.entries
              if not any(e.matches(i) for i in ids)] if baseline else []
     return finish(run, rulings, stale, resolve_fail_on(fail_on, baseline), strict,
-                  baseline.path if baseline else None, factor, allow_all_skipped)
+                  baseline.path if baseline else None, factor, allow_all_skipped,
+                  run_flags(run, baseline))
 
 
 def finish(run: RunResult, rulings: list[Ruling], stale: list[Stale], fail_on: str,
            strict: bool, baseline: str | None, factor: float,
-           allow_all_skipped: bool = False) -> GateDecision:
+           allow_all_skipped: bool = False,
+           performance: list[PerformanceFlag] | None = None) -> GateDecision:
     """Blocking follows from the rulings: regressions (plus known under any-failure,
     plus fixed under --strict); `never` lists them but passes. A run in which no case
     ran blocks too, unless `allow_all_skipped`; one that has fewer outcomes than planned
@@ -110,7 +114,8 @@ def finish(run: RunResult, rulings: list[Ruling], stale: list[Stale], fail_on: s
                       if f.hazard is not None and f.hazard.blocks})
     return GateDecision(blocking, fail_on, strict, baseline, factor, rulings, stale,
                         all_skipped=all_skipped, allow_all_skipped=allow_all_skipped,
-                        hazards=hazards, unreported=unreported(run))
+                        hazards=hazards, unreported=unreported(run),
+                        performance=run_flags(run) if performance is None else performance)
 
 
 def unreported(run: RunResult) -> int:
@@ -204,7 +209,9 @@ def combine(run: RunResult, gates: list[GateDecision], *, fail_on: str | None = 
     return finish(run, rulings, stale, fail_on or first.fail_on,
                   first.strict if strict is None else strict, first.baseline,
                   first.worsen_factor or DEFAULT_WORSEN_FACTOR,
-                  first.allow_all_skipped if allow_all_skipped is None else allow_all_skipped)
+                  first.allow_all_skipped if allow_all_skipped is None else allow_all_skipped,
+                  sorted((f for g in gates for f in g.performance),
+                         key=lambda f: (not f.blocks, f.id, f.rule)))
 
 
 def notices(decision: GateDecision) -> list[str]:

@@ -88,6 +88,14 @@ def annotate(run: RunResult, *, manifest_file: str | None = None,
                        Annotation(level, f"parity-gate: {f.module} {f.kind}",
                                   f.message[:MESSAGE_LIMIT], manifest_file,
                                   lines.get(f.module))))
+    # One annotation per performance rule broken, naming the nodes (fallback, memcpy).
+    for flag in gate.performance if gate is not None else []:
+        module = flag.id.split("/", 1)[0]
+        level = "error" if flag.blocks and verdict.blocks else "warning"
+        ranked.append(((level != "error", 2, 0, flag.id),
+                       Annotation(level, f"parity-gate: {flag.id} {flag.rule}",
+                                  flag.message[:MESSAGE_LIMIT], manifest_file,
+                                  lines.get(module))))
     ranked.sort(key=lambda r: r[0])
     items = [a for _, a in ranked]
     if len(items) <= limit:

@@ -26,6 +26,7 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("`modules[].inputs[]`", m.InputSpec),
     ("`modules[].outputs[]`", m.OutputSpec),
     ("`export`", m.ExportSettings),
+    ("`performance`", m.PerformanceSettings),
     ("`tolerances.<dtype>`", m.Tolerance),
     ("`providers.<cpu|cuda|tensorrt>`", m.ProviderSettings),
     ("`fixtures.<name>` with `kind: random`", m.RandomFixture),
@@ -60,7 +61,7 @@ def _default(field: Any, name: str = "", model: Any = None) -> str:
     if model is m.Settings and getattr(m.BUILTIN_SETTINGS, name, None) is not None:
         value = getattr(m.BUILTIN_SETTINGS, name)
         if isinstance(value, BaseModel):
-            return "see `export`"
+            return f"see `{name}`"
         if isinstance(value, dict):
             return "see Tolerances"
         return f"`{value}`"

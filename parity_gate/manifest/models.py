@@ -106,6 +106,34 @@ class ExportSettings(_Strict):
     )
 
 
+class PerformanceSettings(_Strict):
+    """The performance check: ONNX Runtime's latency against eager's, where its nodes ran,
+    and its memory (README: Performance and placement)."""
+
+    measure: bool = Field(
+        True, description="measure latency, placement and memory of every case that ran "
+        "(false: none of it, and nothing below is gated)")
+    max_slowdown: float | None = Field(
+        None, gt=0, allow_inf_nan=False,
+        description="fail a case whose ONNX/eager time ratio is above this even at the lower "
+        "end of its 95% interval; null (default): latency is reported, never gated, since a "
+        "shared runner's load makes single figures noisy")
+    max_fallback_nodes: int | None = Field(
+        0, ge=0, description="on a GPU provider, fail a case with more nodes than this "
+        "placed on another provider than the requested one (null: report only)")
+    memcpy: Literal["fail", "warn", "off"] = Field(
+        "warn", description="MemcpyToHost/MemcpyFromHost nodes ONNX Runtime inserted between "
+        "devices: fail the case, warn, or ignore")
+    budget_s: float = Field(
+        0.05, gt=0, le=60, allow_inf_nan=False,
+        description="seconds of timing per case, or a tenth of what the case's share of "
+        "its module's export, check and session cost, whichever is more: eager and ONNX "
+        "Runtime are timed in interleaved pairs until the ratio's 95% interval is narrow "
+        "(high/low <= 1.15, at least 8 pairs) or this is spent (then on to 6 pairs, a real "
+        "interval, within twice this); with max_slowdown set, a ratio whose interval still "
+        "straddles it gets up to 20 times this, to decide")
+
+
 class Settings(_Strict):
     """Settings a module inherits from `defaults` and may override."""
 
@@ -149,6 +177,10 @@ class Settings(_Strict):
         "and the file itself, which a worker loads whole); a bigger case or file is a "
         "manifest error, found before anything runs (`check`, and `run` before any worker "
         "starts). Bytes or a size such as `8GiB`, `512MB` (default 2GiB)"
+    )
+    performance: PerformanceSettings | None = Field(
+        None, description="the performance check: latency ratio, placement, memory "
+        "(merged key by key)"
     )
     worker_memory: Size | None = Field(
         None, description="memory limit of the worker running this module (RLIMIT_DATA); a "
@@ -403,6 +435,7 @@ BUILTIN_SETTINGS = Settings(
     timeout_s=600.0,
     reference_device="cpu",
     max_case_bytes=ByteSize(DEFAULT_MAX_CASE_BYTES),
+    performance=PerformanceSettings(),
 )
 
 
@@ -420,6 +453,15 @@ def merge_export(*layers: ExportSettings | None) -> ExportSettings:
         if layer is not None:
             data.update({k: getattr(layer, k) for k in layer.model_fields_set})
     return ExportSettings(**data)
+
+
+def merge_performance(*layers: PerformanceSettings | None) -> PerformanceSettings:
+    """Field-wise merge: a module setting `max_slowdown` keeps the defaults' `memcpy`."""
+    data: dict[str, Any] = {}
+    for layer in layers:
+        if layer is not None:
+            data.update({k: getattr(layer, k) for k in layer.model_fields_set})
+    return PerformanceSettings(**data)
 
 
 def resolve_settings(manifest: Manifest, module: ModuleSpec) -> Settings:
@@ -446,6 +488,7 @@ def resolve_settings(manifest: Manifest, module: ModuleSpec) -> Settings:
         target_runtime=pick("target_runtime"),
         max_case_bytes=pick("max_case_bytes"),
         worker_memory=pick("worker_memory"),
+        performance=merge_performance(*(layer.performance for layer in layers)),
     )
 
 

@@ -18,6 +18,7 @@ from pydantic.dataclasses import dataclass
 from parity_gate.errors import EXIT_FAIL, EXIT_PASS
 from parity_gate.model.comparison import Comparison
 from parity_gate.model.outcomes import Outcome
+from parity_gate.model.performance import PerformanceFlag
 from parity_gate.model.record import CONFIG, Real, Record
 
 
@@ -137,6 +138,13 @@ class GateDecision(Record):
     # Planned cases with no outcome in a run nobody interrupted: a case was lost on the
     # way, and a run that checked less than it planned never passes, whatever `fail_on`.
     unreported: int = 0
+    # Performance rules cases broke (gate.performance): blocking ones fail the run.
+    performance: list[PerformanceFlag] = field(default_factory=list)
+
+    @property
+    def slow(self) -> list[PerformanceFlag]:
+        """The performance flags that block."""
+        return [f for f in self.performance if f.blocks]
 
     @property
     def unchecked(self) -> bool:
@@ -145,7 +153,8 @@ class GateDecision(Record):
 
     @property
     def passed(self) -> bool:
-        return ((not self.blocking and not self.hazards) or self.fail_on == "never") \
+        return ((not self.blocking and not self.hazards and not self.slow)
+                or self.fail_on == "never") \
             and not self.unchecked and not self.unreported
 
     @property

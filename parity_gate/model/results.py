@@ -23,6 +23,7 @@ from parity_gate.model.gate import GateDecision
 from parity_gate.model.keys import CaseKey
 from parity_gate.model.localisation import Localisation
 from parity_gate.model.outcomes import Outcome
+from parity_gate.model.performance import Performance
 from parity_gate.model.precision import ExportCause, Reexport, Reference
 from parity_gate.model.record import CONFIG, Record, adapter
 from parity_gate.model.upstream import UpstreamReport
@@ -64,6 +65,7 @@ class CaseResult(Record):
     reexport: Reexport | None = None    # the mismatch exported again with optimize: false
     cause: ExportCause | None = None    # export failures: the root of the exception chain
     crash: CrashRepro | None = None     # a crash in ONNX Runtime, replayed in a repro folder
+    performance: Performance | None = None  # latency vs eager, placement, memory
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -188,6 +190,9 @@ class RunResult(Record):
             if gate.hazards:
                 reasons.append(f"export hazards the manifest makes failing: "
                                f"{', '.join(gate.hazards)}")
+            if gate.slow:
+                reasons.append(f"{len(gate.slow)} performance rule(s) broken: "
+                               + ", ".join(f"{f.id} ({f.rule})" for f in gate.slow[:5]))
             if gate.unreported:
                 reasons.append(f"{gate.unreported} of {planned} planned cases have no outcome "
                                "(the run was not interrupted)")

@@ -17,6 +17,7 @@ from parity_gate.model.gate import KNOWN, GateDecision
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.model.text import escape_html as esc
+from parity_gate.report import performance as perf
 from parity_gate.report.fmt import num, seconds
 from parity_gate.report.locate import Located
 from parity_gate.report.markdown import decision_of, headline
@@ -414,6 +415,45 @@ def _run_details(run: RunResult) -> str:
             + f"<table>{versions}</table></section>")
 
 
+def _performance(run: RunResult, decision: GateDecision) -> str:
+    """Eager vs ONNX Runtime time per module (a bar pair each, the longer one full width),
+    the ratio with its interval, placement, memory and the performance rules broken."""
+    mods = perf.module_performance(run, decision)
+    if not mods:
+        return ""
+    rows = []
+    for m in mods:
+        lat = m.latency
+        chart = ""
+        if lat is not None and max(lat.eager_ms, lat.onnx_ms) > 0:
+            top = max(lat.eager_ms, lat.onnx_ms)
+            we, wo = (max(1.0, 200 * v / top) for v in (lat.eager_ms, lat.onnx_ms))
+            chart = _svg(f'<rect x="0" y="2" width="{we:.1f}" height="9" fill="#6a8"/>'
+                         f'<rect x="0" y="14" width="{wo:.1f}" height="9" fill="#c63"/>',
+                         f"eager {lat.eager_ms:.3g} ms, ONNX Runtime {lat.onnx_ms:.3g} ms",
+                         width=204, height=25)
+        slow = any(f.rule == "slowdown" for f in m.flags)
+        ratio = esc(perf.ratio_text(lat))
+        rows.append(f"<tr><td><code>{esc(m.name)}</code></td>"
+                    f"<td>{esc(f'{lat.eager_ms:.3g}') if lat else '—'}</td>"
+                    f"<td>{esc(f'{lat.onnx_ms:.3g}') if lat else '—'}</td>"
+                    f"<td>{f'<b>{ratio}</b>' if slow else ratio}</td><td>{chart}</td>"
+                    f"<td>{esc(perf.placement_text(m.placement))}</td>"
+                    f"<td>{esc(perf.memory_text(m.memory))}</td></tr>")
+    flagged = [f for m in mods for f in m.flags]
+    items = "".join(f"<li>{'<b>blocking</b>' if f.blocks else 'warning'} <code>{esc(f.id)}"
+                    f"</code> ({esc(f.rule)}): {esc(f.message)}</li>" for f in flagged)
+    return ('<section id="performance"><h2>Performance: ONNX Runtime vs eager</h2>'
+            '<p class="legend">median per-pair time ratio ONNX/eager with its 95% interval, '
+            "per module the case whose interval's lower bound is highest; bars: "
+            '<span style="color:#6a8">eager</span> and '
+            '<span style="color:#c63">ONNX Runtime</span></p>'
+            "<table><tr><th>module</th><th>eager ms</th><th>onnx ms</th><th>ratio (95%)</th>"
+            "<th>chart</th><th>placement</th><th>memory onnx vs eager</th></tr>"
+            + "".join(rows) + "</table>" + (f"<ul>{items}</ul>" if items else "")
+            + "</section>")
+
+
 def render(run: RunResult, where: Located | None = None) -> str:
     where = where or Located()
     views = module_views(run)
@@ -421,7 +461,8 @@ def render(run: RunResult, where: Located | None = None) -> str:
     title = _plain(headline(run, views))
     decision = decision_of(run)
     body = "".join([_verdict(run, views), _grid(run, views, anchors, decision),
-                    _module_table(views, where, decision), _failures(views, anchors),
+                    _module_table(views, where, decision), _performance(run, decision),
+                    _failures(views, anchors),
                     _findings(run), _run_details(run)])
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'

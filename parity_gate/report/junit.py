@@ -91,6 +91,10 @@ def to_xml(run: RunResult, where: Located | None = None) -> bytes:
     seconds = case_seconds(run.cases)
     stamp = timestamp(run.started_at) if run.started_at else ""
     totals: dict[str, int] = defaultdict(int)
+    # A case that matches eager but breaks a blocking performance rule fails in JUnit too.
+    slow: dict[str, list[str]] = defaultdict(list)
+    for flag in run.gate.slow if run.gate is not None else []:
+        slow[flag.id].append(f"{flag.rule}: {flag.message}")
     for module, cases in by_module.items():
         suite = ET.SubElement(root, "testsuite", name=module)
         counts = {"tests": len(cases), "failures": 0, "errors": 0, "skipped": 0}
@@ -115,6 +119,11 @@ def to_xml(run: RunResult, where: Located | None = None) -> bytes:
                 el = ET.SubElement(tc, kind, message=strip_control(_message(case))[:1000],
                                    type=case.outcome.value)
                 el.text = strip_control(_body(case))
+            elif slow.get(case.id):
+                counts["failures"] += 1
+                el = ET.SubElement(tc, "failure", message=strip_control(slow[case.id][0])[:1000],
+                                   type="performance")
+                el.text = strip_control("\n".join([f"case: {case.id}", *slow[case.id]]))
         for k, v in counts.items():
             suite.set(k, str(v))
             totals[k] += v

@@ -17,8 +17,10 @@ from dataclasses import dataclass
 
 from parity_gate.model.gate import FIXED, Deltas, GateDecision, counts_line
 from parity_gate.model.outcomes import Outcome
+from parity_gate.model.performance import Latency
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.model.text import escape_html, html_line, md_cell, md_code, md_text
+from parity_gate.report import performance as perf
 from parity_gate.report.fmt import num, plural, seconds
 from parity_gate.report.modules import (
     ModuleView,
@@ -108,8 +110,9 @@ def _verdict(run: RunResult) -> str:
 
 def _module_table(views: list[ModuleView], decision: GateDecision, cap: int) -> str:
     gate = decision.baseline is not None
-    head = "| module | outcome | failing | worst error | needed tolerance | diagnosis |"
-    rule = "|---|---|---|---|---|---|"
+    head = ("| module | outcome | failing | worst error | needed tolerance | diagnosis | "
+            "onnx/eager time |")
+    rule = "|---|---|---|---|---|---|---|"
     if gate:
         head, rule = head + " baseline |", rule + "---|"
     rows = [head, rule]
@@ -117,12 +120,20 @@ def _module_table(views: list[ModuleView], decision: GateDecision, cap: int) -> 
         outcome = f"**{v.outcome.value}**" if v.worst is not None else v.outcome.value
         row = (f"| {md_code(v.name)} | {outcome} | {len(v.failing)}/{v.ran} | "
                f"{md_cell(worst_error_text(v))} | {md_cell(needed_text(v), 200)} | "
-               f"{md_cell(v.diagnosis, 300)} |")
+               f"{md_cell(v.diagnosis, 300)} | {perf.ratio_text(slowest(v))} |")
         rows.append(row + (f" {md_cell(gate_text(v, decision))} |" if gate else ""))
     text = "\n".join(rows) + "\n"
     if len(views) > cap:
         text += (f"\n_{len(views) - cap} more modules in {ARTIFACT}._\n")
     return text
+
+
+def slowest(view: ModuleView) -> Latency | None:
+    """The module's surest slowdown: the ONNX/eager time ratio whose interval has the
+    highest lower bound (None when nothing was timed)."""
+    timed = [c.performance.latency for c in view.cases
+             if c.performance is not None and c.performance.latency is not None]
+    return max(timed, key=lambda t: (t.low, t.ratio)) if timed else None
 
 
 # ---------------------------------------------------------------- per-module folds
@@ -365,7 +376,7 @@ def render(run: RunResult, limit: int = STEP_SUMMARY_LIMIT) -> str:
     def essential(cap: int) -> list[str]:
         return [headline(run, views) + "\n", _verdict(run) + "\n",
                 _module_table(views, decision, cap), _gate_sections(decision),
-                _delta_section(decision.compare_to)]
+                _delta_section(decision.compare_to), perf.markdown(run, run.gate)]
 
     gate = decision.baseline is not None
     optional = ([_Block(_module_fold(v, gate), "case detail") for v in failing]

@@ -1,0 +1,141 @@
+"""Performance and placement of one case: how fast, where and in how much memory ONNX ran.
+
+A model can match eager to the last bit and still be a failed export: eight times
+slower, half its nodes fallen back from the GPU to the CPU, dozens of inserted
+copies between devices. The worker measures (engine.performance), the statistics
+are pure (compare.timing), the gate rules on them (gate.performance); these are
+the records in between, on `CaseResult.performance` and in `results.json`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import field
+
+from pydantic.dataclasses import dataclass
+
+from parity_gate.model.record import CONFIG, Real, Record
+
+# What a case's memcpy nodes do to the gate (manifest `performance.memcpy`).
+MEMCPY_ACTIONS = ("fail", "warn", "off")
+
+
+@dataclass(frozen=True, config=CONFIG)
+class Latency(Record):
+    """ONNX Runtime's time against eager's on the same inputs, both warm, timed in
+    interleaved pairs (eager then ONNX, then the other way round) so that load coming
+    and going hits both alike. `ratio` is the median of the per-pair ratios ONNX/eager;
+    `low`..`high` its distribution-free 95% confidence interval (sign test on the
+    pairs' log ratios). `stable`: the interval got narrower than the target before the
+    pair or time budget ran out."""
+
+    eager_ms: Real
+    onnx_ms: Real
+    ratio: Real
+    low: Real
+    high: Real
+    pairs: int
+    stable: bool
+    spent_s: float = 0.0
+
+    def describe(self) -> str:
+        return (f"ONNX Runtime {self.onnx_ms:.3g} ms vs eager {self.eager_ms:.3g} ms: "
+                f"{self.ratio:.2f}× (95% {self.low:.2f}–{self.high:.2f}, {self.pairs} pairs"
+                f"{'' if self.stable else ', not stable within the budget'})")
+
+
+@dataclass(frozen=True, config=CONFIG)
+class PlacedNode(Record):
+    """One node of the session's (optimized) graph and the execution provider it ran on."""
+
+    name: str
+    op: str
+    provider: str
+
+
+@dataclass(frozen=True, config=CONFIG)
+class Placement(Record):
+    """Where the session's nodes ran, read from ONNX Runtime's own records (`source`:
+    `profile`, the per-node `args.provider` of its JSON profile; or `log`, the
+    verbose session log's node-placement lines). `fallback`: nodes on another provider
+    than the requested one; `memcpy`: the MemcpyToHost/MemcpyFromHost nodes ONNX Runtime
+    inserted between devices."""
+
+    requested: str  # e.g. CUDAExecutionProvider
+    by_provider: dict[str, int] = field(default_factory=dict)  # nodes per provider
+    fallback: list[PlacedNode] = field(default_factory=list)
+    memcpy: list[PlacedNode] = field(default_factory=list)
+    source: str = "profile"
+
+    @property
+    def nodes(self) -> int:
+        return sum(self.by_provider.values())
+
+    def describe(self) -> str:
+        parts = [f"{self.nodes} node(s) on " + ", ".join(
+            f"{p.removesuffix('ExecutionProvider')} {n}" for p, n in self.by_provider.items())]
+        if self.fallback:
+            names = ", ".join(f"{n.name} ({n.op})" for n in self.fallback[:5])
+            more = f" and {len(self.fallback) - 5} more" if len(self.fallback) > 5 else ""
+            parts.append(f"{len(self.fallback)} fell back from "
+                         f"{self.requested.removesuffix('ExecutionProvider')}: {names}{more}")
+        if self.memcpy:
+            parts.append(f"{len(self.memcpy)} Memcpy node(s) inserted")
+        return "; ".join(parts)
+
+
+@dataclass(frozen=True, config=CONFIG)
+class Memory(Record):
+    """Peak memory of the case's run on each side. `source` says what was measured:
+    `peak RSS` is the worker's resident-set high-water mark (Linux VmHWM, reset before
+    each side), so it counts everything the process touched: for ONNX, a fresh session
+    loading the model and running the first sample (weights, arena, activations); for
+    eager, the module's weights plus what one forward adds. A lower bound on both sides:
+    pages the process had touched before are reused unseen. On a GPU provider only ONNX
+    Runtime's arena figure is kept (`source: arena`): host RSS says nothing there."""
+
+    eager_bytes: int | None = None
+    onnx_bytes: int | None = None
+    arena_bytes: int | None = None  # ONNX Runtime's arena peak in use (its profile's figure)
+    source: str = ""
+    error: str = ""
+
+    @property
+    def ratio(self) -> float | None:
+        if not self.eager_bytes or self.onnx_bytes is None:
+            return None
+        return self.onnx_bytes / self.eager_bytes
+
+
+@dataclass(frozen=True, config=CONFIG)
+class PerformanceLimits(Record):
+    """The manifest's `performance` settings the case was measured under, so the gate
+    (a function of the results alone) rules with them."""
+
+    max_slowdown: float | None = None  # None: latency is reported, never gated
+    max_fallback_nodes: int | None = None  # None: fallbacks reported, never gated
+    memcpy: str = "warn"  # MEMCPY_ACTIONS
+    gpu: bool = False  # the requested provider is not the CPU one (placement is gated)
+
+
+@dataclass(frozen=True, config=CONFIG)
+class Performance(Record):
+    """Everything measured about one case's speed, placement and memory; a part that could
+    not be measured is None with the reason in `errors`."""
+
+    limits: PerformanceLimits = field(default_factory=PerformanceLimits)
+    latency: Latency | None = None
+    placement: Placement | None = None
+    memory: Memory | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, config=CONFIG)
+class PerformanceFlag(Record):
+    """One performance rule a case broke (gate.performance's table): `blocks` when the
+    manifest makes it fail the merge, else a warning."""
+
+    id: str  # the case id
+    rule: str  # slowdown | fallback | memcpy
+    message: str
+    blocks: bool = False
+    nodes: list[str] = field(default_factory=list)  # the nodes it names (fallback, memcpy)
