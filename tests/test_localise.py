@@ -398,11 +398,14 @@ def test_the_manifest_caps_the_checks_and_may_pass_an_artefact(tmp_path: Path) -
 
 
 @pytest.mark.process
+@pytest.mark.parametrize("cached", [False, True])
 def test_localisation_reads_the_runs_exports_instead_of_exporting_again(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cached: bool) -> None:
     """The gate's worker leaves a failing (module, dtype)'s exports in its scratch folder;
     the localisation job finds them under the pool's folder and neither exports nor
-    translates again (the cost the issue measured: two exports per failing module)."""
+    translates again (the cost the issue measured: two exports per failing module). When
+    the export cache served the gate's model there is no live program: localisation
+    exports once, optimizer off, not twice."""
     import tempfile
 
     import onnx
@@ -415,24 +418,38 @@ def test_localisation_reads_the_runs_exports_instead_of_exporting_again(
     manifest = load_manifest(DATA / "parity.yml")
     (job,) = [j for j in plan(manifest, DATA / "parity.yml", ["CPUExecutionProvider"]).jobs
               if j.name == "called_twice"]
-    scratch = tmp_path / "worker-1.log.tmp"
-    scratch.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     results: list[Any] = []
+    if cached:  # a first run fills the cache; the run below is served from it
+        job.cache_dir = tmp_path / "cache"
+        (tmp_path / "first").mkdir()
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "first"))
+        module_worker.run_job(job, lambda event: None)
+    pool = tmp_path / "pool"
+    scratch = pool / "worker-1.log.tmp"
+    scratch.mkdir(parents=True)
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     module_worker.run_job(job, results.append)
     (case,) = [r for r in results if getattr(r, "outcome", None) is not None]
     assert case.outcome.value == "mismatch"
-    handed = handed_off(tmp_path, "called_twice", "float32")
+    assert (case.provenance is not None and case.provenance.export_cached) is cached
+    handed = handed_off(pool, "called_twice", "float32")
     assert handed is not None and handed.outputs == ["output0"]
-    assert handed_off(tmp_path, "called_twice", "float16") is None
-    assert handed_off(tmp_path, "clean", "float32") is None
+    assert (handed.plain is None) is cached
+    assert handed_off(pool, "called_twice", "float16") is None
+    assert handed_off(pool, "clean", "float32") is None
 
-    def no_export(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("localisation exported again")
+    exports: list[Any] = []
 
-    monkeypatch.setattr(worker, "export_module", no_export)
-    monkeypatch.setattr("torch.onnx.export", no_export)
-    prep = worker._prepare(LocaliseJob(job, "float32", [case], [case.id], handoff=str(tmp_path)))
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        exports.append(args[-1])
+        return export_module(*args, **kwargs)
+
+    export_module = worker.export_module
+    monkeypatch.setattr(worker, "export_module", counted)
+    if not cached:
+        monkeypatch.setattr("torch.onnx.export", None)  # any export at all would fail
+    prep = worker._prepare(LocaliseJob(job, "float32", [case], [case.id], handoff=str(pool)))
+    assert [e.optimize for e in exports] == ([False] if cached else [])
     assert prep.model == handed.model and prep.output_names == ["output0"]
     traced = prep.traced[()]  # the translation, outputs named after the program's again
     assert [o.name for o in traced.proto.graph.output] == traced.graph.outputs

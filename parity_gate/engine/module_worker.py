@@ -424,15 +424,17 @@ def _run_provider(ctx: _Ctx, exported: ExportedModel, provider: str, keys: list[
 
 def _hand_off(job: ModuleJob, mod: _Module, exported: ExportedModel, names: list[str]) -> None:
     """Leave a failing (module, dtype)'s exports for localisation (engine.cache.hand_off),
-    once: it then reads them instead of exporting twice more. Advisory: never fails a case."""
+    once: it then reads them instead of exporting twice more (once, optimizer off, when
+    the cache served them: no live program). Advisory: never fails a case."""
     plain = exported if not job.export.optimize else mod.plain
     mod.plain = None  # held only until now: the worker's peak stays what it was
-    if mod.handed or plain is None or plain.program is None or job.export.exporter != "dynamo":
+    if mod.handed or job.export.exporter != "dynamo":
         return
     mod.handed = True
+    live = plain if plain is not None and plain.program is not None else None  # else cached
     try:
         hand_off(Path(tempfile.gettempdir()), job.name, mod.dtype, exported.source,
-                 plain.source, plain.program, names)
+                 live.source if live else None, live.program if live else None, names)
     except Exception:  # localisation exports again instead
         traceback.print_exc()
 

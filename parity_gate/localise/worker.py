@@ -152,9 +152,13 @@ def _prepare(job: LocaliseJob) -> _Prepared:
     typed = copy.deepcopy(module).to(getattr(torch, job.dtype))
     names = [i.name for i in mj.module.inputs]
     known = known_ops.bundled() if job.expensive else ()
-    handed = _handed(job, typed, binding, names, known)
-    if handed is not None:
-        return handed
+    got = (handed_off(Path(job.handoff), mj.name, job.dtype)
+           if job.handoff is not None and mj.export.exporter == "dynamo" else None)
+    if got is not None and got.plain is not None:
+        prep = _prepared(typed, binding, got.model, names, got.outputs, known,
+                         lambda: (got.program(), got.plain))
+        if prep is not None:
+            return prep
     batch = export_batch_size(mj)
     plain = sorted(mj.fixtures, key=lambda n: isinstance(mj.fixtures[n], EdgeFixture))
     example = generate(plain[0], mj.fixtures[plain[0]], names, batch, job.dtype, 0,
@@ -163,29 +167,37 @@ def _prepare(job: LocaliseJob) -> _Prepared:
     with torch.inference_mode():
         out = binding.call(typed, tensors)
     outs, _ = output_names(out, mj.module)
-    exported = export_module(typed, binding.arguments(tensors), mj.module.inputs, outs,
-                             mj.export)
+    args = binding.arguments(tensors)
+    if got is not None and mj.export.optimize:
+        # the gate's model came from the export cache (no live program): export once more,
+        # optimizer off, for the program and its FX-named translation
+        unoptimized = export_module(typed, args, mj.module.inputs, got.outputs,
+                                    mj.export.model_copy(update={"optimize": False}))
+        prep = _prepared(typed, binding, got.model, names, got.outputs, known,
+                         lambda: (unoptimized.program, unoptimized.source))
+        if prep is not None:
+            return prep
+    exported = export_module(typed, args, mj.module.inputs, outs, mj.export)
     return _Prepared(typed, binding, exported.source, names, outs, known, exported.program)
 
 
-def _handed(job: LocaliseJob, typed: Any, binding: Binding, names: list[str],
-            known: Sequence[known_ops.Known]) -> _Prepared | None:
-    """The run's own exports, as the gate's worker left them (None: none to read)."""
+def _prepared(typed: Any, binding: Binding, model: bytes | str, names: list[str],
+              outputs: list[str], known: Sequence[known_ops.Known],
+              translation: Callable[[], tuple[Any, bytes | str | None]]) -> _Prepared | None:
+    """The gate's model with a torch.export program and its optimizer-off translation
+    (`translation()`: the program and the ONNX model); None when they cannot be read."""
     import onnx
 
-    if job.handoff is None or job.module.export.exporter != "dynamo":
-        return None
-    got = handed_off(Path(job.handoff), job.module.name, job.dtype)
-    if got is None:
-        return None
     try:
-        program = got.program()
-        proto = (onnx.load_from_string(got.plain) if isinstance(got.plain, bytes)
-                 else onnx.load(got.plain))
+        program, plain = translation()
+        if program is None or plain is None:
+            return None
+        proto = (onnx.load_from_string(plain) if isinstance(plain, bytes)
+                 else onnx.load(plain))
     except Exception:  # unreadable: export again
         traceback.print_exc()
         return None
-    prep = _Prepared(typed, binding, got.model, names, got.outputs, known, program)
+    prep = _Prepared(typed, binding, model, names, outputs, known, program)
     if _fx_named_outputs(proto, program):  # else the program is translated again (_traced)
         prep.traced[()] = _translated(program, proto)
     return prep
