@@ -1,18 +1,20 @@
 """Inside a worker: the follow-up checks for the failing cases of one (module, dtype).
 
-The module is rebuilt for eager; its exports are the run's own, read from what
-the gate's worker handed off (engine.cache.hand_off: the model ONNX Runtime ran,
-the exporter's optimizer-off translation, where every ONNX value keeps its FX
-name, and the torch.export program it translated). Where there is no hand-off
-(a cached export, a worker that died) it is exported as the gate did and the
-program translated once more. Once per (module, dtype), not per case. Then, per failing case,
-cheapest check first: the ORT optimization level the mismatch appears at, the
-CPU provider, the capture, a float64 run of the same weights, and for the worst
-case of each module (then up to the cap) the blame rule's scope and node, the
-op-sweep finding at it, its owner (ONNX's reference evaluator against ONNX
-Runtime on the culprit's nodes alone) and repro folders, each run before it is
-presented. Every check is timed, bounded and caught on its own: one that breaks
-is recorded as failed and the rest still run."""
+The module is rebuilt for eager; its exports are the run's own, which the gate's
+worker handed off (engine.cache.hand_off: the model ONNX Runtime ran, the
+exporter's optimizer-off translation, where every ONNX value keeps its FX name,
+and the torch.export program it translated). When the export cache served the
+gate's model there is no live program: it is exported once more, optimizer off;
+with no hand-off at all (a worker that died) it is exported as the gate did and
+the program translated again. All of that once per (module, dtype), not per
+case. Then, per failing case, cheapest check first: the ORT optimization level
+the mismatch appears at, the CPU provider, the capture, a float64 run of the same
+weights, and for the worst case of each module (then up to the cap) the blame
+rule's scope and node, the op-sweep finding at it, its owner (ONNX Runtime on the
+culprit's nodes alone against the op's definition or ONNX's reference evaluator)
+and repro folders, each run before it is presented. Every check is timed, bounded
+and caught on its own: one that breaks is recorded as failed and the rest still
+run."""
 
 from __future__ import annotations
 
@@ -78,7 +80,7 @@ class _Prepared:
     input_names: list[str]
     output_names: list[str]
     known: Sequence[known_ops.Known]
-    program: Any = None  # the gate's torch.export program (dynamo), translated again once
+    program: Any = None  # the torch.export program (dynamo) its translation came from
     traced: dict[Any, _Traced] = field(default_factory=dict)  # by input shapes
     sessions: dict[tuple[str, str], Any] = field(default_factory=dict)  # (provider, level)
 
