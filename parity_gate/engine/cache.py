@@ -532,3 +532,85 @@ def _remove(path: Path) -> None:
     except OSError:
         return
     remove(doomed)
+
+
+# -- the hand-off to localisation --------------------------------------------------------
+# A failing (module, dtype)'s exports, left by the worker that ran its cases in its own
+# scratch folder (the pool's, removed with it) for the localisation job, which may run
+# on another worker of the same pool: localisation reads the run's exports instead of
+# making them again (two exports per failing module otherwise).
+
+HANDOFF = "localise-handoff"
+
+
+@dataclass
+class HandOff:
+    """The model ONNX Runtime ran for the gate, the exporter's optimizer-off translation of
+    one torch.export program (every value keeps its FX name but the outputs, which carry
+    `outputs`' names) and that program, saved with torch.export.save. An export the cache
+    served has no live program: then only the model (`plain` None)."""
+
+    folder: Path
+    model: bytes | str  # a path when the weights are external data
+    plain: bytes | str | None
+    outputs: list[str]
+
+    def program(self) -> Any:
+        """The torch.export program (None: the export came from the cache)."""
+        import torch
+
+        path = self.folder / "program.pt2"
+        return torch.export.load(path) if self.plain is not None and path.is_file() else None
+
+
+def _handoff_name(module: str, dtype: str) -> str:
+    return f"{hashlib.sha256(module.encode()).hexdigest()[:16]}-{dtype}"
+
+
+def hand_off(scratch: Path, module: str, dtype: str, model: bytes | str,
+             plain: bytes | str | None, program: Any, outputs: Sequence[str]) -> None:
+    """Leave one (module, dtype)'s exports for localisation (meta.json last: a folder a
+    crash cut short is never read); `plain` and `program` None: the model alone."""
+    import torch
+
+    folder = scratch / HANDOFF / _handoff_name(module, dtype)
+    folder.mkdir(parents=True, exist_ok=True)
+    files: dict[str, str] = {}
+    for key, source in (("model", model), ("plain", plain)):
+        if source is None or (key == "plain" and program is None):
+            continue
+        if isinstance(source, str):  # external data: the export's own file stays put
+            files[key] = source
+        elif key == "plain" and source is model:
+            files[key] = files["model"]
+        else:
+            (folder / f"{key}.onnx").write_bytes(source)
+            files[key] = f"{key}.onnx"
+    if "plain" in files:
+        torch.export.save(program, folder / "program.pt2")
+    meta = {"module": module, "dtype": dtype, "files": files, "outputs": list(outputs)}
+    (folder / "meta.json").write_text(json.dumps(meta))
+
+
+def handed_off(root: Path, module: str, dtype: str) -> HandOff | None:
+    """The hand-off some worker of the pool whose folder is `root` left, or None."""
+    for meta_path in sorted(root.glob(f"*/{HANDOFF}/{_handoff_name(module, dtype)}/meta.json"),
+                            key=lambda p: p.stat().st_mtime, reverse=True):
+        try:
+            meta = json.loads(meta_path.read_text())
+            if meta.get("module") != module or meta.get("dtype") != dtype:
+                continue
+            folder = meta_path.parent
+            files = meta["files"]
+            return HandOff(folder, _handed_file(folder, files["model"]),
+                           _handed_file(folder, files["plain"]) if "plain" in files else None,
+                           [str(o) for o in meta["outputs"]])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return None
+
+
+def _handed_file(folder: Path, name: str) -> bytes | str:
+    """A hand-off's model: its bytes, or the export's own path (external data)."""
+    path = Path(name)
+    return str(path) if path.is_absolute() else (folder / path).read_bytes()

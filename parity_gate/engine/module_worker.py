@@ -27,6 +27,7 @@ from parity_gate.compare.detection import DETECTION_KEYS, Detections, compare_de
 from parity_gate.compare.reference import judge_against_float64
 from parity_gate.engine import performance, stages
 from parity_gate.engine.binding import Binding, bind, output_names
+from parity_gate.engine.cache import hand_off
 from parity_gate.engine.cached import WorkerCache
 from parity_gate.engine.exporting import ExportedModel, ExportFailure, export_module
 from parity_gate.engine.fixtures import (
@@ -81,6 +82,8 @@ class _Module:
     source: Any  # the module before casting (float64 copies are made from it)
     float64: Any = None
     unoptimized: dict[str, Any] = field(default_factory=dict)  # provider -> session / error
+    plain: ExportedModel | None = None  # the optimize: false export, when one was made
+    handed: bool = False                # its exports left for localisation (_hand_off)
 
 
 class _Ctx(CaseStream):
@@ -414,6 +417,7 @@ def _run_provider(ctx: _Ctx, exported: ExportedModel, provider: str, keys: list[
             if dtype in JUDGED:
                 ctx.step(Stage.RECHECKING, key.id, "against float64")
                 result = _against_float64(ctx, mod, result, ref, got)
+            _hand_off(job, mod, exported, ref.names)
         if measurer is not None and result.comparisons:  # the session ran: time it
             ctx.step(Stage.RECHECKING, key.id, "timing against eager")
             result.performance = measurer.measure(
@@ -426,6 +430,23 @@ def _run_provider(ctx: _Ctx, exported: ExportedModel, provider: str, keys: list[
                      f"or inf in eager (a {dtype} overflow?), so its pass compares nothing but "
                      "where the NaNs and infinities are")
         ctx.result(result)
+
+
+def _hand_off(job: ModuleJob, mod: _Module, exported: ExportedModel, names: list[str]) -> None:
+    """Leave a failing (module, dtype)'s exports for localisation (engine.cache.hand_off),
+    once: it then reads them instead of exporting twice more (once, optimizer off, when
+    the cache served them: no live program). Advisory: never fails a case."""
+    plain = exported if not job.export.optimize else mod.plain
+    mod.plain = None  # held only until now: the worker's peak stays what it was
+    if mod.handed or job.export.exporter != "dynamo":
+        return
+    mod.handed = True
+    live = plain if plain is not None and plain.program is not None else None  # else cached
+    try:
+        hand_off(Path(tempfile.gettempdir()), job.name, mod.dtype, exported.source,
+                 live.source if live else None, live.program if live else None, names)
+    except Exception:  # localisation exports again instead
+        traceback.print_exc()
 
 
 EVIDENCE_MAX_BYTES = 64 << 20  # inputs larger than this are not kept for a crash repro
@@ -560,6 +581,7 @@ def _reexport(ctx: _Ctx, mod: _Module, provider: str, result: CaseResult, ref: _
             plain, _, _ = _cached_export(ctx, mod, example, ref.names,
                                          job.export.model_copy(update={"optimize": False}),
                                          export_batch, purpose="reexport")
+            mod.plain = plain
             session = stages.open_session(plain.source, provider,
                                           job.providers[provider].options)
             mod.unoptimized[provider] = session

@@ -24,6 +24,7 @@ class LocaliseJob:
     step_timeout_s: float = 120.0
     version: str = ""       # parity-gate's, for the repro script
     version_line: str = ""  # "onnxscript 0.7.2, torch 2.13.0", for the known-op sentence
+    handoff: str | None = None  # the pool's folder: the run's exports (engine.cache.hand_off)
     entry: ClassVar[str] = "parity_gate.localise.worker:run"
 
     @property

@@ -10,7 +10,8 @@ that the op's schema also names has the same value in the node
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+import functools
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,8 +62,10 @@ class Known:
         return out
 
 
-def bundled() -> list[Known]:
-    """The op sweep's known findings joined with its catalogue (mismatches only)."""
+@functools.cache
+def bundled() -> tuple[Known, ...]:
+    """The op sweep's known findings joined with its catalogue (mismatches only); read once
+    per worker (a YAML of every op-sweep case: a third of a second each time)."""
     from parity_gate.gate.baseline import load
     from parity_gate.ops.catalogue import VARIANTS
     from parity_gate.ops.gating import BUNDLED
@@ -78,7 +81,7 @@ def bundled() -> list[Known]:
         if variant in calls:
             out.append(Known(entry.id, variant, dtype, input_class, calls[variant],
                              entry.reason))
-    return out
+    return tuple(out)
 
 
 def node_arguments(node: Any) -> dict[str, Any]:
@@ -101,7 +104,7 @@ def tensor_dtype(node: Any) -> str:
     return ""
 
 
-def match(nodes: Iterable[Any], known: list[Known],
+def match(nodes: Iterable[Any], known: Sequence[Known],
           classes: tuple[str, ...] = ("normal",)) -> KnownOp | None:
     """The first node (execution order) that a known finding covers: same ATen op, same
     dtype as the node computes in, an input class the case's data belongs to (normal

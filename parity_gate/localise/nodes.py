@@ -182,31 +182,61 @@ def cut(proto: Any, group: list[Any], output: str) -> Cut | None:
 
 @dataclass
 class Verdict:
-    """The culprit's nodes alone, in ONNX Runtime and in ONNX's reference evaluator."""
+    """The culprit's nodes alone, in ONNX Runtime and against an oracle of what the ONNX
+    graph computes: the op's definition (localise.spec) where it has a record, else ONNX's
+    reference evaluator."""
 
     reproduces: bool         # the nodes alone differ from eager in ONNX Runtime
     owner: Owner | None      # None: unknown (`owned_by` says why)
     owned_by: str
-    reference: str           # what the reference evaluator did
+    reference: str           # what the oracle was and what the reference evaluator did
     onnx: np.ndarray
-    ref: np.ndarray | None
+    ref: np.ndarray | None   # ONNX's reference evaluator's answer (the repro prints it)
+
+
+@dataclass(frozen=True)
+class OwnerRule:
+    """One row of the owner rule, where ONNX Runtime differs from eager on the culprit's
+    nodes alone: how the oracle compares with eager and with ONNX Runtime, and who owns it.
+    The oracle agreeing with eager means the graph is a faithful translation of the ATen
+    call on these inputs, so ONNX Runtime's kernel departs from what it was asked to
+    compute; agreeing with ONNX Runtime means the graph itself computes the wrong thing."""
+
+    with_eager: bool | None  # None: no oracle ran
+    with_ort: bool | None
+    owner: Owner | None
+    why: str  # for an unknown owner; the kernel's and translation's name themselves
+
+
+OWNER_RULES: tuple[OwnerRule, ...] = (
+    OwnerRule(True, False, Owner.KERNEL, ""),
+    OwnerRule(False, True, Owner.TRANSLATION, ""),
+    OwnerRule(False, False, None, "split"),
+    OwnerRule(True, True, None, "the oracle is within tolerance of both eager and ONNX "
+              "Runtime, so it cannot tell them apart"),
+    OwnerRule(None, None, None, "no oracle"),
+)
+
+
+def owner_rule(with_eager: bool | None, with_ort: bool | None) -> OwnerRule:
+    return next(r for r in OWNER_RULES if (r.with_eager, r.with_ort) == (with_eager, with_ort))
 
 
 def owner_of(ref_eager: bool | None, ref_ort: bool | None) -> Owner | None:
-    """The owner rule, where ONNX Runtime differs from eager on the culprit's nodes alone.
-    Reference agrees with eager: the kernel; with ONNX Runtime: the translation; no
-    reference answer, or it agrees with neither: unknown (None)."""
-    if ref_eager is None or ref_ort is None:
-        return None
-    if ref_eager:
-        return Owner.KERNEL
-    return Owner.TRANSLATION if ref_ort else None
+    """The owner rule's answer (see OWNER_RULES)."""
+    return owner_rule(ref_eager, ref_ort).owner
 
 
 def judge(part: Cut, feeds: dict[str, np.ndarray], eager: np.ndarray, tol: cmp.Tolerance,
           provider: str, fx_node: Any) -> Verdict:
-    """Run the cut in ONNX Runtime (the case's provider) and in `onnx.reference`."""
+    """Run the cut in ONNX Runtime (the case's provider), in `onnx.reference` and, where the
+    op has a record, by its definition (localise.spec); the definition is the oracle
+    where it exists, since the reference evaluator is not one on every value (MaxPool
+    over NaN)."""
+    import onnx
     import onnxruntime as ort
+
+    from parity_gate.localise import spec
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
@@ -223,28 +253,53 @@ def judge(part: Cut, feeds: dict[str, np.ndarray], eager: np.ndarray, tol: cmp.T
         said = (f"ONNX's reference evaluator cannot run {', '.join(part.ops)} in "
                 f"{eager.dtype}: {first_line(f'{type(exc).__name__}: {exc}')}")
     out = part.output
+    defined = spec.evaluate(onnx.load_from_string(part.model), feeds, out)
+    oracle: np.ndarray | None = None if ref is None else ref[out]
+    if defined is not None:
+        by_spec = defined[0].astype(eager.dtype) if eager.dtype.kind == "f" else defined[0]
+        said = f"judged by the op's definition ({defined[1].basis})" + (
+            "" if ref is None else _reference_against(ref[out], by_spec, tol))
+        oracle = by_spec
     ort_ok = layers.agreement(eager, got[out], tol).passed
-    ref_eager = None if ref is None else layers.agreement(eager, ref[out], tol).passed
-    ref_ort = None if ref is None else layers.agreement(got[out], ref[out], tol).passed
-    owner = None if ort_ok else owner_of(ref_eager, ref_ort)
+    with_eager = None if oracle is None else layers.agreement(eager, oracle, tol).passed
+    with_ort = None if oracle is None else layers.agreement(got[out], oracle, tol).passed
+    rule = owner_rule(with_eager, with_ort)
     if ort_ok:
         by = "the culprit's nodes alone match eager in ONNX Runtime"
-    elif owner is Owner.KERNEL:
-        by = f"{_kernel(part, got, ref or {}, tol)} on {provider}"
-    elif owner is Owner.TRANSLATION:
+    elif rule.owner is Owner.KERNEL:
+        names = {**(ref or {}), out: oracle} if oracle is not None else (ref or {})
+        by = f"{_kernel(part, got, names, tol)} on {provider}"
+    elif rule.owner is Owner.TRANSLATION:
         by = translation_of(fx_node)
+    elif rule.why == "split":
+        assert oracle is not None
+        by = _split(eager, got[out], oracle, tol,
+                    "the op's definition" if defined is not None else
+                    "ONNX's reference evaluator")
     else:
-        by = said if ref is None else _split(eager, got[out], ref[out], tol)
-    return Verdict(not ort_ok, owner, by, said, got[out], None if ref is None else ref[out])
+        by = said if oracle is None else rule.why
+    return Verdict(not ort_ok, None if ort_ok else rule.owner, by, said, got[out],
+                   None if ref is None else ref[out])
 
 
-def _split(eager: np.ndarray, got: np.ndarray, ref: np.ndarray, tol: cmp.Tolerance) -> str:
-    """Where the reference agrees with neither side as a whole: whom it sides with on the
+def _reference_against(ref: np.ndarray, defined: np.ndarray, tol: cmp.Tolerance) -> str:
+    """What the reference evaluator did beside the definition: agreed, or where not."""
+    off = ~_close(defined, ref, tol)
+    if not off.any():
+        return "; ONNX's reference evaluator agrees with it"
+    nan = int((off & np.isnan(defined.astype(np.float64))).sum())
+    return (f"; ONNX's reference evaluator departs from it on {int(off.sum())} element(s)"
+            + (f", {nan} of them where the definition gives NaN" if nan else ""))
+
+
+def _split(eager: np.ndarray, got: np.ndarray, ref: np.ndarray, tol: cmp.Tolerance,
+           oracle: str) -> str:
+    """Where the oracle agrees with neither side as a whole: whom it sides with on the
     elements ONNX Runtime gets wrong."""
     wrong = ~_close(eager, got, tol)
     with_eager = int((wrong & _close(eager, ref, tol)).sum())
     with_ort = int((wrong & _close(got, ref, tol)).sum())
-    return (f"ONNX's reference evaluator agrees with neither eager nor ONNX Runtime: of the "
+    return (f"{oracle} agrees with neither eager nor ONNX Runtime: of the "
             f"{int(wrong.sum())} elements ONNX Runtime gets wrong it sides with eager on "
             f"{with_eager}, with ONNX Runtime on {with_ort}")
 

@@ -35,9 +35,10 @@ class LocalisePolicy:
     artefacts_pass: bool = False      # manifest `localise.artefacts: pass`
 
 
-def jobs_for(run: RunResult, modules: Iterable[ModuleJob], policy: LocalisePolicy
-             ) -> list[LocaliseJob]:
-    """The follow-up jobs for a finished run, worst cases first."""
+def jobs_for(run: RunResult, modules: Iterable[ModuleJob], policy: LocalisePolicy,
+             handoff: str | None = None) -> list[LocaliseJob]:
+    """The follow-up jobs for a finished run, worst cases first; `handoff`: the folder of
+    the pool that ran the cases, where its workers left their exports."""
     by_name = {m.name: m for m in modules}
     failing = sorted((c for c in run.cases if c.outcome in LOCALISED
                       and c.key.module in by_name), key=lambda c: (-_worst_abs(c), c.id))
@@ -47,7 +48,7 @@ def jobs_for(run: RunResult, modules: Iterable[ModuleJob], policy: LocalisePolic
     expensive = _expensive(failing, groups, policy.cap)
     return [LocaliseJob(by_name[module], dtype, cases, [c.id for c in cases if c.id in expensive],
                         str(policy.artifacts) if policy.artifacts else None,
-                        policy.step_timeout_s, policy.version, policy.version_line)
+                        policy.step_timeout_s, policy.version, policy.version_line, handoff)
             for (module, dtype), cases in groups.items()]
 
 
@@ -84,7 +85,7 @@ def _worst_abs(case: CaseResult) -> float:
 def localise(run: RunResult, modules: Iterable[ModuleJob], pool: WorkerPool,
              policy: LocalisePolicy, on_case: Callable[[CaseResult], None] | None = None) -> int:
     """Attach a `Localisation` to every localised case of `run`; returns how many got one."""
-    jobs = jobs_for(run, modules, policy)
+    jobs = jobs_for(run, modules, policy, pool.folder)
     if not jobs:
         return 0
     index = {c.id: i for i, c in enumerate(run.cases)}

@@ -1,22 +1,27 @@
 """Inside a worker: the follow-up checks for the failing cases of one (module, dtype).
 
-The module is rebuilt and exported exactly as the gate did, and the gate's
-torch.export program translated once more per input shape with the exporter's
-optimizer off (every ONNX value keeps its FX name). Then, per failing case,
-cheapest check first: the ORT optimization level the mismatch appears at, the
-CPU provider, the capture, a float64 run of the same weights, and for the worst
-case of each module (then up to the cap) the blame rule's scope and node, the
-op-sweep finding at it, its owner (ONNX's reference evaluator against ONNX
-Runtime on the culprit's nodes alone) and repro folders, each run before it is
-presented. Every check is timed, bounded and caught on its own: one that breaks
-is recorded as failed and the rest still run."""
+The module is rebuilt for eager; its exports are the run's own, which the gate's
+worker handed off (engine.cache.hand_off: the model ONNX Runtime ran, the
+exporter's optimizer-off translation, where every ONNX value keeps its FX name,
+and the torch.export program it translated). When the export cache served the
+gate's model there is no live program: it is exported once more, optimizer off;
+with no hand-off at all (a worker that died) it is exported as the gate did and
+the program translated again. All of that once per (module, dtype), not per
+case. Then, per failing case, cheapest check first: the ORT optimization level
+the mismatch appears at, the CPU provider, the capture, a float64 run of the same
+weights, and for the worst case of each module (then up to the cap) the blame
+rule's scope and node, the op-sweep finding at it, its owner (ONNX Runtime on the
+culprit's nodes alone against the op's definition or ONNX's reference evaluator)
+and repro folders, each run before it is presented. Every check is timed, bounded
+and caught on its own: one that breaks is recorded as failed and the rest still
+run."""
 
 from __future__ import annotations
 
 import copy
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -27,6 +32,7 @@ from parity_gate import compare as cmp
 from parity_gate.compare.reference import judge_against_float64
 from parity_gate.engine import stages
 from parity_gate.engine.binding import Binding, bind, output_names
+from parity_gate.engine.cache import handed_off
 from parity_gate.engine.exporting import export_module
 from parity_gate.engine.fixtures import generate
 from parity_gate.engine.module_worker import build_module, export_batch_size, tolerance_for
@@ -54,6 +60,15 @@ from parity_gate.model.precision import Ruling
 from parity_gate.model.results import CaseResult
 from parity_gate.model.upstream import Owner
 
+SESSION_BYTES = 256 << 20  # what the job's kept sessions may hold of the model's weights
+
+
+def _file_bytes(path: str) -> int:
+    """An external-data model's size: its graph file and its weights."""
+    import os
+
+    return sum(os.path.getsize(p) for p in (path, f"{path}.data") if os.path.exists(p))
+
 
 @dataclass
 class _Prepared:
@@ -64,9 +79,22 @@ class _Prepared:
     model: bytes | str  # a path when the weights are external data (past 2 GiB)
     input_names: list[str]
     output_names: list[str]
-    known: list[known_ops.Known]
-    program: Any = None  # the gate's torch.export program (dynamo), translated again once
+    known: Sequence[known_ops.Known]
+    program: Any = None  # the torch.export program (dynamo) its translation came from
     traced: dict[Any, _Traced] = field(default_factory=dict)  # by input shapes
+    sessions: dict[tuple[str, str], Any] = field(default_factory=dict)  # (provider, level)
+
+    def session(self, provider: str, options: dict[str, Any], level: str = LEVELS[-1]) -> Any:
+        """A session of the gate's model: one per (provider, level) for all the job's cases
+        while they fit SESSION_BYTES (weights counted once per session), else made anew."""
+        key = (provider, level)
+        if key in self.sessions:
+            return self.sessions[key]
+        made = stages.open_session(self.model, provider, options, optimization=level)
+        size = len(self.model) if isinstance(self.model, bytes) else _file_bytes(self.model)
+        if size * (len(self.sessions) + 1) <= SESSION_BYTES:
+            self.sessions[key] = made
+        return made
 
     def call(self, module: Any, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
         """`module` on numpy inputs, bound to forward() as the gate binds them."""
@@ -125,6 +153,14 @@ def _prepare(job: LocaliseJob) -> _Prepared:
         raise ValueError(problems[0])
     typed = copy.deepcopy(module).to(getattr(torch, job.dtype))
     names = [i.name for i in mj.module.inputs]
+    known = known_ops.bundled() if job.expensive else ()
+    got = (handed_off(Path(job.handoff), mj.name, job.dtype)
+           if job.handoff is not None and mj.export.exporter == "dynamo" else None)
+    if got is not None and got.plain is not None:
+        prep = _prepared(typed, binding, got.model, names, got.outputs, known,
+                         lambda: (got.program(), got.plain))
+        if prep is not None:
+            return prep
     batch = export_batch_size(mj)
     plain = sorted(mj.fixtures, key=lambda n: isinstance(mj.fixtures[n], EdgeFixture))
     example = generate(plain[0], mj.fixtures[plain[0]], names, batch, job.dtype, 0,
@@ -133,10 +169,68 @@ def _prepare(job: LocaliseJob) -> _Prepared:
     with torch.inference_mode():
         out = binding.call(typed, tensors)
     outs, _ = output_names(out, mj.module)
-    exported = export_module(typed, binding.arguments(tensors), mj.module.inputs, outs,
-                             mj.export)
-    return _Prepared(typed, binding, exported.source, names, outs,
-                     known_ops.bundled() if job.expensive else [], exported.program)
+    args = binding.arguments(tensors)
+    if got is not None and mj.export.optimize:
+        # the gate's model came from the export cache (no live program): export once more,
+        # optimizer off, for the program and its FX-named translation
+        unoptimized = export_module(typed, args, mj.module.inputs, got.outputs,
+                                    mj.export.model_copy(update={"optimize": False}))
+        prep = _prepared(typed, binding, got.model, names, got.outputs, known,
+                         lambda: (unoptimized.program, unoptimized.source))
+        if prep is not None:
+            return prep
+    exported = export_module(typed, args, mj.module.inputs, outs, mj.export)
+    return _Prepared(typed, binding, exported.source, names, outs, known, exported.program)
+
+
+def _prepared(typed: Any, binding: Binding, model: bytes | str, names: list[str],
+              outputs: list[str], known: Sequence[known_ops.Known],
+              translation: Callable[[], tuple[Any, bytes | str | None]]) -> _Prepared | None:
+    """The gate's model with a torch.export program and its optimizer-off translation
+    (`translation()`: the program and the ONNX model); None when they cannot be read."""
+    import onnx
+
+    try:
+        program, plain = translation()
+        if program is None or plain is None:
+            return None
+        proto = (onnx.load_from_string(plain) if isinstance(plain, bytes)
+                 else onnx.load(plain))
+    except Exception:  # unreadable: export again
+        traceback.print_exc()
+        return None
+    prep = _Prepared(typed, binding, model, names, outputs, known, program)
+    if _fx_named_outputs(proto, program):  # else the program is translated again (_traced)
+        prep.traced[()] = _translated(program, proto)
+    return prep
+
+
+def _fx_named_outputs(proto: Any, program: Any) -> bool:
+    """Give the translation's outputs back their FX names (the gate named them after the
+    module's outputs); False where that cannot be done safely (then: translate again)."""
+    import onnx
+    import torch
+
+    (end,) = [n for n in program.graph.nodes if n.op == "output"]
+    fx = [a.name for a in torch.utils._pytree.tree_leaves(end.args)
+          if isinstance(a, torch.fx.Node)]
+    graph = proto.graph
+    if len(fx) != len(graph.output) or len(set(fx)) != len(fx) or any(
+            a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)  # subgraphs
+            for n in graph.node for a in n.attribute):
+        return False
+    rename = {o.name: f for o, f in zip(graph.output, fx, strict=True) if o.name != f}
+    taken = {v for n in graph.node for v in (*n.input, *n.output)} | {
+        i.name for i in (*graph.input, *graph.initializer)}
+    if any(f in taken for f in rename.values()) or any(o in {i.name for i in graph.input}
+                                                       for o in rename):
+        return False
+    for node in graph.node:
+        node.input[:] = [rename.get(v, v) for v in node.input]
+        node.output[:] = [rename.get(v, v) for v in node.output]
+    for value in (*graph.output, *graph.value_info):
+        value.name = rename.get(value.name, value.name)
+    return True
 
 
 def _localise(job: LocaliseJob, prep: _Prepared, result: CaseResult) -> Localisation:
@@ -178,7 +272,7 @@ def _failing_sample(job: LocaliseJob, prep: _Prepared, key: CaseKey) -> _Sample:
 
     mj = job.module
     fixture = mj.fixtures[key.inputs]
-    session = stages.open_session(prep.model, key.provider, mj.providers[key.provider].options)
+    session = prep.session(key.provider, mj.providers[key.provider].options)
     tol = tolerance_for(mj, job.dtype, None)
     first: _Sample | None = None
     for index in range(fixture.samples):
@@ -209,7 +303,7 @@ def _optimizer(job: LocaliseJob, prep: _Prepared, key: CaseKey, sample: _Sample,
     tol = tolerance_for(job.module, job.dtype, None)
     options = job.module.providers[key.provider].options
     for level in LEVELS:
-        session = stages.open_session(prep.model, key.provider, options, optimization=level)
+        session = prep.session(key.provider, options, level)
         loc.levels[level] = _passes(sample.eager, _ort(session, sample.inputs), tol)
     failing = [lv for lv in LEVELS if not loc.levels[lv]]
     loc.first_level = failing[0] if failing else None
@@ -222,7 +316,7 @@ def _provider(job: LocaliseJob, prep: _Prepared, key: CaseKey, sample: _Sample,
               loc: Localisation) -> str:
     if key.provider == "cpu":
         return "skipped: the case already runs on the CPU provider"
-    session = stages.open_session(prep.model, "cpu", {})
+    session = prep.session("cpu", {})
     cpu_ok = _passes(sample.eager, _ort(session, sample.inputs),
                      tolerance_for(job.module, job.dtype, None))
     loc.provider_specific = cpu_ok
@@ -260,13 +354,15 @@ def _traced(job: LocaliseJob, prep: _Prepared, sample: _Sample) -> _Traced:
         source = prep.program if prep.program is not None else prep.module
         onnx_program: Any = torch.onnx.export(  # no output names: every value keeps its own
             source, args, kwargs=kwargs or None, dynamo=True, optimize=False, verbose=False)
-        program = onnx_program.exported_program
-        proto = onnx_program.model_proto
-        typed = {v.name for v in (*proto.graph.value_info, *proto.graph.output)}
-        prep.traced[key] = _Traced(program, program.module(), nodes.graph_of(program), proto,
-                                   {n.name: n for n in program.graph.nodes}, typed,
-                                   {i.name for i in proto.graph.input})
+        prep.traced[key] = _translated(onnx_program.exported_program, onnx_program.model_proto)
     return prep.traced[key]
+
+
+def _translated(program: Any, proto: Any) -> _Traced:
+    typed = {v.name for v in (*proto.graph.value_info, *proto.graph.output)}
+    return _Traced(program, program.module(), nodes.graph_of(program), proto,
+                   {n.name: n for n in program.graph.nodes}, typed,
+                   {i.name for i in proto.graph.input})
 
 
 def _capture(job: LocaliseJob, prep: _Prepared, sample: _Sample, tol: cmp.Tolerance,

@@ -16,9 +16,10 @@ A defect planted in each position the blame rule must tell apart:
   NaN, in ONNX Runtime and in ONNX's reference evaluator alike: the translation
   owns it (a NaN-only divergence).
 - `maxpool_nan`: `max_pool1d` over NaN: ONNX Runtime's CPU MaxPool returns a
-  number where eager propagates NaN. ONNX's reference evaluator propagates a
-  NaN only when it comes first in a window, so it agrees with neither side as
-  a whole: the owner is unknown, with the count of elements it sides each way.
+  number where eager propagates NaN. MaxPool's definition (the max of each
+  window; the max of a set holding NaN is NaN) gives eager's answer: the graph
+  is right and the runtime's kernel owns it. ONNX's reference evaluator, which
+  propagates a NaN only when it comes first in a window, is not the oracle here.
 - `clean`: a Linear that passes: nothing to localise.
 - `fused_scale`: `sin(1e4 · 0.37 · (x ⊗ w))`. ONNX Runtime's MatMulScaleFusion
   (optimization level "extended") folds the scale into the MatMul, which moves
