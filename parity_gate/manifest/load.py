@@ -259,6 +259,15 @@ def _attach_locations(manifest: Manifest, origins: list[tuple[Document, Loc]]) -
         for key in ("inputs", "outputs"):
             for j, _ in enumerate(getattr(module, key) or []):
                 where[f"{key}[{j}].name"] = _where(doc, (*loc, key, j, "name"))
+        if module.cache is not None:  # what only the model's config can refute
+            for key in ("cache", "cache.kind", "cache.mask"):
+                where[key] = _where(doc, (*loc, *key.split(".")))
+            for j, _ in enumerate(module.cache.past_lengths):
+                where[f"cache.past_lengths[{j}]"] = _where(doc, (*loc, "cache", "past_lengths",
+                                                                 j))
+        if module.generation is not None:
+            for key in ("generation", "generation.steps"):
+                where[key] = _where(doc, (*loc, *key.split(".")))
         module._where = where
 
 
@@ -313,6 +322,7 @@ def _check_references(data: dict[str, Any], base: Path, problems: Problems,
             seen.setdefault(name, i)
         input_names = _unique_names(module.get("inputs"), (*mloc, "inputs"), "input", problems)
         _unique_names(module.get("outputs"), (*mloc, "outputs"), "output", problems)
+        _check_generation(module, mloc, fixtures, problems)
         for j, fname in enumerate(_as_list(module.get("fixtures"))):
             if not isinstance(fname, str):
                 continue
@@ -415,6 +425,22 @@ def _check_fixture(name: str, fixture: dict[str, Any], base: Path,
             elif isinstance(dim, int) and not isinstance(dim, bool) and dim < 0:
                 problems.add((*floc, "inputs", iname, "shape", k),
                              f"got {dim} (expected a size >= 0)")
+
+
+def _check_generation(module: dict[str, Any], mloc: Loc, fixtures: dict[Any, Any],
+                      problems: Problems) -> None:
+    """A generation check needs a cache to feed back and a prompt fixture set."""
+    gen = module.get("generation")
+    if not isinstance(gen, dict):
+        return
+    if not isinstance(module.get("cache"), dict):
+        problems.add((*mloc, "generation"), "a generation check feeds each step's present "
+                     "cache back as the next past (expected a `cache:` on this module)")
+    prompt = gen.get("prompt")
+    if isinstance(prompt, str) and prompt not in fixtures:
+        problems.add((*mloc, "generation", "prompt"), f"unknown fixture set {prompt!r}"
+                     f"{_did_you_mean(prompt, list(fixtures))} (expected one of: "
+                     f"{', '.join(fixtures) or 'none defined'})")
 
 
 def _check_coverage(fname: str, fixture: Any, input_names: list[str], loc: Loc,
