@@ -63,8 +63,10 @@ class Generation(Record):
                     if not step.passed and step.max_abs is not None else "")
             flip = "" if step.tokens_agree else \
                 f"greedy token differs at row {self.divergent_row}"
-            return (f"generation fails at step {step.step} (past length {step.past_length}, "
-                    f"sequence position {self.prompt_length + step.step - 1}): "
+            where = (f"past length {step.past_length}: the token at position "
+                     f"{step.past_length}" if step.step > 1 else
+                     f"the prefill of positions 0-{self.prompt_length - 1}")
+            return (f"generation fails at step {step.step} ({where}): "
                     + "; ".join(t for t in (what, flip) if t))
         if self.parted_after_tie:
             return (f"{self.steps} greedy steps: the sequences part at step "
