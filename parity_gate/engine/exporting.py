@@ -180,6 +180,8 @@ def export_module(
             if settings.exporter == "dynamo":
                 model, program, path = _export_dynamo(torch, module, example, inputs, names,
                                                       output_names, settings)
+            elif settings.exporter == "transformers":
+                model = _export_transformers(module, example, settings)
             else:
                 model = _export_torchscript(torch, module, example, inputs, names, output_names,
                                             settings)
@@ -235,6 +237,38 @@ def _export_dynamo(torch: Any, module: Any, example: Sequence[Any] | Mapping[str
     program.save(path, external_data=True)
     with open(path, "rb") as fh:
         return fh.read(), captured, path
+
+
+def _export_transformers(module: Any, example: Sequence[Any] | Mapping[str, Any],
+                         settings: ExportSettings) -> bytes:
+    """transformers' own ONNX exporter. A cached step (`engine.kvcache`) exports its model
+    with the cache object and renames the graph's inputs and outputs to the gate's."""
+    import onnx_ir
+    from transformers.exporters.configs import OnnxConfig
+    from transformers.exporters.exporter_onnx import OnnxExporter
+
+    if not isinstance(example, Mapping):
+        raise TypeError("exporter: transformers passes inputs by keyword (a forward() with "
+                        "named parameters)")
+    config = OnnxConfig(dynamic=True, optimize=settings.optimize,
+                        opset_version=settings.opset, **settings.options)
+    hook = getattr(module, "transformers_inputs", None)
+    target, inputs, rename, keep = hook(dict(example)) if hook else (module, dict(example),
+                                                                     {}, [])
+    program, _ = OnnxExporter().export_program(target, inputs, config)
+    graph = program.graph
+    for value in [*graph.inputs, *graph.outputs]:
+        if value.name in rename:
+            value.name = rename[value.name]
+    if keep:  # the step's outputs, in its order (not the encoder's states, nor cross caches)
+        by_name = {v.name: v for v in graph.outputs}
+        missing = [n for n in keep if n not in by_name]
+        if missing:
+            raise ValueError(f"transformers' export has no output(s) {', '.join(missing)} "
+                             f"(it has: {', '.join(by_name)})")
+        graph.outputs.clear()
+        graph.outputs.extend(by_name[n] for n in keep)
+    return bytes(onnx_ir.to_proto(program).SerializeToString())
 
 
 def _weight_bytes(program: Any) -> int:

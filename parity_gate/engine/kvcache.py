@@ -116,6 +116,11 @@ def layout(model: Any, module: ModuleSpec) -> tuple[Layout | None, list[str]]:
     names = [i.name for i in module.inputs]
     mask = spec.mask if spec.mask is not None else (
         "attention_mask" if not enc_dec and "attention_mask" in names else None)
+    for j, name in enumerate(names):
+        if not name.isidentifier():
+            problems.append(f"{module.locate(f'inputs[{j}].name')}: {name!r} is not a Python "
+                            "identifier (expected a forward() parameter name: the cache step "
+                            "passes inputs by keyword)")
     if mask is not None and mask not in names:
         problems.append(f"{module.locate('cache.mask')}: {mask!r} is not one of the module's "
                         f"inputs (expected one of: {', '.join(names)})")
@@ -141,7 +146,7 @@ def cached_module(model: Any, lay: Layout, declared: list[str]) -> Any:
 
     params = [*declared, *lay.past_names]
     namespace: dict[str, Any] = {}
-    exec(f"def forward(self, {', '.join(params)}):\n"  # noqa: S102 - names are validated
+    exec(f"def forward(self, {', '.join(params)}):\n"  # identifiers: `layout` checks
          f"    return self.step({{{', '.join(f'{p!r}: {p}' for p in params)}}})\n",
          namespace)
 
@@ -165,6 +170,24 @@ def cached_module(model: Any, lay: Layout, declared: list[str]) -> Any:
             else:
                 out = self.model(use_cache=True, **feeds, **{lay.arg: cache})
             return {"logits": out.logits, **present(returned_cache(out), lay)}
+
+        def transformers_inputs(self, feeds: dict[str, Any]
+                                ) -> tuple[Any, dict[str, Any], dict[str, str], list[str]]:
+            """For transformers' exporter: the model, its inputs with the cache object, the
+            graph names it gives the cache → the gate's names, and the outputs to keep."""
+            past = [feeds.pop(n) for n in lay.past_names]
+            feeds = {**feeds, lay.arg: build_cache(self.model, lay, past), "use_cache": True}
+            if lay.kind == "encoder_decoder":
+                feeds["encoder_outputs"] = (feeds.pop("encoder_hidden_states"),)
+            rename = {"input.encoder_outputs.0": "encoder_hidden_states"}
+            for i in range(lay.layers):
+                for part, plural in (("key", "keys"), ("value", "values")):
+                    for side, gate in (("input", f"past_{i}_{part}"),
+                                       ("output", f"present.{i}.{part}")):
+                        rename[f"{side}.{lay.arg}.layers.{i}.{plural}"] = gate
+                        rename[f"{side}.{lay.arg}.self_attention_cache.layers.{i}.{plural}"] \
+                            = gate
+            return self.model, feeds, rename, ["logits", *lay.present_names]
 
     return CachedStep().eval()  # the wrapper itself must not be in training mode
 

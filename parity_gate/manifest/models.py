@@ -88,8 +88,11 @@ ToleranceTable = dict[FloatDType, Tolerance]
 class ExportSettings(_Strict):
     """How `torch.onnx.export` is called."""
 
-    exporter: Literal["dynamo", "torchscript"] = Field(
-        "dynamo", description="dynamo: torch.export + onnxscript (default); torchscript: legacy"
+    exporter: Literal["dynamo", "torchscript", "transformers"] = Field(
+        "dynamo", description="dynamo: torch.export + onnxscript (default); torchscript: "
+        "legacy; transformers: transformers' own ONNX exporter (`transformers.exporters`, its "
+        "patches and fixes over torch.export; a transformers model, with its cache object "
+        "when the module declares `cache`)"
     )
     opset: int | None = Field(
         None, ge=7, le=25, description="ONNX opset; default: the exporter's own default"

@@ -417,7 +417,8 @@ def render(run: RunResult, limit: int = STEP_SUMMARY_LIMIT) -> str:
 
     gate = decision.baseline is not None
     optional = ([_Block(_module_fold(v, gate), "case detail") for v in failing]
-                + [_Block(_generation(run), "generation"), _Block(_findings(run), "findings"), _Block(_run_section(run), "run details"),
+                + [_Block(_generation(run), "generation"),
+                   _Block(_findings(run), "findings"), _Block(_run_section(run), "run details"),
                    _Block(_passing_fold(run), "passing and skipped cases")])
     reserve = 1024  # room for the trimmed note
     cap = len(views)
