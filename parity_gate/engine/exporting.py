@@ -261,7 +261,7 @@ def _export_transformers(module: Any, example: Sequence[Any] | Mapping[str, Any]
         if value.name in rename:
             value.name = rename[value.name]
     if keep:  # the step's outputs, in its order (not the encoder's states, nor cross caches)
-        by_name = {v.name: v for v in graph.outputs}
+        by_name = {str(v.name): v for v in graph.outputs}
         missing = [n for n in keep if n not in by_name]
         if missing:
             raise ValueError(f"transformers' export has no output(s) {', '.join(missing)} "
