@@ -98,16 +98,16 @@ def test_generation_without_a_cache_is_a_located_error(tmp_path: Path,
 def test_declarations_the_model_refutes_exit_2_located(tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]
                                                        ) -> None:
-    code, data = run(DATA / "bad.yml", tmp_path)
+    code, data = run(DATA / "bad.yml", tmp_path, "--jobs", "1")
     err = capsys.readouterr().err
     assert code == 2
     lines = [f["message"] for f in data["findings"] if f["kind"] == "declaration"]
-    assert any(ln.startswith(f"{DATA / 'bad.yml'}:19:5: modules[0].cache: "
+    assert any(ln.startswith(f"{DATA / 'bad.yml'}:19:12: modules[0].cache: "
                              "BertForSequenceClassification") and "no KV cache" in ln
                for ln in lines), lines
     assert any("modules[0].generation: BertForSequenceClassification cannot generate" in ln
                for ln in lines), lines
-    assert any(":28:27: modules[1].cache.past_lengths[1]: past length 70" in ln
+    assert any(":28:31: modules[1].cache.past_lengths[1]: past length 70" in ln
                and "64 positions" in ln for ln in lines), lines
     assert all(c["outcome"] == "eager_error" for c in data["cases"])
     assert "modules[1].cache.past_lengths[1]" in err
@@ -117,9 +117,15 @@ def test_declarations_the_model_refutes_exit_2_located(tmp_path: Path,
 
 
 @pytest.fixture(scope="module")
-def planted(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any]]:
-    return run(DATA / "parity.yml", tmp_path_factory.mktemp("planted"), "--no-localise",
-               "--jobs", "2")
+def planted_out(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], Path]:
+    out = tmp_path_factory.mktemp("planted")
+    code, data = run(DATA / "parity.yml", out, "--no-localise", "--jobs", "1")
+    return code, data, out
+
+
+@pytest.fixture(scope="module")
+def planted(planted_out: tuple[int, dict[str, Any], Path]) -> tuple[int, dict[str, Any]]:
+    return planted_out[0], planted_out[1]
 
 
 def _case(data: dict[str, Any], case_id: str) -> dict[str, Any]:
@@ -136,7 +142,8 @@ def test_control_decoder_passes_with_every_present_output(
         names = [c["name"] for c in case["comparisons"]]
         assert names == ["logits"] + [f"present.{i}.{p}" for i in (0, 1)
                                       for p in ("key", "value")]
-        assert case["comparisons"][1]["shape_ref"] == f"(1, 2, {past + 4}, 8)"  # GQA: 2 heads
+        # sample, batch, kv heads (GQA: 2 of 4), past + new tokens, head dim
+        assert case["comparisons"][1]["shape_ref"] == f"(1, 1, 2, {past + 4}, 8)"
     gen = _case(data, "control/float32/prompt@generate=4/b1/cpu")
     assert gen["outcome"] == "pass", gen["reason"]
     g = gen["generation"]
@@ -159,6 +166,20 @@ def test_position_ids_that_ignore_the_past_are_caught_at_step_2(
     assert not g["per_step"][1]["passed"]
     assert gen["reason"].startswith("generation fails at step 2 (past length 5: the token at "
                                     "position 5)"), gen["reason"]
+
+
+@pytest.mark.process
+def test_reports_show_each_generation_step(planted_out: tuple[int, dict[str, Any], Path]
+                                           ) -> None:
+    _, _, out = planted_out
+    summary = (out / "summary.md").read_text()
+    block = summary[summary.index("<b>Generation parity</b>: 1 of 2 cases fail"):]
+    assert "| 2 | 5 |" in block and "| **no** |" in block  # step 2, past 5, out of tolerance
+    assert "```mermaid\nxychart-beta" in block and "by step (float32)" in block
+    page = (out / "report.html").read_text()
+    assert '<section id="generation">' in page
+    # (the page escapes `@` with a word joiner, so no id reads as a GitHub mention)
+    assert "per-step error of position_blind/float32/prompt@\u2060generate=4/b1/cpu" in page
 
 
 # ------------------------------------------------------------------ the decoder zoo

@@ -22,7 +22,8 @@ ARCHITECTURES: dict[str, tuple[str, str, dict[str, Any]]] = {
     # learned positions, multi-head attention (kv heads = heads)
     "gpt2": ("GPT2Config", "GPT2LMHeadModel",
              {"vocab_size": 96, "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64,
-              "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0, "use_cache": True}),
+              "bos_token_id": 0, "eos_token_id": 0, "pad_token_id": 0, "use_cache": True,
+              "initializer_range": 0.2}),
     # rotary positions, grouped-query attention (2 kv heads for 4 query heads)
     "llama": ("LlamaConfig", "LlamaForCausalLM", dict(_DECODER)),
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(_DECODER)),
@@ -31,14 +32,16 @@ ARCHITECTURES: dict[str, tuple[str, str, dict[str, Any]]] = {
     # encoder-decoders: the decoder step with the self-attention cache
     "t5": ("T5Config", "T5ForConditionalGeneration",
            {"vocab_size": 96, "d_model": 32, "d_kv": 8, "d_ff": 48, "num_layers": 2,
-            "num_heads": 4, "use_cache": True, "decoder_start_token_id": 0}),
+            "num_heads": 4, "use_cache": True, "decoder_start_token_id": 0,
+            "initializer_factor": 8.0}),
     "whisper": ("WhisperConfig", "WhisperForConditionalGeneration",
                 {"vocab_size": 96, "num_mel_bins": 16, "d_model": 32, "encoder_layers": 2,
                  "decoder_layers": 2, "encoder_attention_heads": 4,
                  "decoder_attention_heads": 4, "encoder_ffn_dim": 48, "decoder_ffn_dim": 48,
                  "max_source_positions": 16, "max_target_positions": 64, "pad_token_id": 0,
                  "bos_token_id": 1, "eos_token_id": 2, "decoder_start_token_id": 1,
-                 "use_cache": True, "suppress_tokens": [], "begin_suppress_tokens": []}),
+                 "use_cache": True, "suppress_tokens": [], "begin_suppress_tokens": [],
+                 "init_std": 0.2}),
 }
 
 

@@ -179,7 +179,8 @@ def cached_module(model: Any, lay: Layout, declared: list[str]) -> Any:
             feeds = {**feeds, lay.arg: build_cache(self.model, lay, past), "use_cache": True}
             if lay.kind == "encoder_decoder":
                 feeds["encoder_outputs"] = (feeds.pop("encoder_hidden_states"),)
-            rename = {"input.encoder_outputs.0": "encoder_hidden_states"}
+            rename = {f"{side}encoder_outputs.0": "encoder_hidden_states"
+                      for side in ("", "input.")}
             for i in range(lay.layers):
                 for part, plural in (("key", "keys"), ("value", "values")):
                     for side, gate in (("input", f"past_{i}_{part}"),
