@@ -33,7 +33,7 @@ ARCHITECTURES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "t5": ("T5Config", "T5ForConditionalGeneration",
            {"vocab_size": 96, "d_model": 32, "d_kv": 8, "d_ff": 48, "num_layers": 2,
             "num_heads": 4, "use_cache": True, "decoder_start_token_id": 0,
-            "initializer_factor": 8.0}),
+            "initializer_factor": 3.0}),
     "whisper": ("WhisperConfig", "WhisperForConditionalGeneration",
                 {"vocab_size": 96, "num_mel_bins": 16, "d_model": 32, "encoder_layers": 2,
                  "decoder_layers": 2, "encoder_attention_heads": 4,

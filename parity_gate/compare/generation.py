@@ -4,14 +4,19 @@ A step compares the logits both sides computed for the next token, on the same
 tokens so far, against the output's tolerance, and the greedy token each picks.
 A different token where eager's (and ONNX's) top two logits lie within the dtype's
 rounding is a tie, not a failure (the top-1 rule of `compare.decide`); from then
-on the sequences may part legitimately and no later step is compared.
+on the sequences may part legitimately and no later step is compared. A failing step
+of a low-precision run is judged against float64 logits of the same tokens, as a failing
+case is: it stands only when ONNX Runtime is clearly further from float64 than eager.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from parity_gate.compare.decide import top1_agreement
+from parity_gate.compare.reference import judge_against_float64
 from parity_gate.model.comparison import Tolerance
 from parity_gate.model.generation import Generation, GenerationStep
 
@@ -42,10 +47,10 @@ def compare_step(step: int, past_length: int, eager: np.ndarray, onnx: np.ndarra
 
 def judge(prompt: str, prompt_length: int, steps: int, tol: Tolerance,
           eager_tokens: list[list[int]], onnx_tokens: list[list[int]],
-          per_step: list[GenerationStep], encoder_decoder: bool = False) -> Generation:
+          per_step: list[GenerationStep], encoder_decoder: bool = False,
+          float64_error: str = "") -> Generation:
     """The generation's verdict from its compared steps (those run on the same tokens)."""
-    first_fail = next((s.step for s in per_step if not s.passed
-                       or (not s.tokens_agree and not s.tie)), None)
+    first_fail = next((s.step for s in per_step if s.failed), None)
     diverged = next((s for s in per_step if not s.tokens_agree), None)
     row = None
     if diverged is not None:
@@ -58,5 +63,13 @@ def judge(prompt: str, prompt_length: int, steps: int, tol: Tolerance,
         onnx_tokens=onnx_tokens, per_step=per_step,
         first_divergent_step=diverged.step if diverged is not None else None,
         divergent_row=row, first_failing_step=first_fail,
-        parted_after_tie=first_fail is None and diverged is not None and diverged.tie,
-        encoder_decoder=encoder_decoder)
+        parted_after_tie=first_fail is None and diverged is not None,
+        encoder_decoder=encoder_decoder, float64_error=float64_error)
+
+
+def rule_step(step: GenerationStep, eager: np.ndarray, onnx: np.ndarray, truth: np.ndarray,
+              tol: Tolerance) -> GenerationStep:
+    """A failing step judged as a failing case is (`compare.reference`): against float64
+    logits of the same tokens, the step stands only when ONNX is clearly further off."""
+    ref = judge_against_float64([eager], [onnx], [truth], ["logits"], [tol], [True], [0])
+    return replace(step, ruling=ref.ruling.value)

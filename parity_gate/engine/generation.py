@@ -11,7 +11,7 @@ Worker-side only.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -50,8 +50,12 @@ class Run:
     logits: list[np.ndarray]
 
 
-def eager_greedy(model: Any, lay: Layout, prompt: Prompt, steps: int, device: str) -> Run:
-    """`steps` greedy steps of the model itself, its cache object carried along."""
+def eager_greedy(model: Any, lay: Layout, prompt: Prompt, steps: int, device: str,
+                 forced: list[list[int]] | None = None, states: np.ndarray | None = None
+                 ) -> Run:
+    """`steps` greedy steps of the model itself, its cache object carried along; with
+    `forced` ([row][step]) it takes those tokens instead of its own (the float64 run of
+    the tokens both sides chose), with `states` those encoder states instead of its own."""
     import torch
 
     inputs = {k: to_torch(v, device) for k, v in prompt.inputs.items()}
@@ -59,7 +63,8 @@ def eager_greedy(model: Any, lay: Layout, prompt: Prompt, steps: int, device: st
     logits: list[np.ndarray] = []
     with torch.inference_mode():
         if lay.kind == "encoder_decoder":
-            enc = model.get_encoder()(**inputs).last_hidden_state
+            enc = (to_torch(states, device).to(model.dtype) if states is not None
+                   else model.get_encoder()(**inputs).last_hidden_state)
             batch = enc.shape[0]
             ids = torch.full((batch, 1), lay.start_token, dtype=torch.int64, device=device)
             extra = {"attention_mask": inputs["attention_mask"]} \
@@ -71,7 +76,7 @@ def eager_greedy(model: Any, lay: Layout, prompt: Prompt, steps: int, device: st
                                                      dtype=model.dtype, device=device)
                                          for _ in lay.past_names])
         seen = ids.shape[1]
-        for _ in range(steps):
+        for step in range(steps):
             if lay.kind == "encoder_decoder":
                 out = model(encoder_outputs=(enc,), decoder_input_ids=ids, use_cache=True,
                             **extra, **{lay.arg: cache})
@@ -82,10 +87,36 @@ def eager_greedy(model: Any, lay: Layout, prompt: Prompt, steps: int, device: st
             cache = returned_cache(out)
             last = out.logits[:, -1]
             logits.append(to_numpy(last))
-            ids = last.argmax(-1, keepdim=True)
+            ids = last.argmax(-1, keepdim=True) if forced is None else torch.tensor(
+                [[row[step]] for row in forced], dtype=torch.int64, device=device)
             tokens.append([int(t) for t in ids[:, 0]])
             seen += 1
     return Run([list(row) for row in zip(*tokens, strict=True)], logits)
+
+
+def float64_steps(source: Any, lay: Layout, prompt: Prompt, gen: Generation, tol: Tolerance,
+                  eager: Run, onnx: Run, states: np.ndarray | None, device: str) -> Generation:
+    """The generation with its failing steps judged against a float64 run of the same
+    weights on the same tokens (and the same encoder states)."""
+    import copy
+
+    import torch
+
+    from parity_gate.compare.generation import rule_step
+
+    compared = len(gen.per_step)
+    try:
+        wide = copy.deepcopy(source).to(torch.float64).to(device).eval()
+        truth = eager_greedy(wide, lay, prompt, compared, device,
+                             forced=[row[:compared] for row in eager.tokens],
+                             states=states.astype(np.float64) if states is not None else None)
+    except Exception as exc:  # e.g. an op with no float64 kernel: the steps stay as they are
+        return replace(gen, float64_error=f"float64 run failed: {type(exc).__name__}: "
+                       f"{str(exc)[:200]}")
+    steps = [rule_step(s, eager.logits[i], onnx.logits[i], truth.logits[i], tol)
+             if s.failed else s for i, s in enumerate(gen.per_step)]
+    return judge(gen.prompt, gen.prompt_length, gen.steps, tol, gen.eager_tokens,
+                 gen.onnx_tokens, steps, gen.encoder_decoder)
 
 
 def encoder_states(model: Any, prompt: Prompt, device: str) -> np.ndarray:
@@ -175,8 +206,14 @@ def prepare(ctx: Any, module: Any) -> Any:
     return cached_module(module, lay, [i.name for i in job.module.inputs])
 
 
-def run_cases(ctx: Any, mod: Any, exported: Any, keys: list[Any], tol: Tolerance) -> None:
-    """Every generation case of one dtype on the module's export, provider by provider."""
+# Dtypes whose failing steps are judged against float64 (as module_worker's cases are).
+JUDGED = ("float32", "float16", "bfloat16")
+
+
+def run_cases(ctx: Any, mod: Any, exported: Any, keys: list[Any], tol: Tolerance,
+              contract: bool = False) -> None:
+    """Every generation case of one dtype on the module's export, provider by provider;
+    `contract`: the logits' tolerance is the manifest's own, which float64 never waives."""
     import torch
 
     from parity_gate.engine.stages import StageFailure
@@ -227,6 +264,10 @@ def run_cases(ctx: Any, mod: Any, exported: Any, keys: list[Any], tol: Tolerance
             length = 1 if enc is not None else prompt.inputs["input_ids"].shape[1]
             gen = compare_runs(prompt, length, spec.steps, ref, got, tol, mod.dtype,
                                enc is not None)
+            if not gen.passed and mod.dtype in JUDGED and not contract:
+                ctx.step(Stage.RECHECKING, key.id, "against float64")
+                gen = float64_steps(mod.source.model, lay, prompt, gen, tol, ref, got, enc,
+                                    mod.device)
             ctx.result(CaseResult(
                 key, Outcome.PASS if gen.passed else Outcome.MISMATCH, gen.describe(),
                 timings={"eager_s": eager_s, "run_s": run_s}, provenance=provenance,

@@ -238,7 +238,8 @@ def _run_dtype(ctx: _Ctx, torch: Any, module: Any, binding: Binding, dtype: str,
                       cached)
     if gen_keys:
         generation.run_cases(ctx, mod, exported, gen_keys,
-                             _tolerance(job, dtype, _output_spec(job, "logits")))
+                             _tolerance(job, dtype, _output_spec(job, "logits")),
+                             _contract(job, dtype, "logits"))
 
 
 def _export_from_good_set(ctx: _Ctx, mod: _Module,
