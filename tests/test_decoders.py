@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from parity_gate.cli import main
-from parity_gate.compare.generation import compare_step, judge
+from parity_gate.compare.generation import compare_step, judge, rule_step
 from parity_gate.model.comparison import Tolerance
 
 pytest.importorskip("transformers")
@@ -72,6 +72,22 @@ def test_a_real_flip_fails_at_its_step_even_within_tolerance() -> None:
                 [compare_step(1, 0, eager, eager, wide, "float32"), step])
     assert not gen.passed and gen.first_failing_step == 2
     assert "step 2 (past length 6: the token at position 6)" in gen.describe()
+
+
+def test_a_failing_float16_step_stands_only_when_onnx_is_further_from_float64() -> None:
+    rng = np.random.default_rng(0)
+    truth = rng.normal(0, 8, (1, 32))
+    tol = Tolerance(atol=1e-2, rtol=1e-2)
+    noise = rng.normal(0, 0.3, truth.shape)
+    eager = (truth + noise).astype(np.float16)  # eager's own error, about as large as ONNX's
+    onnx = (truth - noise).astype(np.float16)
+    step = compare_step(2, 6, eager, onnx, tol, "float16")
+    assert not step.passed
+    same = rule_step(step, eager, onnx, truth, tol)
+    assert same.ruling == "as_eager" and same.excused and not same.failed
+    worse = (truth + 20 * noise).astype(np.float16)  # ONNX far further off than eager
+    bad = rule_step(compare_step(2, 6, eager, worse, tol, "float16"), eager, worse, truth, tol)
+    assert bad.ruling == "onnx_worse" and bad.failed
 
 
 # ------------------------------------------------------------------ declarations

@@ -72,4 +72,5 @@ def rule_step(step: GenerationStep, eager: np.ndarray, onnx: np.ndarray, truth: 
     """A failing step judged as a failing case is (`compare.reference`): against float64
     logits of the same tokens, the step stands only when ONNX is clearly further off."""
     ref = judge_against_float64([eager], [onnx], [truth], ["logits"], [tol], [True], [0])
-    return replace(step, ruling=ref.ruling.value)
+    return replace(step, ruling=ref.ruling.value, eager_error=ref.eager_error,
+                   onnx_error=ref.onnx_error)

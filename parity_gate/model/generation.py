@@ -32,6 +32,8 @@ class GenerationStep(Record):
     # a failing step judged against a float64 run of the same tokens (compare.reference's
     # ruling): anything but onnx_worse/unverified says eager's own rounding is the gap
     ruling: str | None = None
+    eager_error: Real | None = None  # atol each side needs against float64 (judged steps)
+    onnx_error: Real | None = None
 
     @property
     def excused(self) -> bool:
@@ -77,7 +79,12 @@ class Generation(Record):
                     if not step.passed and step.max_abs is not None else "")
             flip = "" if step.tokens_agree else \
                 f"greedy token differs at row {self.divergent_row}"
-            judged = f"float64 run: {step.ruling}" if step.ruling else self.float64_error
+            judged = (f"float64 run: {step.ruling} (onnx needs atol>={step.onnx_error:.3g} "
+                      f"against it, eager {step.eager_error:.3g})"
+                      if step.ruling and step.onnx_error is not None
+                      and step.eager_error is not None
+                      else f"float64 run: {step.ruling}" if step.ruling
+                      else self.float64_error)
             where = (f"past length {step.past_length}: the token at position "
                      f"{step.past_length}" if step.step > 1 else
                      f"the prefill of positions 0-{self.prompt_length - 1}")
