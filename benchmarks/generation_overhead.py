@@ -41,7 +41,7 @@ providers: {{cpu: {{required: true}}}}
 fixtures:
   step:
     kind: random
-    dims: {{seq: 1}}
+    dims: {{seq: 3}}
     inputs:
       input_ids: {{shape: [batch, seq], dtype: int64, high: 96}}
       attention_mask: {{shape: [batch, seq], dtype: int64}}
@@ -107,8 +107,8 @@ def hand() -> dict[str, Any]:
                                 output_names=outputs, optimize=True, verbose=False)
     session = ort.InferenceSession(program.model_proto.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
-    feeds = {"input_ids": np.random.randint(0, 96, (1, 1)),
-             "attention_mask": np.ones((1, 8), dtype=np.int64),
+    feeds = {"input_ids": np.random.randint(0, 96, (1, 3)),
+             "attention_mask": np.ones((1, 10), dtype=np.int64),
              **{n: np.random.randn(1, heads, 7, dim).astype(np.float32) for n in names}}
     with torch.inference_mode():
         ref = step(**{k: torch.from_numpy(v) for k, v in feeds.items()})
@@ -199,7 +199,7 @@ def main() -> int:
     g, h = statistics.median(gate_steps), statistics.median(hand_steps)
     print(f"the {STEPS} steps alone (eager + ONNX Runtime): gate {g * 1000:.0f} ms, "
           f"hand-written {h * 1000:.0f} ms: ratio {g / h:.2f}")
-    print(f"peak RSS gate {rss['gate']:.0f} MiB (the parent; the worker is a child of it), "
+    print(f"peak RSS gate {rss['gate']:.0f} MiB (the largest of the gate and its worker), "
           f"hand-written {rss['hand']:.0f} MiB")
     from parity_gate.engine.kvcache import Layout
 

@@ -87,6 +87,11 @@ HINTS: tuple[Hint, ...] = (
     # reshape into a view the symbolic strides do not allow (T5, Swin in the zoo).
     Hint(r"Cannot view a tensor", '`attn_implementation="eager"` in the model\'s config '
          "(its SDPA attention path is what fails)", where=r"(?i)attn|attention"),
+    # SDPA's `is_causal = q_len > 1` from an example with one new token: a decode step
+    # exported from a seq-1 example (tests/data/decoders/repro_sdpa_symbool.py).
+    Hint(r"is_causal.*SymBool", "an export example with more than one new token (a size "
+         "above 1 on the sequence dim in one of the fixture sets), or "
+         '`attn_implementation="eager"`'),
     Hint(r"data-dependent|GuardOnDataDependent",
          "replacing the Python `if` on tensor values at that line with torch.where or "
          "torch.cond"),
