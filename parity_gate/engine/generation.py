@@ -211,7 +211,7 @@ JUDGED = ("float32", "float16", "bfloat16")
 
 
 def run_cases(ctx: Any, mod: Any, exported: Any, keys: list[Any], tol: Tolerance,
-              contract: bool = False) -> None:
+              contract: bool = False, cached: bool = False) -> None:
     """Every generation case of one dtype on the module's export, provider by provider;
     `contract`: the logits' tolerance is the manifest's own, which float64 never waives."""
     import torch
@@ -225,7 +225,7 @@ def run_cases(ctx: Any, mod: Any, exported: Any, keys: list[Any], tol: Tolerance
     spec = job.module.generation
     step_module = mod.typed
     model, lay = step_module.model, step_module.layout
-    provenance = ctx.provenance(mod.device, exported)
+    provenance = ctx.provenance(mod.device, exported, cached)
     past_dtype = to_numpy(torch.zeros(1, dtype=getattr(torch, mod.dtype))).dtype
     eager: dict[int, tuple[Prompt, Run, np.ndarray | None, float]] = {}
     for provider in dict.fromkeys(k.provider for k in keys):

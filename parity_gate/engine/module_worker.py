@@ -239,7 +239,7 @@ def _run_dtype(ctx: _Ctx, torch: Any, module: Any, binding: Binding, dtype: str,
     if gen_keys:
         generation.run_cases(ctx, mod, exported, gen_keys,
                              _tolerance(job, dtype, _output_spec(job, "logits")),
-                             _contract(job, dtype, "logits"))
+                             _contract(job, dtype, "logits"), cached)
 
 
 def _export_from_good_set(ctx: _Ctx, mod: _Module,
