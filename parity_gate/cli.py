@@ -230,6 +230,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(final_line(run, options.reports.written()), file=sys.stderr)
     if stopped is not None:
         return 128 + stopped
+    declared = [f.message for f in run.findings if f.kind == "declaration"]
+    if declared:  # the manifest declares what the model (only a worker sees it) refutes
+        for line in declared:
+            print(f"parity-gate: {line}", file=sys.stderr)
+        return EXIT_USAGE
     return EXIT_FAIL if run.verdict.blocks else decision.exit_code
 
 

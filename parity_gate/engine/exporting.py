@@ -88,6 +88,11 @@ HINTS: tuple[Hint, ...] = (
     # reshape into a view the symbolic strides do not allow (T5, Swin in the zoo).
     Hint(r"Cannot view a tensor", '`attn_implementation="eager"` in the model\'s config '
          "(its SDPA attention path is what fails)", where=r"(?i)attn|attention"),
+    # SDPA's `is_causal = q_len > 1` from an example with one new token: a decode step
+    # exported from a seq-1 example (tests/data/decoders/repro_sdpa_symbool.py).
+    Hint(r"is_causal.*SymBool", "an export example with more than one new token (a size "
+         "above 1 on the sequence dim in one of the fixture sets), or "
+         '`attn_implementation="eager"`'),
     Hint(r"data-dependent|GuardOnDataDependent",
          "replacing the Python `if` on tensor values at that line with torch.where or "
          "torch.cond"),
@@ -187,6 +192,8 @@ def export_module(
             if settings.exporter == "dynamo":
                 model, program, path = _export_dynamo(torch, module, example, inputs, names,
                                                       output_names, settings)
+            elif settings.exporter == "transformers":
+                model = _export_transformers(module, example, settings)
             else:
                 model = _export_torchscript(torch, module, example, inputs, names, output_names,
                                             settings)
@@ -244,6 +251,38 @@ def _export_dynamo(torch: Any, module: Any, example: Sequence[Any] | Mapping[str
     program.save(path, external_data=True)
     with open(path, "rb") as fh:
         return fh.read(), captured, path
+
+
+def _export_transformers(module: Any, example: Sequence[Any] | Mapping[str, Any],
+                         settings: ExportSettings) -> bytes:
+    """transformers' own ONNX exporter. A cached step (`engine.kvcache`) exports its model
+    with the cache object and renames the graph's inputs and outputs to the gate's."""
+    import onnx_ir
+    from transformers.exporters.configs import OnnxConfig
+    from transformers.exporters.exporter_onnx import OnnxExporter
+
+    if not isinstance(example, Mapping):
+        raise TypeError("exporter: transformers passes inputs by keyword (a forward() with "
+                        "named parameters)")
+    config = OnnxConfig(dynamic=True, optimize=settings.optimize,
+                        opset_version=settings.opset, **settings.options)
+    hook = getattr(module, "transformers_inputs", None)
+    target, inputs, rename, keep = hook(dict(example)) if hook else (module, dict(example),
+                                                                     {}, [])
+    program, _ = OnnxExporter().export_program(target, inputs, config)
+    graph = program.graph
+    for value in [*graph.inputs, *graph.outputs]:
+        if value.name in rename:
+            value.name = rename[value.name]
+    if keep:  # the step's outputs, in its order (not the encoder's states, nor cross caches)
+        by_name = {str(v.name): v for v in graph.outputs}
+        missing = [n for n in keep if n not in by_name]
+        if missing:
+            raise ValueError(f"transformers' export has no output(s) {', '.join(missing)} "
+                             f"(it has: {', '.join(by_name)})")
+        graph.outputs.clear()
+        graph.outputs.extend(by_name[n] for n in keep)
+    return bytes(onnx_ir.to_proto(program).SerializeToString())
 
 
 def _weight_bytes(program: Any) -> int:

@@ -25,7 +25,7 @@ import numpy as np
 from parity_gate import compare as cmp
 from parity_gate.compare.detection import DETECTION_KEYS, Detections, compare_detections
 from parity_gate.compare.reference import judge_against_float64
-from parity_gate.engine import performance, stages
+from parity_gate.engine import generation, performance, stages
 from parity_gate.engine.binding import Binding, bind, output_names
 from parity_gate.engine.cache import hand_off
 from parity_gate.engine.cached import WorkerCache
@@ -49,7 +49,7 @@ from parity_gate.model.keys import CaseKey
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.precision import CLEARLY_WORSE, Reexport, Reference, Ruling
 from parity_gate.model.results import CaseResult, Provenance
-from parity_gate.plan.cases import ModuleJob, batch_sizes_for
+from parity_gate.plan.cases import ModuleJob, batch_sizes_for, is_generation
 
 # Dtypes whose eager run is not a trustworthy reference on its own: judged against float64.
 LOW_PRECISION = ("float16", "bfloat16")
@@ -157,6 +157,11 @@ def _run(ctx: _Ctx) -> None:
         return
     ctx.training = training_modules(module)  # the training-mode rule reads it
     module.eval()
+    if job.module.cache is not None:  # a KV cache: the model behind its flat-tensor step
+        module = generation.prepare(ctx, module)
+        if module is None:
+            return
+        job = ctx.job
     ctx.cache, problem = WorkerCache.open(job, module)
     if problem:
         ctx.note("cache", problem)
@@ -184,6 +189,8 @@ def _run_dtype(ctx: _Ctx, torch: Any, module: Any, binding: Binding, dtype: str,
                keys: list[CaseKey]) -> None:
     job = ctx.job
     settings = job.settings
+    gen_keys = [k for k in keys if is_generation(k)]  # run on this dtype's export, below
+    keys = [k for k in keys if not is_generation(k)]
     ctx.step(Stage.CASTING, dtype)
     target = getattr(torch, dtype)
     native = device == "cpu" and all(t.dtype == target for t in module.state_dict().values()
@@ -207,6 +214,8 @@ def _run_dtype(ctx: _Ctx, torch: Any, module: Any, binding: Binding, dtype: str,
                                       provenance=ctx.provenance(device)))
     live = [k for k in keys if k in ctx.pending]
     if not live:
+        ctx.fail_all(gen_keys, Outcome.SKIPPED, "generation runs on the export of the "
+                     "module's per-step cases, and none of this dtype ran")
         return
     names = next((r.names for r in refs.values() if r.outputs), [])
     export_batch = _export_batch(job.export.batch_size, settings.batch_sizes or [])
@@ -222,7 +231,7 @@ def _run_dtype(ctx: _Ctx, torch: Any, module: Any, binding: Binding, dtype: str,
     try:
         stages.check(exported.source)
     except StageFailure as failure:
-        ctx.fail_all(live, failure.outcome, failure.reason, failure.detail,
+        ctx.fail_all(live + gen_keys, failure.outcome, failure.reason, failure.detail,
                      provenance=ctx.provenance(device, exported, cached))
         return
     check_s = time.perf_counter() - t0
@@ -231,6 +240,10 @@ def _run_dtype(ctx: _Ctx, torch: Any, module: Any, binding: Binding, dtype: str,
         shared = {"export_s": export_s, "check_s": check_s}
         _run_provider(ctx, exported, provider, pkeys, refs, export_batch, shared, mod, example,
                       cached)
+    if gen_keys:
+        generation.run_cases(ctx, mod, exported, gen_keys,
+                             _tolerance(job, dtype, _output_spec(job, "logits")),
+                             _contract(job, dtype, "logits"), cached)
 
 
 def _export_from_good_set(ctx: _Ctx, mod: _Module,

@@ -25,6 +25,8 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("`modules[]`", m.ModuleSpec),
     ("`modules[].inputs[]`", m.InputSpec),
     ("`modules[].outputs[]`", m.OutputSpec),
+    ("`modules[].cache`", m.CacheSpec),
+    ("`modules[].generation`", m.GenerationSpec),
     ("`export`", m.ExportSettings),
     ("`performance`", m.PerformanceSettings),
     ("`tolerances.<dtype>`", m.Tolerance),

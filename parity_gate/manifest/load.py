@@ -259,6 +259,15 @@ def _attach_locations(manifest: Manifest, origins: list[tuple[Document, Loc]]) -
         for key in ("inputs", "outputs"):
             for j, _ in enumerate(getattr(module, key) or []):
                 where[f"{key}[{j}].name"] = _where(doc, (*loc, key, j, "name"))
+        if module.cache is not None:  # what only the model's config can refute
+            for key in ("cache", "cache.kind", "cache.mask"):
+                where[key] = _where(doc, (*loc, *key.split(".")))
+            for j, _ in enumerate(module.cache.past_lengths):
+                where[f"cache.past_lengths[{j}]"] = _where(doc, (*loc, "cache", "past_lengths",
+                                                                 j))
+        if module.generation is not None:
+            for key in ("generation", "generation.steps"):
+                where[key] = _where(doc, (*loc, *key.split(".")))
         module._where = where
 
 
@@ -314,6 +323,7 @@ def _check_references(data: dict[str, Any], base: Path, problems: Problems,
         input_names = _unique_names(module.get("inputs"), (*mloc, "inputs"), "input", problems)
         _check_structure(input_names, (*mloc, "inputs"), problems)
         _unique_names(module.get("outputs"), (*mloc, "outputs"), "output", problems)
+        _check_generation(module, mloc, fixtures, problems)
         for j, fname in enumerate(_as_list(module.get("fixtures"))):
             if not isinstance(fname, str):
                 continue
@@ -440,6 +450,22 @@ def _check_structure(names: list[str], loc: Loc, problems: Problems) -> None:
             j = next(j for j, n in enumerate(names) if n.startswith(f"{parent}."))
             problems.add((*loc, j, "name"), f"the parts of {parent!r} are {', '.join(keys)} "
                          "(expected a list numbered 0..n-1, or named keys, not both)")
+
+
+def _check_generation(module: dict[str, Any], mloc: Loc, fixtures: dict[Any, Any],
+                      problems: Problems) -> None:
+    """A generation check needs a cache to feed back and a prompt fixture set."""
+    gen = module.get("generation")
+    if not isinstance(gen, dict):
+        return
+    if not isinstance(module.get("cache"), dict):
+        problems.add((*mloc, "generation"), "a generation check feeds each step's present "
+                     "cache back as the next past (expected a `cache:` on this module)")
+    prompt = gen.get("prompt")
+    if isinstance(prompt, str) and prompt not in fixtures:
+        problems.add((*mloc, "generation", "prompt"), f"unknown fixture set {prompt!r}"
+                     f"{_did_you_mean(prompt, list(fixtures))} (expected one of: "
+                     f"{', '.join(fixtures) or 'none defined'})")
 
 
 def _check_coverage(fname: str, fixture: Any, input_names: list[str], loc: Loc,

@@ -88,8 +88,11 @@ ToleranceTable = dict[FloatDType, Tolerance]
 class ExportSettings(_Strict):
     """How `torch.onnx.export` is called."""
 
-    exporter: Literal["dynamo", "torchscript"] = Field(
-        "dynamo", description="dynamo: torch.export + onnxscript (default); torchscript: legacy"
+    exporter: Literal["dynamo", "torchscript", "transformers"] = Field(
+        "dynamo", description="dynamo: torch.export + onnxscript (default); torchscript: "
+        "legacy; transformers: transformers' own ONNX exporter (`transformers.exporters`, its "
+        "patches and fixes over torch.export; a transformers model, with its cache object "
+        "when the module declares `cache`)"
     )
     opset: int | None = Field(
         None, ge=7, le=25, description="ONNX opset; default: the exporter's own default"
@@ -331,6 +334,38 @@ class DetectionSpec(_Strict):
                        "ONNX box to count as the same object as an eager one")
 
 
+class CacheSpec(_Strict):
+    """The module is a decoder with a KV cache (transformers' `past_key_values`)."""
+
+    kind: Literal["decoder", "encoder_decoder"] = Field(
+        "decoder", description="decoder: a `DynamicCache` (GPT-2, Llama, Qwen2); "
+        "encoder_decoder: the decoder of an encoder-decoder model (T5, Whisper) with an "
+        "`EncoderDecoderCache`, taking `encoder_hidden_states` as an input (the encoder "
+        "runs once, outside the graph)")
+    past_lengths: list[Annotated[int, Field(ge=0, strict=True)]] = Field(
+        default_factory=lambda: [0, 7], min_length=1,
+        description="cache lengths to test, each its own cases (fixture id `text@past=7`); "
+        "0 is the prefill. The gate builds the cache tensors from the model's config "
+        "(layers, key/value heads, head dim), graph inputs `past_<i>_key`/`past_<i>_value` "
+        "with the past length a dynamic dim, and compares every present-cache output "
+        "(`present.<i>.key`, `present.<i>.value`) as its own output")
+    mask: Name | None = Field(
+        None, description="the input that spans past and new tokens (its last dim becomes "
+        "past + sequence; the past is attended); default `attention_mask` for a decoder "
+        "when it is an input, none for an encoder-decoder (its `attention_mask` is the "
+        "encoder's)")
+
+
+class GenerationSpec(_Strict):
+    """A greedy-generation parity check of a module with a `cache`."""
+
+    steps: int = Field(16, ge=1, le=512, description="greedy steps (step 1 is the prefill)")
+    prompt: Name = Field(
+        description="fixture set of the prompt: `input_ids` for a decoder; the encoder's "
+        "inputs (e.g. `input_ids`, `input_features`) for an encoder-decoder")
+    batch_size: int = Field(1, ge=1, le=64, description="prompts generated side by side")
+
+
 class ModuleSpec(Settings):
     name: Name = Field(description="unique; the first part of every case id")
     factory: str = Field(
@@ -350,6 +385,14 @@ class ModuleSpec(Settings):
         "[N] and `labels` [N] of data-dependent count (torchvision's detectors): each image's "
         "are compared as a set (the count, then boxes matched by IoU with the same label, "
         "coordinates and scores within the tolerance), not element by element")
+    cache: CacheSpec | None = Field(
+        None, description="a decoder with a KV cache: cases per past length, the cache "
+        "passed as the model expects and every present-cache output compared")
+    generation: GenerationSpec | None = Field(
+        None, description="also run N greedy steps in eager and in ONNX Runtime (each step's "
+        "present cache fed back as the next past) and compare tokens and every step's logits "
+        "(case id `<module>/<dtype>/<prompt>@generate=<steps>/b<batch>/<provider>`); needs "
+        "`cache`")
     skip: str | None = Field(None, description="skip every case of this module, with this reason")
     # "inputs[1].name" -> "parity.yml:31:9: modules[2].inputs[1].name", filled by the loader so
     # that problems only the worker can see (forward()'s signature) are reported where to edit.

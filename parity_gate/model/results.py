@@ -20,6 +20,7 @@ from parity_gate.errors import UserError
 from parity_gate.model.comparison import Comparison
 from parity_gate.model.findings import CrashRepro, Finding, Lost, OpCase, Recheck, Rerun
 from parity_gate.model.gate import GateDecision
+from parity_gate.model.generation import Generation
 from parity_gate.model.keys import CaseKey
 from parity_gate.model.localisation import Localisation
 from parity_gate.model.outcomes import Outcome
@@ -66,6 +67,7 @@ class CaseResult(Record):
     cause: ExportCause | None = None    # export failures: the root of the exception chain
     crash: CrashRepro | None = None     # a crash in ONNX Runtime, replayed in a repro folder
     performance: Performance | None = None  # latency vs eager, placement, memory
+    generation: Generation | None = None  # generation cases: N greedy steps, step by step
 
     @computed_field  # type: ignore[prop-decorator]
     @property

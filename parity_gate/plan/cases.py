@@ -101,17 +101,46 @@ def fixture_variants(name: str, fixture: Any) -> list[tuple[str, Any]]:
 
 
 def module_fixtures(manifest: Manifest, module: ModuleSpec) -> dict[str, Any]:
-    """Fixture id → set (with integer dims) for every set the module runs, in order."""
-    return {label: variant for name in module.fixtures
-            for label, variant in fixture_variants(name, manifest.fixtures[name])}
+    """Fixture id → set (with integer dims) for every set the module runs, in order; a
+    module with a KV cache runs each once per past length (`text@past=7`, dim `past`)."""
+    out = {label: variant for name in module.fixtures
+           for label, variant in fixture_variants(name, manifest.fixtures[name])}
+    if module.cache is not None:
+        out = {f"{label}@past={past}": _with_dims(variant, past=past)
+               for label, variant in out.items() for past in module.cache.past_lengths}
+    if module.generation is not None and module.generation.prompt in manifest.fixtures:
+        out[generation_id(module)] = manifest.fixtures[module.generation.prompt]
+    return out
+
+
+GENERATE = "@generate="  # marks a generation case's fixture id: `prompt@generate=16`
+
+
+def generation_id(module: ModuleSpec) -> str:
+    """The fixture id of a module's generation cases."""
+    gen = module.generation
+    return f"{gen.prompt}{GENERATE}{gen.steps}" if gen is not None else ""
+
+
+def is_generation(key: CaseKey) -> bool:
+    return GENERATE in key.inputs
+
+
+def _with_dims(fixture: Any, **dims: int) -> Any:
+    if not hasattr(fixture, "dims"):
+        return fixture  # a file set: the worker reads its past length from the id
+    return fixture.model_copy(update={"dims": {**fixture.dims, **dims}})
 
 
 def all_case_keys(manifest: Manifest, module: ModuleSpec, settings: Settings) -> list[CaseKey]:
     keys: list[CaseKey] = []
     fixtures = module_fixtures(manifest, module)
+    gen = generation_id(module)
     for dtype in settings.dtypes or []:
         for fixture_name, fixture in fixtures.items():
-            for batch in batch_sizes_for(fixture, settings.batch_sizes or []):
+            sizes = [module.generation.batch_size] if fixture_name == gen and \
+                module.generation else batch_sizes_for(fixture, settings.batch_sizes or [])
+            for batch in sizes:
                 for provider in settings.providers or []:
                     keys.append(CaseKey(module.name, dtype, fixture_name, batch, provider))
     return keys

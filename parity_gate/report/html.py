@@ -206,6 +206,17 @@ def curve_svg(case: CaseResult, points: Sequence[tuple[str, float | None, bool]]
                        "max |error| per layer, in execution order")
 
 
+def steps_svg(case: CaseResult) -> str:
+    """A generation case's max |logits error| by step, against its atol."""
+    g = case.generation
+    assert g is not None
+    marks = [(f"step {s.step}", s.max_abs,
+              Outcome.PASS if s.passed and (s.tokens_agree or s.tie) else Outcome.MISMATCH)
+             for s in g.per_step]
+    return _points_svg(marks, f"per-step error of {case.id}", g.atol,
+                       "max |logits error| per generation step")
+
+
 # ---------------------------------------------------------------- page sections
 
 
@@ -397,6 +408,29 @@ def _failures(views: list[ModuleView], anchors: dict[str, str]) -> str:
     return "".join(out)
 
 
+def _generation(run: RunResult) -> str:
+    """Every generation case with its per-step error chart and tokens."""
+    cases = [c for c in run.cases if c.generation is not None]
+    if not cases:
+        return ""
+    out = ['<section id="generation"><h2>Generation parity</h2>']
+    for c in cases[:CASE_SECTIONS]:
+        g = c.generation
+        assert g is not None
+        tokens = "".join(f"<tr><td>{r}</td><td><code>{esc(' '.join(map(str, e)))}</code></td>"
+                         f"<td><code>{esc(' '.join(map(str, o)))}</code></td></tr>"
+                         for r, (e, o) in enumerate(zip(g.eager_tokens, g.onnx_tokens,
+                                                        strict=False)))
+        out.append(f'<article class="case"><h3><code>{esc(c.id)}</code> — <span style="color:'
+                   f'{colour(c.outcome)}">{esc(c.outcome.value)}</span></h3>'
+                   f"<p>{esc(c.reason)} (prompt length {g.prompt_length}, {g.steps} steps)</p>"
+                   f'<div class="charts">{steps_svg(c)}</div>'
+                   f"<table><tr><th>row</th><th>eager tokens</th><th>ONNX Runtime tokens</th>"
+                   f"</tr>{tokens}</table></article>")
+    out.append("</section>")
+    return "".join(out)
+
+
 def _findings(run: RunResult) -> str:
     if not run.findings:
         return ""
@@ -463,7 +497,7 @@ def render(run: RunResult, where: Located | None = None) -> str:
     body = "".join([_verdict(run, views), _grid(run, views, anchors, decision),
                     _module_table(views, where, decision), _performance(run, decision),
                     _failures(views, anchors),
-                    _findings(run), _run_details(run)])
+                    _generation(run), _findings(run), _run_details(run)])
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
             f"<title>{esc(title)}</title><style>{CSS}</style></head>"

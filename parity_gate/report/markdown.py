@@ -248,6 +248,54 @@ def _label(name: str) -> str:
 _LABEL = re.compile(r"[^A-Za-z0-9_.:/-]")
 
 
+def _generation(run: RunResult) -> str:
+    """Every generation case: prompt, steps, where the sequences part; per failing case (and
+    the first passing one) the step table and a mermaid chart of the per-step error."""
+    cases = [c for c in run.cases if c.generation is not None]
+    if not cases:
+        return ""
+    lines = ["<details><summary><b>Generation parity</b>: "
+             f"{sum(c.failed for c in cases)} of {plural(len(cases), 'case')} fail</summary>",
+             "", "| case | outcome | prompt length | steps | first divergent step | "
+             "first failing step | worst step error |", "|---|---|---|---|---|---|---|"]
+    for c in cases[:CASE_ROWS]:
+        g = c.generation
+        assert g is not None
+        worst = max((s.max_abs for s in g.per_step if s.max_abs is not None), default=None)
+        diverged = "—" if g.first_divergent_step is None else \
+            f"{g.first_divergent_step}" + (" (tie)" if g.parted_after_tie else "")
+        lines.append(f"| {md_code(c.id)} | {c.outcome.value} | {g.prompt_length} | {g.steps} | "
+                     f"{diverged} | {g.first_failing_step or '—'} | {num(worst)} |")
+    shown = [c for c in cases if c.failed][:3] or cases[:1]
+    for c in shown:
+        g = c.generation
+        assert g is not None
+        lines += ["", f"{md_code(c.id)}: {md_cell(c.reason, 400)}", "",
+                  "| step | past length | max abs | needed atol | within tolerance | tokens |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {s.step} | {s.past_length} | {num(s.max_abs)} | {num(s.needed_atol)} | "
+                  f"{'yes' if s.passed else '**no**'} | "
+                  f"{'agree' if s.tokens_agree else 'tie' if s.tie else '**differ**'} |"
+                  for s in g.per_step]
+        lines += ["", *_step_chart(c)]
+    lines += ["</details>", ""]
+    return "\n".join(lines)
+
+
+def _step_chart(case: CaseResult) -> list[str]:
+    """The per-step error of one generation case as a mermaid xychart."""
+    g = case.generation
+    assert g is not None
+    logs = [round(math.log10(s.max_abs), 2) if s.max_abs and s.max_abs > 0 else -12.0
+            for s in g.per_step]
+    return ["```mermaid", "xychart-beta",
+            f'    title "log10 max |logits error| by step ({_label(case.key.dtype)})"',
+            f"    x-axis [{', '.join(str(s.step) for s in g.per_step)}]",
+            f'    y-axis "log10 max abs error" {min([*logs, -8.0]):.0f} --> '
+            f"{max([*logs, 0.0]) + 0.5:.1f}",
+            f"    line [{', '.join(f'{v:g}' for v in logs)}]", "```"]
+
+
 # ---------------------------------------------------------------- the rest
 
 
@@ -380,7 +428,8 @@ def render(run: RunResult, limit: int = STEP_SUMMARY_LIMIT) -> str:
 
     gate = decision.baseline is not None
     optional = ([_Block(_module_fold(v, gate), "case detail") for v in failing]
-                + [_Block(_findings(run), "findings"), _Block(_run_section(run), "run details"),
+                + [_Block(_generation(run), "generation"),
+                   _Block(_findings(run), "findings"), _Block(_run_section(run), "run details"),
                    _Block(_passing_fold(run), "passing and skipped cases")])
     reserve = 1024  # room for the trimmed note
     cap = len(views)

@@ -1,0 +1,274 @@
+"""Generation parity: N greedy steps in eager and in ONNX Runtime from one prompt.
+
+Eager runs the model itself with its own cache object carried from step to step (what
+`generate` does); ONNX Runtime runs the exported step graph, each step's present cache
+fed back as the next step's past. Each side picks its own greedy tokens; a step is
+compared while both have produced the same tokens so far (`compare.generation`).
+An encoder-decoder's encoder runs once, in eager, and both sides decode from its states.
+Worker-side only.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from parity_gate.compare.generation import compare_step, judge
+from parity_gate.engine import stages
+from parity_gate.engine.fixtures import generate
+from parity_gate.engine.kvcache import Layout, build_cache, returned_cache
+from parity_gate.engine.tensors import to_numpy, to_torch
+from parity_gate.model.comparison import Tolerance
+from parity_gate.model.generation import Generation, GenerationStep
+
+
+@dataclass
+class Prompt:
+    """The prompt's tensors: a decoder's `input_ids`, or an encoder's inputs."""
+
+    name: str
+    inputs: dict[str, np.ndarray]
+
+
+def prompt_inputs(job: Any, fixture_id: str, batch: int, dtype: str) -> Prompt:
+    fixture = job.fixtures[fixture_id]
+    names = list(getattr(fixture, "inputs", None) or getattr(fixture, "keys", None)
+                 or ["input_ids"])
+    return Prompt(fixture_id.split("@", 1)[0],
+                  generate(fixture_id, fixture, names, batch, dtype, 0, seed=job.seed,
+                           base_dir=job.base_dir))
+
+
+@dataclass
+class Run:
+    """One side's greedy run: its tokens per row and next-token logits per step."""
+
+    tokens: list[list[int]]
+    logits: list[np.ndarray]
+
+
+def eager_greedy(model: Any, lay: Layout, prompt: Prompt, steps: int, device: str,
+                 forced: list[list[int]] | None = None, states: np.ndarray | None = None
+                 ) -> Run:
+    """`steps` greedy steps of the model itself, its cache object carried along; with
+    `forced` ([row][step]) it takes those tokens instead of its own (the float64 run of
+    the tokens both sides chose), with `states` those encoder states instead of its own."""
+    import torch
+
+    inputs = {k: to_torch(v, device) for k, v in prompt.inputs.items()}
+    tokens: list[list[int]] = []
+    logits: list[np.ndarray] = []
+    with torch.inference_mode():
+        if lay.kind == "encoder_decoder":
+            enc = (to_torch(states, device).to(model.dtype) if states is not None
+                   else model.get_encoder()(**inputs).last_hidden_state)
+            batch = enc.shape[0]
+            ids = torch.full((batch, 1), lay.start_token, dtype=torch.int64, device=device)
+            extra = {"attention_mask": inputs["attention_mask"]} \
+                if "attention_mask" in inputs else {}
+        else:
+            ids = inputs["input_ids"]
+            batch = ids.shape[0]
+        cache = build_cache(model, lay, [torch.zeros(batch, lay.kv_heads, 0, lay.head_dim,
+                                                     dtype=model.dtype, device=device)
+                                         for _ in lay.past_names])
+        seen = ids.shape[1]
+        for step in range(steps):
+            if lay.kind == "encoder_decoder":
+                out = model(encoder_outputs=(enc,), decoder_input_ids=ids, use_cache=True,
+                            **extra, **{lay.arg: cache})
+            else:
+                mask = {lay.mask: torch.ones(batch, seen, dtype=torch.int64, device=device)} \
+                    if lay.mask else {}
+                out = model(input_ids=ids, use_cache=True, **mask, **{lay.arg: cache})
+            cache = returned_cache(out)
+            last = out.logits[:, -1]
+            logits.append(to_numpy(last))
+            ids = last.argmax(-1, keepdim=True) if forced is None else torch.tensor(
+                [[row[step]] for row in forced], dtype=torch.int64, device=device)
+            tokens.append([int(t) for t in ids[:, 0]])
+            seen += 1
+    return Run([list(row) for row in zip(*tokens, strict=True)], logits)
+
+
+def float64_steps(source: Any, lay: Layout, prompt: Prompt, gen: Generation, tol: Tolerance,
+                  eager: Run, onnx: Run, states: np.ndarray | None, device: str) -> Generation:
+    """The generation with its failing steps judged against a float64 run of the same
+    weights on the same tokens (and the same encoder states)."""
+    import copy
+
+    import torch
+
+    from parity_gate.compare.generation import rule_step
+
+    compared = len(gen.per_step)
+    try:
+        wide = copy.deepcopy(source).to(torch.float64).to(device).eval()
+        truth = eager_greedy(wide, lay, prompt, compared, device,
+                             forced=[row[:compared] for row in eager.tokens],
+                             states=states.astype(np.float64) if states is not None else None)
+    except Exception as exc:  # e.g. an op with no float64 kernel: the steps stay as they are
+        return replace(gen, float64_error=f"float64 run failed: {type(exc).__name__}: "
+                       f"{str(exc)[:200]}")
+    steps = [rule_step(s, eager.logits[i], onnx.logits[i], truth.logits[i], tol)
+             if s.failed else s for i, s in enumerate(gen.per_step)]
+    return judge(gen.prompt, gen.prompt_length, gen.steps, tol, gen.eager_tokens,
+                 gen.onnx_tokens, steps, gen.encoder_decoder)
+
+
+def encoder_states(model: Any, prompt: Prompt, device: str) -> np.ndarray:
+    import torch
+
+    with torch.inference_mode():
+        enc = model.get_encoder()(**{k: to_torch(v, device) for k, v in prompt.inputs.items()})
+    return to_numpy(enc.last_hidden_state)
+
+
+def onnx_greedy(session: Any, lay: Layout, prompt: Prompt, steps: int, dtype: Any,
+                encoder: np.ndarray | None) -> Run:
+    """`steps` greedy steps of the exported graph, its present cache fed back as past."""
+    names = [o.name for o in session.get_outputs()]
+    wanted = {i.name for i in session.get_inputs()}
+    if encoder is not None:
+        batch = encoder.shape[0]
+        ids = np.full((batch, 1), lay.start_token, dtype=np.int64)
+        fixed = {"encoder_hidden_states": encoder}
+        if "attention_mask" in prompt.inputs:
+            fixed["attention_mask"] = prompt.inputs["attention_mask"]
+        ids_name = "decoder_input_ids"
+    else:
+        ids = prompt.inputs["input_ids"]
+        batch = ids.shape[0]
+        fixed = {}
+        ids_name = "input_ids"
+    past = {n: np.zeros((batch, lay.kv_heads, 0, lay.head_dim), dtype=dtype)
+            for n in lay.past_names}
+    seen = ids.shape[1]
+    tokens: list[list[int]] = []
+    logits: list[np.ndarray] = []
+    for _ in range(steps):
+        feeds = {ids_name: ids, **fixed, **past}
+        if lay.mask:
+            feeds[lay.mask] = np.ones((batch, seen), dtype=np.int64)
+        got = dict(zip(names, stages.run(session, {k: v for k, v in feeds.items()
+                                                   if k in wanted}, label=""), strict=True))
+        last = got["logits"][:, -1]
+        logits.append(last)
+        ids = np.argmax(last.astype(np.float32), axis=-1)[:, None].astype(np.int64)
+        tokens.append([int(t) for t in ids[:, 0]])
+        past = {p: got[f"present.{p.split('_')[1]}.{p.split('_')[2]}"] for p in lay.past_names}
+        seen += 1
+    return Run([list(row) for row in zip(*tokens, strict=True)], logits)
+
+
+def compare_runs(prompt: Prompt, prompt_length: int, steps: int, eager: Run, onnx: Run,
+                 tol: Tolerance, dtype: str, encoder_decoder: bool) -> Generation:
+    """Steps compared while both sides have chosen the same tokens so far."""
+    per_step: list[GenerationStep] = []
+    for s in range(steps):
+        result = compare_step(s + 1, prompt_length + s - 1 if s else 0, eager.logits[s],
+                              onnx.logits[s], tol, dtype)
+        per_step.append(result)
+        if not result.tokens_agree:
+            break  # the next step reads different tokens on the two sides
+    return judge(prompt.name, prompt_length, steps, tol, eager.tokens, onnx.tokens, per_step,
+                 encoder_decoder)
+
+
+def timed(fn: Any, *args: Any) -> tuple[Any, float]:
+    t0 = time.perf_counter()
+    out = fn(*args)
+    return out, time.perf_counter() - t0
+
+
+# The worker's hooks (module_worker calls these two; `ctx` is its per-job state).
+
+
+def prepare(ctx: Any, module: Any) -> Any:
+    """A module with a declared cache, behind its flat-tensor step (the job rewritten to
+    feed it); None when the declaration is wrong (every case fails with the located
+    problem, which is also a `declaration` finding: the run exits 2)."""
+    from parity_gate.engine.kvcache import cached_module, layout, rewrite
+    from parity_gate.model.outcomes import Outcome
+
+    job = ctx.job
+    lay, problems = layout(module, job.module)
+    if problems or lay is None:
+        for text in problems:
+            ctx.note("declaration", text, "error")
+        ctx.fail_all(ctx.pending, Outcome.EAGER_ERROR, problems[0] if problems else
+                     "cache: no layout", "\n".join(problems))
+        return None
+    ctx.job = rewrite(job, lay)
+    return cached_module(module, lay, [i.name for i in job.module.inputs])
+
+
+# Dtypes whose failing steps are judged against float64 (as module_worker's cases are).
+JUDGED = ("float32", "float16", "bfloat16")
+
+
+def run_cases(ctx: Any, mod: Any, exported: Any, keys: list[Any], tol: Tolerance,
+              contract: bool = False, cached: bool = False) -> None:
+    """Every generation case of one dtype on the module's export, provider by provider;
+    `contract`: the logits' tolerance is the manifest's own, which float64 never waives."""
+    import torch
+
+    from parity_gate.engine.stages import StageFailure
+    from parity_gate.model.findings import Stage
+    from parity_gate.model.outcomes import Outcome
+    from parity_gate.model.results import CaseResult
+
+    job = ctx.job
+    spec = job.module.generation
+    step_module = mod.typed
+    model, lay = step_module.model, step_module.layout
+    provenance = ctx.provenance(mod.device, exported, cached)
+    past_dtype = to_numpy(torch.zeros(1, dtype=getattr(torch, mod.dtype))).dtype
+    eager: dict[int, tuple[Prompt, Run, np.ndarray | None, float]] = {}
+    for provider in dict.fromkeys(k.provider for k in keys):
+        pkeys = [k for k in keys if k.provider == provider]
+        try:
+            session = stages.open_session(exported.source, provider,
+                                          job.providers[provider].options)
+        except StageFailure as failure:
+            ctx.fail_all(pkeys, failure.outcome, failure.reason, failure.detail,
+                         provenance=provenance)
+            continue
+        for key in pkeys:
+            ctx.step(Stage.RUNNING, key.id, f"{spec.steps} greedy steps")
+            try:
+                if key.batch_size not in eager:
+                    prompt = prompt_inputs(job, key.inputs, key.batch_size, mod.dtype)
+                    t0 = time.perf_counter()
+                    run = eager_greedy(model, lay, prompt, spec.steps, mod.device)
+                    enc = encoder_states(model, prompt, mod.device) \
+                        if lay.kind == "encoder_decoder" else None
+                    eager[key.batch_size] = (prompt, run, enc, time.perf_counter() - t0)
+                prompt, ref, enc, eager_s = eager[key.batch_size]
+                got, run_s = timed(onnx_greedy, session, lay, prompt, spec.steps, past_dtype,
+                                   enc)
+            except StageFailure as failure:
+                ctx.result(CaseResult(key, failure.outcome, failure.reason, failure.detail,
+                                      provenance=provenance))
+                continue
+            except Exception as exc:
+                import traceback
+
+                ctx.result(CaseResult(key, Outcome.EAGER_ERROR,
+                                      f"generation failed: {type(exc).__name__}: {exc}"[:300],
+                                      traceback.format_exc()[-4000:], provenance=provenance))
+                continue
+            length = 1 if enc is not None else prompt.inputs["input_ids"].shape[1]
+            gen = compare_runs(prompt, length, spec.steps, ref, got, tol, mod.dtype,
+                               enc is not None)
+            if not gen.passed and mod.dtype in JUDGED and not contract:
+                ctx.step(Stage.RECHECKING, key.id, "against float64")
+                gen = float64_steps(mod.source.model, lay, prompt, gen, tol, ref, got, enc,
+                                    mod.device)
+            ctx.result(CaseResult(
+                key, Outcome.PASS if gen.passed else Outcome.MISMATCH, gen.describe(),
+                timings={"eager_s": eager_s, "run_s": run_s}, provenance=provenance,
+                samples=1, generation=gen))

@@ -1,0 +1,250 @@
+"""Decoders with a KV cache: the cache's layout from the model's config, the module the
+gate exports (flat tensors in, flat tensors out), and the job rewritten to feed it.
+
+A transformers decoder takes its cache as a `DynamicCache` (an `EncoderDecoderCache` for
+T5 or Whisper), which neither a fixture nor an ONNX graph can hold. `CachedStep`
+takes the cache as tensors `past_<i>_key`/`past_<i>_value` (graph inputs with the past
+length a dynamic dim), builds the model's own cache object from them, calls the model
+exactly as a generation loop does, and returns the logits and every layer's present
+cache as named outputs (`present.<i>.key`), so eager and the export are compared output
+by output like any other module. Worker-side only (imports torch lazily).
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from dataclasses import dataclass, replace
+from typing import Any
+
+from parity_gate.manifest.models import InputSpec, ModuleSpec, TensorSpec
+from parity_gate.plan.cases import GENERATE, ModuleJob
+
+PAST = "past"            # the past length's dim symbol
+SPAN = "past_seq"        # the mask's last dim: past + new tokens
+_PAST_ID = re.compile(r"@past=(\d+)")
+# forward()'s cache parameter (and the output field): `cache` from transformers 5.2x,
+# `past_key_values` before
+CACHE_ARGS = ("cache", "past_key_values")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What the cache tensors look like: [batch, kv_heads, past, head_dim] per layer."""
+
+    kind: str
+    layers: int
+    kv_heads: int
+    head_dim: int
+    max_positions: int | None
+    mask: str | None
+    start_token: int = 0  # encoder-decoder: the decoder's first token
+    arg: str = "cache"    # forward()'s cache parameter
+
+    @property
+    def past_names(self) -> list[str]:
+        return [f"past_{i}_{part}" for i in range(self.layers) for part in ("key", "value")]
+
+    @property
+    def present_names(self) -> list[str]:
+        return [f"present.{i}.{part}" for i in range(self.layers) for part in ("key", "value")]
+
+    def cache_bytes(self, batch: int, past: int, itemsize: int) -> int:
+        """Bytes of one full cache (every layer's key and value) at this past length."""
+        return 2 * self.layers * batch * self.kv_heads * past * self.head_dim * itemsize
+
+
+def past_length(fixture_id: str) -> int:
+    """The past length a cached module's fixture id names (`text@seq=8@past=7` → 7)."""
+    m = _PAST_ID.search(fixture_id)
+    return int(m.group(1)) if m else 0
+
+
+def _first(config: Any, *names: str) -> Any:
+    return next((getattr(config, n) for n in names if getattr(config, n, None) is not None),
+                None)
+
+
+def layout(model: Any, module: ModuleSpec) -> tuple[Layout | None, list[str]]:
+    """The cache layout from the model's config, and every located problem with the
+    declaration: a model with no cache, a past length (or a generation) beyond its
+    maximum positions, a generation check on a model that cannot generate."""
+    spec = module.cache
+    problems: list[str] = []
+    if spec is None:
+        return None, problems
+    config = getattr(model, "config", None)
+    owner = type(model).__name__
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        params = {}  # type: ignore[assignment]
+    can_generate = bool(getattr(model, "can_generate", lambda: False)())
+    arg = next((n for n in CACHE_ARGS if n in params), "")
+    if config is None or not arg or not can_generate:
+        why = ("has no transformers config" if config is None else
+               "takes no cache (no `cache` or `past_key_values` parameter)" if not arg else
+               "is not a generative decoder (can_generate() is False: an encoder)")
+        problems.append(f"{module.locate('cache')}: {owner} {why}, so it has no KV cache to "
+                        "declare (expected a decoder such as *ForCausalLM or an "
+                        "encoder-decoder *ForConditionalGeneration)")
+        if module.generation is not None:
+            problems.append(f"{module.locate('generation')}: {owner} cannot generate "
+                            "(expected a decoder with an LM head)")
+        return None, problems
+    enc_dec = bool(getattr(config, "is_encoder_decoder", False))
+    if enc_dec != (spec.kind == "encoder_decoder"):
+        want = "encoder_decoder" if enc_dec else "decoder"
+        problems.append(f"{module.locate('cache.kind')}: {owner} is "
+                        f"{'an encoder-decoder' if enc_dec else 'a decoder-only model'} "
+                        f"(expected kind: {want})")
+        return None, problems
+    if enc_dec:
+        layers = _first(config, "num_decoder_layers", "decoder_layers", "num_layers")
+        heads = _first(config, "decoder_attention_heads", "num_heads", "num_attention_heads")
+        kv_heads = heads
+        head_dim = _first(config, "d_kv") or (_first(config, "d_model", "hidden_size")
+                                              // heads)
+        max_pos = _first(config, "max_target_positions")
+    else:
+        layers = _first(config, "num_hidden_layers", "n_layer")
+        heads = _first(config, "num_attention_heads", "n_head")
+        kv_heads = _first(config, "num_key_value_heads") or heads
+        head_dim = _first(config, "head_dim") or (_first(config, "hidden_size", "n_embd")
+                                                  // heads)
+        max_pos = _first(config, "max_position_embeddings", "n_positions")
+    names = [i.name for i in module.inputs]
+    mask = spec.mask if spec.mask is not None else (
+        "attention_mask" if not enc_dec and "attention_mask" in names else None)
+    for j, name in enumerate(names):
+        if not name.isidentifier():
+            problems.append(f"{module.locate(f'inputs[{j}].name')}: {name!r} is not a Python "
+                            "identifier (expected a forward() parameter name: the cache step "
+                            "passes inputs by keyword)")
+    if mask is not None and mask not in names:
+        problems.append(f"{module.locate('cache.mask')}: {mask!r} is not one of the module's "
+                        f"inputs (expected one of: {', '.join(names)})")
+    if max_pos:
+        for j, past in enumerate(spec.past_lengths):
+            if past >= max_pos:
+                problems.append(f"{module.locate(f'cache.past_lengths[{j}]')}: past length "
+                                f"{past} leaves no room for a new token within {owner}'s "
+                                f"{max_pos} positions (expected at most {max_pos - 1})")
+        gen = module.generation
+        if gen is not None and gen.steps >= max_pos:
+            problems.append(f"{module.locate('generation.steps')}: {gen.steps} steps run past "
+                            f"{owner}'s {max_pos} positions (expected fewer)")
+    start = _first(config, "decoder_start_token_id", "bos_token_id") or 0
+    return Layout(spec.kind, int(layers), int(kv_heads), int(head_dim),
+                  int(max_pos) if max_pos else None, mask, int(start), arg), problems
+
+
+def cached_module(model: Any, lay: Layout, declared: list[str]) -> Any:
+    """`model` behind a forward() taking the declared inputs and the flat cache by keyword
+    (a real signature: the binding checks it and the export names graph inputs after it)."""
+    import torch
+
+    params = [*declared, *lay.past_names]
+    namespace: dict[str, Any] = {}
+    exec(f"def forward(self, {', '.join(params)}):\n"  # identifiers: `layout` checks
+         f"    return self.step({{{', '.join(f'{p!r}: {p}' for p in params)}}})\n",
+         namespace)
+
+    class CachedStep(torch.nn.Module):
+        """One decoding step of the model with its cache as flat tensors."""
+
+        forward = namespace["forward"]
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+            self.layout = lay
+
+        def step(self, feeds: dict[str, Any]) -> dict[str, Any]:
+            past = [feeds.pop(n) for n in lay.past_names]
+            cache = build_cache(self.model, lay, past)
+            if lay.kind == "encoder_decoder":
+                enc = feeds.pop("encoder_hidden_states")
+                out = self.model(encoder_outputs=(enc,), use_cache=True, **feeds,
+                                 **{lay.arg: cache})
+            else:
+                out = self.model(use_cache=True, **feeds, **{lay.arg: cache})
+            return {"logits": out.logits, **present(returned_cache(out), lay)}
+
+        def transformers_inputs(self, feeds: dict[str, Any]
+                                ) -> tuple[Any, dict[str, Any], dict[str, str], list[str]]:
+            """For transformers' exporter: the model, its inputs with the cache object, the
+            graph names it gives the cache → the gate's names, and the outputs to keep."""
+            past = [feeds.pop(n) for n in lay.past_names]
+            feeds = {**feeds, lay.arg: build_cache(self.model, lay, past), "use_cache": True}
+            if lay.kind == "encoder_decoder":
+                feeds["encoder_outputs"] = (feeds.pop("encoder_hidden_states"),)
+            rename = {f"{side}encoder_outputs.0": "encoder_hidden_states"
+                      for side in ("", "input.")}
+            for i in range(lay.layers):
+                for part, plural in (("key", "keys"), ("value", "values")):
+                    for side, gate in (("input", f"past_{i}_{part}"),
+                                       ("output", f"present.{i}.{part}")):
+                        rename[f"{side}.{lay.arg}.layers.{i}.{plural}"] = gate
+                        rename[f"{side}.{lay.arg}.self_attention_cache.layers.{i}.{plural}"] \
+                            = gate
+            return self.model, feeds, rename, ["logits", *lay.present_names]
+
+    return CachedStep().eval()  # the wrapper itself must not be in training mode
+
+
+def build_cache(model: Any, lay: Layout, past: list[Any]) -> Any:
+    """The model's own cache object holding `past` (key, value per layer); the
+    encoder-decoder's cross-attention cache starts empty, filled from the encoder states."""
+    from transformers import DynamicCache, EncoderDecoderCache
+
+    cache = DynamicCache(config=model.config)
+    for i in range(lay.layers):
+        cache.update(past[2 * i], past[2 * i + 1], i)
+    if lay.kind == "encoder_decoder":
+        return EncoderDecoderCache(cache, DynamicCache(config=model.config))
+    return cache
+
+
+def returned_cache(out: Any) -> Any:
+    """The cache a model output carries (`cache`, or `past_key_values` before 5.2x)."""
+    return next(getattr(out, n) for n in CACHE_ARGS if getattr(out, n, None) is not None)
+
+
+def present(cache: Any, lay: Layout) -> dict[str, Any]:
+    """Every layer's present key and value (the self-attention cache of an encoder-decoder)."""
+    own = getattr(cache, "self_attention_cache", cache)
+    out: dict[str, Any] = {}
+    for i in range(lay.layers):
+        layer = own.layers[i]
+        out[f"present.{i}.key"] = layer.keys
+        out[f"present.{i}.value"] = layer.values
+    return out
+
+
+def rewrite(job: ModuleJob, lay: Layout) -> ModuleJob:
+    """The job with the cache inputs declared and every fixture set providing them at
+    its past length (the mask spans past + new tokens, all attended)."""
+    inputs = [spec.model_copy(update={"dynamic": {**spec.dynamic, max(
+        spec.dynamic, default=1): SPAN}}) if spec.name == lay.mask else spec
+              for spec in job.module.inputs]
+    inputs += [InputSpec(name=n, dynamic={0: "batch", 2: PAST}) for n in lay.past_names]
+    module = job.module.model_copy(update={"inputs": inputs})
+    fixtures = {fid: fx if GENERATE in fid or not hasattr(fx, "inputs")
+                else _with_cache(fx, lay, past_length(fid)) for fid, fx in job.fixtures.items()}
+    return replace(job, module=module, fixtures=fixtures)
+
+
+def _with_cache(fixture: Any, lay: Layout, past: int) -> Any:
+    tensors = dict(fixture.inputs)
+    if lay.mask is not None and lay.mask in tensors:
+        mask = tensors[lay.mask]
+        last = mask.shape[-1]
+        size = fixture.dims.get(last, last) if isinstance(last, str) else last
+        tensors[lay.mask] = TensorSpec(shape=[*mask.shape[:-1], int(size) + past],
+                                       dtype=mask.dtype, distribution="randint", low=1, high=2,
+                                       specials=[])
+    for name in lay.past_names:
+        tensors[name] = TensorSpec(shape=["batch", lay.kv_heads, past, lay.head_dim])
+    return fixture.model_copy(update={"inputs": tensors})
+

@@ -1,0 +1,217 @@
+"""Decoders with a KV cache (issue 26): cached cases per past length, and generation parity.
+
+Default: the pure step comparison (ties), bad declarations (exit 2, located), and one
+tiny Llama with a planted defect that only shows from generation step 2 beside its
+control (tests/data/decoders). `slow`: the whole decoder zoo (examples/zoo/decoders.yml)
+against its baseline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from parity_gate.cli import main
+from parity_gate.compare.generation import compare_step, judge, rule_step
+from parity_gate.model.comparison import Tolerance
+
+pytest.importorskip("transformers")
+
+DATA = Path(__file__).resolve().parent / "data" / "decoders"
+ZOO = Path(__file__).resolve().parent.parent / "examples" / "zoo"
+TOL = Tolerance(atol=1e-5, rtol=1e-3)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _offline() -> Iterator[None]:
+    before = os.environ.get("HF_HUB_OFFLINE")
+    os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may reach the hub
+    yield
+    if before is None:
+        del os.environ["HF_HUB_OFFLINE"]
+    else:
+        os.environ["HF_HUB_OFFLINE"] = before
+
+
+def run(manifest: Path, out: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    code = main(["run", str(manifest), "--out", str(out), "--quiet", "--no-cache", *args])
+    return code, json.loads((out / "results.json").read_text())
+
+
+# ------------------------------------------------------------------ pure comparison
+
+
+def test_a_flip_on_a_tie_parts_the_sequences_legitimately() -> None:
+    up = float(np.nextafter(np.float32(3.0), np.float32(4.0)))  # one float32 ulp above 3
+    eager = np.array([[1.0, 3.0, up, 0.0]], dtype=np.float32)  # top two within rounding
+    onnx = np.array([[1.0, up, 3.0, 0.0]], dtype=np.float32)
+    step = compare_step(3, 7, eager, onnx, TOL, "float32")
+    assert step.passed and not step.tokens_agree and step.tie
+    gen = judge("p", 5, 4, TOL, [[1, 1, 2, 0]], [[1, 1, 1, 3]],
+                [compare_step(1, 0, eager[:, [3, 0, 1, 2]], eager[:, [3, 0, 1, 2]], TOL,
+                              "float32"),
+                 compare_step(2, 5, eager[:, [3, 0, 1, 2]], eager[:, [3, 0, 1, 2]], TOL,
+                              "float32"), step])
+    assert gen.passed and gen.parted_after_tie and gen.first_divergent_step == 3
+    assert gen.divergent_row == 0 and "tie" in gen.describe()
+
+
+def test_a_real_flip_fails_at_its_step_even_within_tolerance() -> None:
+    eager = np.array([[0.0, 2.0, 1.0]], dtype=np.float32)
+    onnx = np.array([[0.0, 1.0, 2.0]], dtype=np.float32)
+    wide = Tolerance(atol=5.0, rtol=0.0)  # the logits pass; the greedy token does not
+    step = compare_step(2, 6, eager, onnx, wide, "float32")
+    assert step.passed and not step.tokens_agree and not step.tie
+    gen = judge("p", 6, 2, wide, [[1, 1]], [[1, 2]],
+                [compare_step(1, 0, eager, eager, wide, "float32"), step])
+    assert not gen.passed and gen.first_failing_step == 2
+    assert "step 2 (past length 6: the token at position 6)" in gen.describe()
+
+
+def test_a_failing_float16_step_stands_only_when_onnx_is_further_from_float64() -> None:
+    rng = np.random.default_rng(0)
+    truth = rng.normal(0, 8, (1, 32))
+    tol = Tolerance(atol=1e-2, rtol=1e-2)
+    noise = rng.normal(0, 0.3, truth.shape)
+    eager = (truth + noise).astype(np.float16)  # eager's own error, about as large as ONNX's
+    onnx = (truth - noise).astype(np.float16)
+    step = compare_step(2, 6, eager, onnx, tol, "float16")
+    assert not step.passed
+    same = rule_step(step, eager, onnx, truth, tol)
+    assert same.ruling == "as_eager" and same.excused and not same.failed
+    worse = (truth + 20 * noise).astype(np.float16)  # ONNX far further off than eager
+    bad = rule_step(compare_step(2, 6, eager, worse, tol, "float16"), eager, worse, truth, tol)
+    assert bad.ruling == "onnx_worse" and bad.failed
+
+
+# ------------------------------------------------------------------ declarations
+
+
+def test_generation_without_a_cache_is_a_located_error(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    text = (DATA / "parity.yml").read_text().replace(
+        "    cache: {past_lengths: [0, 3]}\n    generation: {steps: 4, prompt: prompt}\n"
+        "    fixtures: [text]\n  - name: position_blind",
+        "    generation: {steps: 4, prompt: promt}\n    fixtures: [text]\n"
+        "  - name: position_blind", 1).replace("python_path: [.]", f"python_path: [{DATA}]")
+    bad = tmp_path / "parity.yml"
+    bad.write_text(text)
+    assert main(["check", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "parity.yml:25:17: modules[0].generation: a generation check feeds" in err
+    assert "modules[0].generation.prompt: unknown fixture set 'promt'" in err
+    assert "did you mean `prompt`" in err
+
+
+@pytest.mark.process
+def test_declarations_the_model_refutes_exit_2_located(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    code, data = run(DATA / "bad.yml", tmp_path, "--jobs", "1")
+    err = capsys.readouterr().err
+    assert code == 2
+    lines = [f["message"] for f in data["findings"] if f["kind"] == "declaration"]
+    assert any(ln.startswith(f"{DATA / 'bad.yml'}:19:12: modules[0].cache: "
+                             "BertForSequenceClassification") and "no KV cache" in ln
+               for ln in lines), lines
+    assert any("modules[0].generation: BertForSequenceClassification cannot generate" in ln
+               for ln in lines), lines
+    assert any(":28:31: modules[1].cache.past_lengths[1]: past length 70" in ln
+               and "64 positions" in ln for ln in lines), lines
+    assert all(c["outcome"] == "eager_error" for c in data["cases"])
+    assert "modules[1].cache.past_lengths[1]" in err
+
+
+# ------------------------------------------------------------------ planted defect
+
+
+@pytest.fixture(scope="module")
+def planted_out(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], Path]:
+    out = tmp_path_factory.mktemp("planted")
+    code, data = run(DATA / "parity.yml", out, "--no-localise", "--jobs", "1")
+    return code, data, out
+
+
+@pytest.fixture(scope="module")
+def planted(planted_out: tuple[int, dict[str, Any], Path]) -> tuple[int, dict[str, Any]]:
+    return planted_out[0], planted_out[1]
+
+
+def _case(data: dict[str, Any], case_id: str) -> dict[str, Any]:
+    return next(c for c in data["cases"] if c["id"] == case_id)
+
+
+@pytest.mark.process
+def test_control_decoder_passes_with_every_present_output(
+        planted: tuple[int, dict[str, Any]]) -> None:
+    _, data = planted
+    for past in (0, 3):
+        case = _case(data, f"control/float32/text@past={past}/b1/cpu")
+        assert case["outcome"] == "pass", case["reason"]
+        names = [c["name"] for c in case["comparisons"]]
+        assert names == ["logits"] + [f"present.{i}.{p}" for i in (0, 1)
+                                      for p in ("key", "value")]
+        # sample, batch, kv heads (GQA: 2 of 4), past + new tokens, head dim
+        assert case["comparisons"][1]["shape_ref"] == f"(1, 1, 2, {past + 4}, 8)"
+    gen = _case(data, "control/float32/prompt@generate=4/b1/cpu")
+    assert gen["outcome"] == "pass", gen["reason"]
+    g = gen["generation"]
+    assert g["eager_tokens"] == g["onnx_tokens"] and len(g["eager_tokens"][0]) == 4
+    assert [s["past_length"] for s in g["per_step"]] == [0, 5, 6, 7]
+
+
+@pytest.mark.process
+def test_position_ids_that_ignore_the_past_are_caught_at_step_2(
+        planted: tuple[int, dict[str, Any]]) -> None:
+    code, data = planted
+    assert code == 1
+    assert _case(data, "position_blind/float32/text@past=0/b1/cpu")["outcome"] == "pass"
+    past = _case(data, "position_blind/float32/text@past=3/b1/cpu")
+    assert past["outcome"] == "mismatch"
+    gen = _case(data, "position_blind/float32/prompt@generate=4/b1/cpu")
+    assert gen["outcome"] == "mismatch"
+    g = gen["generation"]
+    assert g["first_failing_step"] == 2 and g["per_step"][0]["passed"]  # the prefill is right
+    assert not g["per_step"][1]["passed"]
+    assert gen["reason"].startswith("generation fails at step 2 (past length 5: the token at "
+                                    "position 5)"), gen["reason"]
+
+
+@pytest.mark.process
+def test_reports_show_each_generation_step(planted_out: tuple[int, dict[str, Any], Path]
+                                           ) -> None:
+    _, _, out = planted_out
+    summary = (out / "summary.md").read_text()
+    block = summary[summary.index("<b>Generation parity</b>: 1 of 2 cases fail"):]
+    assert "| 2 | 5 |" in block and "| **no** |" in block  # step 2, past 5, out of tolerance
+    assert "```mermaid\nxychart-beta" in block and "by step (float32)" in block
+    page = (out / "report.html").read_text()
+    assert '<section id="generation">' in page
+    # (the page escapes `@` with a word joiner, so no id reads as a GitHub mention)
+    assert "per-step error of position_blind/float32/prompt@\u2060generate=4/b1/cpu" in page
+
+
+# ------------------------------------------------------------------ the decoder zoo
+
+
+@pytest.mark.slow
+@pytest.mark.process
+def test_decoder_zoo_passes_its_baseline(tmp_path: Path) -> None:
+    code, data = run(ZOO / "decoders.yml", tmp_path, "--jobs", "2", "--baseline",
+                     str(ZOO / "decoders-baseline.yml"))
+    modules = {c["key"]["module"] for c in data["cases"]}
+    assert modules == {"gpt2", "llama", "qwen2", "mistral", "phi3", "t5", "whisper"}
+    gens = [c for c in data["cases"] if c["generation"] is not None]
+    assert len(gens) == 7 * 2 * 1  # module x dtype x provider (cpu)
+    assert all(len(c["generation"]["eager_tokens"][0]) == 16 for c in gens)
+    failing = [c for c in data["cases"] if c["outcome"] not in ("pass", "skipped")]
+    assert all(c["cause"] or c["reason"] for c in failing)
+    assert data["gate"]["blocking"] == [], data["gate"]["blocking"]
+    assert code == 0
