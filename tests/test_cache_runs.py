@@ -96,11 +96,13 @@ def cached(run: RunResult) -> list[bool]:
 
 
 def comparable(run: RunResult) -> dict[str, Any]:
-    """Each case's JSON form without timings and the cache flag: what must not change."""
+    """Each case's JSON form without what is measured (timings, performance) and the cache
+    flag: what must not change."""
     out = {}
     for case in run.cases:
         doc = case.to_dict()
         doc.pop("timings", None)
+        doc.pop("performance", None)
         doc.get("provenance", {}).pop("export_cached", None)
         out[case.id] = doc
     return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import importlib.machinery
 import json
 import random
 import re
@@ -906,14 +907,29 @@ def _export_batch(configured: int | None, batch_sizes: list[int]) -> int:
 
 
 def _build(job: ModuleJob) -> Any:
-    for path in reversed(job.python_path):
-        if str(path) not in sys.path:
-            sys.path.insert(0, str(path))
     module_name, attr = job.module.factory.split(":", 1)
-    target: Any = importlib.import_module(module_name)
+    target: Any = _import_factory_module(module_name, [str(p) for p in job.python_path])
     for part in attr.split("."):
         target = getattr(target, part)
     return target(**job.module.kwargs)
+
+
+def _import_factory_module(module_name: str, paths: list[str]) -> Any:
+    """The factory's module as the job's own import path finds it. A warm worker (or a
+    process that spawned it, whose sys.path it inherits) may already hold a module of
+    that name from another manifest (two folders with a `models.py`): that one is
+    dropped, never reused, and the job's folders go first on sys.path."""
+    top = module_name.split(".", 1)[0]
+    spec = importlib.machinery.PathFinder.find_spec(top, paths)
+    loaded = sys.modules.get(top)
+    if spec is not None and loaded is not None and getattr(loaded, "__file__", None) != spec.origin:
+        for name in [n for n in sys.modules if n == top or n.startswith(f"{top}.")]:
+            del sys.modules[name]
+    for path in reversed(paths):
+        while path in sys.path:
+            sys.path.remove(path)
+        sys.path.insert(0, path)
+    return importlib.import_module(module_name)
 
 
 def _seed_everything(torch: Any, seed: int) -> None:

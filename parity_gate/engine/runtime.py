@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from parity_gate.manifest.limits import human
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.text import strip_control
+from parity_gate.model.units import human_size
 from parity_gate.plan.providers import EXECUTION_PROVIDERS, provider_chain
 
 
@@ -110,12 +110,13 @@ def memory_failure(error: BaseException | str, input_bytes: int | None = None) -
     gpu = re.search(r"CUDA|cuda|GPU|device memory", message) is not None
     asked = _REQUEST.search(message) or _REQUEST_TEXT.search(message)
     request = "an allocation" if asked is None else "a request for " + (
-        human(int(asked.group(1))) if asked.re is _REQUEST else asked.group(1).replace(" ", ""))
+        human_size(int(asked.group(1))) if asked.re is _REQUEST
+        else asked.group(1).replace(" ", ""))
     limit = _limit()
     where = "ran out of GPU memory" if gpu else "did not fit in memory (no worker memory " \
         "limit set)" if limit is None else f"did not fit under the worker's memory limit " \
         f"of {limit}"
-    size = f", with {human(input_bytes)} of inputs" if input_bytes is not None else ""
+    size = f", with {human_size(input_bytes)} of inputs" if input_bytes is not None else ""
     fix = "a smaller case or a larger GPU" if gpu else "raise `worker_memory` or use a " \
         "smaller case"
     said = "" if asked else f": {first_line(message, 160)}"
@@ -135,7 +136,7 @@ def _limit() -> str | None:
         soft = resource.getrlimit(resource.RLIMIT_DATA)[0]
     except (ImportError, OSError, AttributeError):
         return None
-    return None if soft == resource.RLIM_INFINITY else human(soft)
+    return None if soft == resource.RLIM_INFINITY else human_size(soft)
 
 
 def first_line(message: str, limit: int = 300) -> str:

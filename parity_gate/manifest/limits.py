@@ -16,8 +16,6 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from pydantic import ByteSize
-
 from parity_gate.manifest.models import (
     FLOAT_DTYPES,
     EdgeFixture,
@@ -28,6 +26,7 @@ from parity_gate.manifest.models import (
     TensorSpec,
     resolve_settings,
 )
+from parity_gate.model.units import human_size
 
 ITEMSIZE: dict[str, int] = {
     "float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1, "int16": 2,
@@ -153,11 +152,12 @@ def file_too_big(manifest: Manifest, name: str, arrays: Mapping[str, ArrayHeader
         return None
     key, biggest = max(arrays.items(), key=lambda kv: kv[1].nbytes)
     what = f"array {key!r}" if key else "its array"
-    held = f"{what} ({biggest.describe()}) holds {human(biggest.nbytes)} ({biggest.nbytes} bytes)"
+    held = (f"{what} ({biggest.describe()}) holds {human_size(biggest.nbytes)} "
+            f"({biggest.nbytes} bytes)")
     if len(arrays) > 1:
-        held += f" and its {len(arrays)} arrays {human(total)} ({total} bytes)"
+        held += f" and its {len(arrays)} arrays {human_size(total)} ({total} bytes)"
     return (f"{fixture.path}: {held}, which a run loads whole, over `max_case_bytes` "
-            f"{human(limit)} of module {module!r} (expected a smaller file, or raise "
+            f"{human_size(limit)} of module {module!r} (expected a smaller file, or raise "
             f"`max_case_bytes` in `defaults` or in module {module!r}, e.g. "
             f"`max_case_bytes: {suggest(total)}`)")
 
@@ -193,20 +193,16 @@ def oversize_message(big: Oversize) -> str:
     raise_it = (f"or raise `max_case_bytes` in `defaults` or in module {big.module!r}, "
                 f"e.g. `max_case_bytes: {suggest(big.need)}`")
     case = f"module {big.module!r} on fixture set {big.fixture!r} ({big.dtype})"
-    held = f"{human(big.need)} of inputs ({big.need} bytes{': ' if big.rows else ''}{big.rows})"
+    held = (f"{human_size(big.need)} of inputs "
+            f"({big.need} bytes{': ' if big.rows else ''}{big.rows})")
     if big.blame[0] == "batch":
         return (f"batch size {big.batch}: a case of {case} would hold {held}, over "
-                f"`max_case_bytes` {human(big.limit)} (expected a smaller batch size, "
+                f"`max_case_bytes` {human_size(big.limit)} (expected a smaller batch size, "
                 f"{raise_it})")
     smaller = "smaller rows or fewer `samples`" if big.blame[0] == "rows" else \
         "a smaller size here"
     return (f"even at batch size 1 a case of {case} would hold {held}, over `max_case_bytes` "
-            f"{human(big.limit)} (expected {smaller}, {raise_it})")
-
-
-def human(n: int) -> str:
-    """`4000000000` → `3.7GiB` (binary units, as the bound is usually written)."""
-    return str(ByteSize(n).human_readable())
+            f"{human_size(big.limit)} (expected {smaller}, {raise_it})")
 
 
 def suggest(n: int) -> str:

@@ -1,5 +1,6 @@
 """Ages and sizes as people write them (`30d`, `2GB`, `500MiB`): one parser for the cache
-CLI and the Action's inputs. Stdlib only (the Action reads its inputs before install)."""
+CLI and the Action's inputs, one way to print a size. Stdlib only (the Action reads its
+inputs before install)."""
 
 from __future__ import annotations
 
@@ -36,3 +37,12 @@ def parse_size(text: str, flag: str = "--max-size") -> int:
                         "TB (powers of 1000) or K, M, G, T, KiB, MiB, GiB, TiB (powers of "
                         "1024), e.g. 2GB, 500MiB, 10G)")
     return int(float(m.group(1)) * _SIZE_UNITS[m.group(2)])
+
+
+def human_size(n: float) -> str:
+    """`4000000000` → `3.7GiB`, `60` → `60B` (binary units, as bounds are usually written)."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f}{unit}" if unit == "B" else f"{n:.1f}{unit}"
+        n /= 1024
+    raise AssertionError("unreachable")

@@ -10,6 +10,7 @@ from parity_gate.model.gate import GateDecision
 from parity_gate.model.performance import Latency, Memory, PerformanceFlag, Placement
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.model.text import md_cell, md_code
+from parity_gate.model.units import human_size
 from parity_gate.report.fmt import num
 
 BAR = 16  # blocks of the longer bar in a row of the markdown chart
@@ -86,14 +87,10 @@ def memory_text(m: Memory | None) -> str:
     if m is None:
         return "—"
     if m.eager_bytes is not None and m.onnx_bytes is not None:
-        return f"{_mib(m.onnx_bytes)} vs {_mib(m.eager_bytes)} MiB ({m.source})"
+        return f"{human_size(m.onnx_bytes)} vs {human_size(m.eager_bytes)} ({m.source})"
     if m.arena_bytes is not None:
-        return f"arena {_mib(m.arena_bytes)} MiB"
+        return f"arena {human_size(m.arena_bytes)}"
     return "—"
-
-
-def _mib(n: int) -> str:
-    return num(n / 2**20)
 
 
 def bars(lat: Latency | None) -> str:
