@@ -415,6 +415,8 @@ def test_localisation_reads_the_runs_exports_instead_of_exporting_again(
     from parity_gate.localise import worker
     from parity_gate.localise.jobs import LocaliseJob
 
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the in-process worker's imports
+    monkeypatch.delitem(sys.modules, "models", raising=False)  # stay in this test
     manifest = load_manifest(DATA / "parity.yml")
     (job,) = [j for j in plan(manifest, DATA / "parity.yml", ["CPUExecutionProvider"]).jobs
               if j.name == "called_twice"]
