@@ -9,8 +9,6 @@ against its baseline.
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +27,8 @@ TOL = Tolerance(atol=1e-5, rtol=1e-3)
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _offline() -> Iterator[None]:
-    before = os.environ.get("HF_HUB_OFFLINE")
-    os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may reach the hub
-    yield
-    if before is None:
-        del os.environ["HF_HUB_OFFLINE"]
-    else:
-        os.environ["HF_HUB_OFFLINE"] = before
+def _offline(hf_offline: None) -> None:
+    """Every test here runs with HF_HUB_OFFLINE=1 (conftest.hf_offline)."""
 
 
 def run(manifest: Path, out: Path, *args: str) -> tuple[int, dict[str, Any]]:

@@ -10,8 +10,6 @@ side, are `slow` (`pytest -m slow tests/test_zoo.py`).
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +24,8 @@ pytestmark = pytest.mark.process
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _offline() -> Iterator[None]:
-    before = os.environ.get("HF_HUB_OFFLINE")
-    os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may reach the hub
-    yield
-    if before is None:
-        del os.environ["HF_HUB_OFFLINE"]
-    else:
-        os.environ["HF_HUB_OFFLINE"] = before
+def _offline(hf_offline: None) -> None:
+    """Every test here runs with HF_HUB_OFFLINE=1 (conftest.hf_offline)."""
 
 
 def run_zoo(out: Path, manifest: str, *args: str) -> tuple[int, dict[str, Any]]:
