@@ -15,6 +15,7 @@ RSS is the largest process of each run (the worker that localised, for the
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -64,6 +65,19 @@ def once(path: Path, out: Path, localise: bool) -> tuple[float, float, int]:
     return seconds, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status)
 
 
+def culprits(results: Path) -> dict[str, str]:
+    """Per module, the culprit localisation named (so the "with" arm is known to have done
+    the work it is timed for): scope, ATen overload, source line, owner."""
+    out: dict[str, str] = {}
+    for case in json.loads(results.read_text())["cases"]:
+        found = (case.get("localisation") or {}).get("culprit")
+        if found:
+            out[case["key"]["module"]] = (f"{found['scope']}: {found['aten']} at "
+                                          f"{found.get('source', '?')}, owner "
+                                          f"{found.get('owner') or 'unknown'}")
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -76,6 +90,13 @@ def main() -> int:
             for arm in ((False, True) if r % 2 == 0 else (True, False)):
                 seconds, peak, code = once(path, Path(tmp) / f"r{r}{arm}", arm)
                 assert code == 1, f"expected the planted defects to fail the run, got {code}"
+                if arm:
+                    named = culprits(Path(tmp) / f"r{r}{arm}" / "results.json")
+                    missing = [m for m in PLANTED if m not in named]
+                    assert not missing, f"localisation named no culprit in {missing}"
+                    if r == 0:
+                        for module, what in sorted(named.items()):
+                            print(f"  {module}: {what}")
                 times[arm].append(seconds)
                 rss[arm] = max(rss[arm], peak)
                 print(f"round {r + 1} {'with' if arm else 'without'} localisation: "
