@@ -187,6 +187,10 @@ BINARY = _family("binary", [
      {"args": (PAIR[0], Arg("y", (13, 13), low=0, high=7, specials=False)), "dtypes": INTS}),
     ("bitwise_right_shift", "torch.bitwise_right_shift(x, y)",
      {"args": (PAIR[0], Arg("y", (13, 13), low=0, high=7, specials=False)), "dtypes": INTS}),
+    ("lshift.operator", "x << y",
+     {"args": (PAIR[0], Arg("y", (13, 13), low=0, high=7, specials=False)), "dtypes": INTS}),
+    ("rshift.operator", "x >> y",
+     {"args": (PAIR[0], Arg("y", (13, 13), low=0, high=7, specials=False)), "dtypes": INTS}),
     ("gcd", "torch.gcd(x, y)", {"dtypes": INTS}),
     ("lcm", "torch.lcm(x, y)", {"dtypes": INTS}),
     ("squared_difference", "(x - y) ** 2", {"dtypes": ALL}),
@@ -658,6 +662,7 @@ INTERP = _family("interp", [
      {"dtypes": ALL}),
     ("bicubic.align", "F.interpolate(x, size=(7, 9), mode='bicubic', align_corners=True)"),
     ("bicubic.noalign", "F.interpolate(x, size=(7, 9), mode='bicubic')"),
+    ("bicubic.antialias", "F.interpolate(x, size=(2, 3), mode='bicubic', antialias=True)"),
     ("area", "F.interpolate(x, size=(2, 2), mode='area')"),
     ("linear.align", "F.interpolate(x, size=9, mode='linear', align_corners=True)",
      {"args": (Arg("x", (1, 2, 5), empty_shape=(0, 2, 5)),)}),
@@ -668,6 +673,8 @@ INTERP = _family("interp", [
     ("trilinear.noalign", "F.interpolate(x, scale_factor=1.5, mode='trilinear')",
      {"args": (VOL,)}),
     ("nearest3d", "F.interpolate(x, scale_factor=2, mode='nearest')", {"args": (VOL,)}),
+    ("nearest1d", "F.interpolate(x, scale_factor=2, mode='nearest')",
+     {"args": (Arg("x", (1, 2, 5), empty_shape=(0, 2, 5)),)}),
 ], args=(SMALL,))
 
 PAD = _family("pad", [
@@ -936,6 +943,11 @@ INTERNAL = _family("aten_internal", [
      {"dtypes": ALL}),
     ("empty.copy", "torch.empty((4, 8), dtype=x.dtype).copy_(x)", {"dtypes": ALL}),
     ("scalar_tensor", "x + torch.scalar_tensor(2.5, dtype=x.dtype)", {"dtypes": ALL}),
+    ("linspace", "x + torch.linspace(-1.0, 1.0, 8, dtype=x.dtype)", {"args": (WIN,)}),
+    # grouped matmul (MoE layers): rows of a split by offsets, one (8, 8) matrix per group
+    ("_grouped_mm", "torch._grouped_mm(a, b, offs=o.to(torch.int32))",
+     {"args": (Arg("a", (4, 8), empty_shape=(4, 8)), Arg("b", (2, 8, 8), empty_shape=(2, 8, 8)),
+               _ints("o", (2, 4))), "input_classes": NO_EMPTY}),
 ])
 
 # Random values: only the shape and dtype are a contract (outputs compared by shape).
