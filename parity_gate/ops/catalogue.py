@@ -944,6 +944,22 @@ INTERNAL = _family("aten_internal", [
     ("empty.copy", "torch.empty((4, 8), dtype=x.dtype).copy_(x)", {"dtypes": ALL}),
     ("scalar_tensor", "x + torch.scalar_tensor(2.5, dtype=x.dtype)", {"dtypes": ALL}),
     ("linspace", "x + torch.linspace(-1.0, 1.0, 8, dtype=x.dtype)", {"args": (WIN,)}),
+    # F.pad and F.interpolate export as aten.pad / upsample_*.vec whole: the per-rank
+    # kernels torchlib also registers are reached only when called as themselves
+    ("reflection_pad1d", "torch.ops.aten.reflection_pad1d(x, [2, 1])", {"args": (SEQ,)}),
+    ("reflection_pad2d", "torch.ops.aten.reflection_pad2d(x, [1, 2, 2, 1])",
+     {"args": (SMALL,)}),
+    ("reflection_pad3d", "torch.ops.aten.reflection_pad3d(x, [1, 1, 1, 2, 2, 1])",
+     {"args": (VOL,)}),
+    ("replication_pad1d", "torch.ops.aten.replication_pad1d(x, [2, 1])", {"args": (SEQ,)}),
+    ("replication_pad2d", "torch.ops.aten.replication_pad2d(x, [1, 2, 2, 1])",
+     {"args": (SMALL,)}),
+    ("replication_pad3d", "torch.ops.aten.replication_pad3d(x, [1, 1, 1, 2, 2, 1])",
+     {"args": (VOL,)}),
+    ("upsample_linear1d", "torch.ops.aten.upsample_linear1d(x, [9], True)",
+     {"args": (Arg("x", (1, 2, 5), empty_shape=(0, 2, 5)),)}),
+    ("col2im", "torch.ops.aten.col2im(x, [4, 4], [2, 2], [1, 1], [0, 0], [2, 2])",
+     {"args": (Arg("x", (1, 12, 4), empty_shape=(0, 12, 4)),)}),
     # grouped matmul (MoE layers): rows of a split by offsets, one (8, 8) matrix per group
     ("_grouped_mm", "torch._grouped_mm(a, b, offs=o.to(torch.int32))",
      {"args": (Arg("a", (4, 8), empty_shape=(4, 8)), Arg("b", (2, 8, 8), empty_shape=(2, 8, 8)),
