@@ -997,6 +997,9 @@ DYNAMIC = _family("dynamic", [
     ("_unique", "torch._unique(x)", {"args": (REPEATS,), "dtypes": ALL}),
     ("unique_consecutive", "torch.unique_consecutive(x)", {"args": (REPEATS,),
                                                            "dtypes": ALL}),
+    # torchlib translates unique_consecutive for int32/int64 only: an index input reaches it
+    ("unique_consecutive.int64", "torch.unique_consecutive(i, return_counts=True)",
+     {"args": (Arg("i", (12,), kind="index", high=3),)}),
     ("nonzero", "torch.nonzero(x)", {"args": (REPEATS,), "dtypes": ALL}),
     ("bincount", "torch.bincount(i)", {"args": (Arg("i", (12,), kind="index", high=6),)}),
     ("histc", "torch.histc(x, bins=5, min=-2.0, max=2.0)"),
