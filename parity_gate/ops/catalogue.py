@@ -1017,6 +1017,27 @@ DYNAMIC = _family("dynamic", [
     ("histc", "torch.histc(x, bins=5, min=-2.0, max=2.0)"),
 ])
 
+# Alias spellings torchlib registers as ops of their own and the exporter keeps as written
+# (aten.greater.Tensor, aten.special_erf ...); OpInfo tests aliases through the canonical op.
+ALIAS = _family("alias", [
+    ("alias.greater", "torch.greater(x, y)", {"dtypes": ALL}),
+    ("alias.greater_equal", "torch.greater_equal(x, y)", {"dtypes": ALL}),
+    ("alias.less", "torch.less(x, y)", {"dtypes": ALL}),
+    ("alias.less_equal", "torch.less_equal(x, y)", {"dtypes": ALL}),
+    ("alias.multiply", "torch.multiply(x, y)", {"dtypes": ALL}),
+    ("alias.multiply.scalar", "torch.multiply(x, 2.5)", {"args": (X13,)}),
+    ("alias.subtract.scalar", "torch.subtract(x, 2.5)", {"args": (X13,)}),
+    ("alias.divide.scalar", "torch.divide(x, 2.5)", {"args": (X13,), "signed_zeros": True}),
+    ("alias.true_divide.scalar", "torch.true_divide(x, 2.5)", {"args": (X13,)}),
+    ("alias.concat", "torch.concat([x, y])", {"dtypes": ALL}),
+    ("alias.concatenate", "torch.concatenate([x, y], dim=1)", {"dtypes": ALL}),
+    ("alias.special.erf", "torch.special.erf(x)", {"args": (X13,)}),
+    ("alias.special.erfc", "torch.special.erfc(x)", {"args": (X13,)}),
+    ("alias.special.expm1", "torch.special.expm1(x)", {"args": (X13,)}),
+    ("alias.special.softmax", "torch.special.softmax(x, -1)", {"args": (X13,)}),
+    ("alias.special.log_softmax", "torch.special.log_softmax(x, -1)", {"args": (X13,)}),
+], args=PAIR)
+
 QUANT = _family("quantize", [
     ("fake_quantize_per_tensor", "torch.fake_quantize_per_tensor_affine(x, 0.1, 3, -128, 127)",
      {"args": (Arg("x", (4, 8), low=-20, high=20),)}),
@@ -1034,5 +1055,5 @@ VARIANTS: list[OpVariant] = [
     *UNARY, *ROUNDING, *CAST, *PREDICATE, *BINARY, *COMPARE, *REDUCTION, *SOFTMAX,
     *CUMULATIVE, *SORT, *SELECT, *INDEX, *SCATTER, *LOSS, *SPECIAL, *ACTIVATION, *NORM,
     *POOL, *INTERP, *PAD, *ATTENTION, *LINALG, *RECURRENT, *EMBEDDING_BAG, *SPECTRAL,
-    *COMPLEX, *INTERNAL, *RANDOM, *DYNAMIC, *QUANT,
+    *COMPLEX, *INTERNAL, *RANDOM, *DYNAMIC, *ALIAS, *QUANT,
 ]
