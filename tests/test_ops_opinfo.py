@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -176,7 +177,7 @@ def test_update_baseline_refuses_to_drop_the_entries_of_a_source_it_did_not_swee
 
 
 @pytest.fixture(scope="module")
-def opinfo_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def opinfo_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A private cache (workers inherit the variable), built once for this module."""
     root = tmp_path_factory.mktemp("xdg")
     old = os.environ.get("XDG_CACHE_HOME")
