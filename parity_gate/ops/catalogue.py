@@ -191,6 +191,8 @@ BINARY = _family("binary", [
      {"args": (PAIR[0], Arg("y", (13, 13), low=0, high=7, specials=False)), "dtypes": INTS}),
     ("rshift.operator", "x >> y",
      {"args": (PAIR[0], Arg("y", (13, 13), low=0, high=7, specials=False)), "dtypes": INTS}),
+    ("lshift.operator_scalar", "x << 2", {"args": (PAIR[0],), "dtypes": INTS}),
+    ("rshift.operator_scalar", "x >> 1", {"args": (PAIR[0],), "dtypes": INTS}),
     ("gcd", "torch.gcd(x, y)", {"dtypes": INTS}),
     ("lcm", "torch.lcm(x, y)", {"dtypes": INTS}),
     ("squared_difference", "(x - y) ** 2", {"dtypes": ALL}),
