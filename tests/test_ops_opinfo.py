@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -176,7 +177,7 @@ def test_update_baseline_refuses_to_drop_the_entries_of_a_source_it_did_not_swee
 
 
 @pytest.fixture(scope="module")
-def opinfo_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def opinfo_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A private cache (workers inherit the variable), built once for this module."""
     root = tmp_path_factory.mktemp("xdg")
     old = os.environ.get("XDG_CACHE_HOME")
@@ -250,3 +251,24 @@ def test_opinfo_cases_run_through_the_sweep(opinfo_cache: Path) -> None:
     assert {"aten::conv2d", "aten::cat", "aten::gather", "aten::atan2"} <= cov.reached_ops
     assert cov.unreached_ops == ["aten::stft"]
 
+
+
+def test_lambdas_are_spelled_as_attributes_or_with_swapped_arguments_and_complex_as_pairs(
+) -> None:
+    """A lambda OpInfo may name a Tensor property (`x.mT`) or reorder its first two
+    arguments (`F.embedding(idx, weight)`); one complex output is compared as real pairs."""
+    torch = pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from parity_gate.ops.opinfo import ATTRIBUTE, FUNCTION, SWAPPED, real_view, render
+
+    weight, idx = torch.ones(4, 3), torch.tensor([1, 0])
+    sample = SimpleNamespace(input=weight, args=(idx,), kwargs={"max_norm": 1.0})
+    call, tensors = render(("torch.nn.functional.embedding", SWAPPED), sample)
+    assert call == "torch.nn.functional.embedding(t1, t0, max_norm=1.0)"
+    assert tensors[0] is weight and tensors[1] is idx  # graph inputs keep their order
+    plain, _ = render(("torch.nn.functional.embedding", FUNCTION), sample)
+    assert plain == "torch.nn.functional.embedding(t0, t1, max_norm=1.0)"
+    mt, _ = render(("mT", ATTRIBUTE), SimpleNamespace(input=weight, args=(), kwargs={}))
+    assert mt == "t0.mT"
+    assert real_view("torch.fft.rfft(t0)") == "torch.view_as_real(torch.fft.rfft(t0))"

@@ -19,6 +19,8 @@ tables keep families compact. Conventions:
 
 from __future__ import annotations
 
+import struct
+
 from parity_gate.ops.records import (
     ALL,
     EMPTY,
@@ -26,6 +28,7 @@ from parity_gate.ops.records import (
     INTS,
     NORMAL,
     SIGNED_INTS,
+    SPECIALS,
     Arg,
     OpVariant,
 )
@@ -184,6 +187,12 @@ BINARY = _family("binary", [
      {"args": (PAIR[0], Arg("y", (13, 13), low=0, high=7, specials=False)), "dtypes": INTS}),
     ("bitwise_right_shift", "torch.bitwise_right_shift(x, y)",
      {"args": (PAIR[0], Arg("y", (13, 13), low=0, high=7, specials=False)), "dtypes": INTS}),
+    ("lshift.operator", "x << y",
+     {"args": (PAIR[0], Arg("y", (13, 13), low=0, high=7, specials=False)), "dtypes": INTS}),
+    ("rshift.operator", "x >> y",
+     {"args": (PAIR[0], Arg("y", (13, 13), low=0, high=7, specials=False)), "dtypes": INTS}),
+    ("lshift.operator_scalar", "x << 2", {"args": (PAIR[0],), "dtypes": INTS}),
+    ("rshift.operator_scalar", "x >> 1", {"args": (PAIR[0],), "dtypes": INTS}),
     ("gcd", "torch.gcd(x, y)", {"dtypes": INTS}),
     ("lcm", "torch.lcm(x, y)", {"dtypes": INTS}),
     ("squared_difference", "(x - y) ** 2", {"dtypes": ALL}),
@@ -655,6 +664,7 @@ INTERP = _family("interp", [
      {"dtypes": ALL}),
     ("bicubic.align", "F.interpolate(x, size=(7, 9), mode='bicubic', align_corners=True)"),
     ("bicubic.noalign", "F.interpolate(x, size=(7, 9), mode='bicubic')"),
+    ("bicubic.antialias", "F.interpolate(x, size=(2, 3), mode='bicubic', antialias=True)"),
     ("area", "F.interpolate(x, size=(2, 2), mode='area')"),
     ("linear.align", "F.interpolate(x, size=9, mode='linear', align_corners=True)",
      {"args": (Arg("x", (1, 2, 5), empty_shape=(0, 2, 5)),)}),
@@ -665,6 +675,8 @@ INTERP = _family("interp", [
     ("trilinear.noalign", "F.interpolate(x, scale_factor=1.5, mode='trilinear')",
      {"args": (VOL,)}),
     ("nearest3d", "F.interpolate(x, scale_factor=2, mode='nearest')", {"args": (VOL,)}),
+    ("nearest1d", "F.interpolate(x, scale_factor=2, mode='nearest')",
+     {"args": (Arg("x", (1, 2, 5), empty_shape=(0, 2, 5)),)}),
 ], args=(SMALL,))
 
 PAD = _family("pad", [
@@ -745,8 +757,305 @@ LINALG = _family("linalg", [
      {"args": (Arg("x", (3, 3), empty_shape=(0, 0)),), "dtypes": ALL}),
 ])
 
+# --------------------------------------------------------------------------
+# coverage: torchlib-registered ATen ops that OpInfo's samples never reach
+# (no OpInfo, or every sample dropped: complex outputs, no tensor, random values),
+# and internal/backward ops that `torch.ops.aten.<op>` calls keep in the graph.
+
+def _ints(name: str, values: tuple[int, ...]) -> Arg:
+    """An int64 graph input with exactly these values (offsets, lengths)."""
+    return Arg(name, (len(values),), kind="sample", dtype="int64", stored="int64",
+               sample=struct.pack(f"<{len(values)}q", *values))
+
+
+def _w(name: str, shape: tuple[int, ...]) -> Arg:
+    """A weight: small ordinary values, no specials, the same shape in the empty class."""
+    return Arg(name, shape, low=-0.5, high=0.5, specials=False, empty_shape=shape)
+
+
+NO_EMPTY = (NORMAL, SPECIALS)
+SEQ_IN = Arg("x", (5, 2, 3), empty_shape=(0, 2, 3))       # (time, batch, features)
+H0 = Arg("h", (1, 2, 4), low=-0.5, high=0.5, empty_shape=(1, 2, 4))
+C0 = Arg("c", (1, 2, 4), low=-0.5, high=0.5, empty_shape=(1, 2, 4))
+LSTM_W = (_w("wi", (16, 3)), _w("wh", (16, 4)), _w("bi", (16,)), _w("bh", (16,)))
+LSTM_WR = (_w("wir", (16, 3)), _w("whr", (16, 4)), _w("bir", (16,)), _w("bhr", (16,)))
+GRU_W = (_w("wi", (12, 3)), _w("wh", (12, 4)), _w("bi", (12,)), _w("bh", (12,)))
+H0_2 = Arg("h", (2, 2, 4), low=-0.5, high=0.5, empty_shape=(2, 2, 4))
+C0_2 = Arg("c", (2, 2, 4), low=-0.5, high=0.5, empty_shape=(2, 2, 4))
+# torch.lstm/gru(input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
+# batch_first): what nn.LSTM/nn.GRU call, with every weight a graph input.
+RECURRENT = _family("recurrent", [
+    ("lstm", "torch.lstm(x, [h, c], [wi, wh, bi, bh], True, 1, 0.0, False, False, False)",
+     {"args": (SEQ_IN, H0, C0, *LSTM_W)}),
+    ("lstm.no_bias", "torch.lstm(x, [h, c], [wi, wh], False, 1, 0.0, False, False, False)",
+     {"args": (SEQ_IN, H0, C0, *LSTM_W[:2])}),
+    ("lstm.batch_first", "torch.lstm(x, [h, c], [wi, wh, bi, bh], True, 1, 0.0, False, "
+     "False, True)", {"args": (Arg("x", (2, 5, 3), empty_shape=(2, 0, 3)), H0, C0, *LSTM_W)}),
+    ("lstm.bidirectional", "torch.lstm(x, [h, c], [wi, wh, bi, bh, wir, whr, bir, bhr], "
+     "True, 1, 0.0, False, True, False)", {"args": (SEQ_IN, H0_2, C0_2, *LSTM_W, *LSTM_WR)}),
+    ("lstm.two_layers", "torch.lstm(x, [h, c], [wi, wh, bi, bh, wi2, wh2, bi2, bh2], True, "
+     "2, 0.0, False, False, False)",
+     {"args": (SEQ_IN, H0_2, C0_2, *LSTM_W, _w("wi2", (16, 4)), _w("wh2", (16, 4)),
+               _w("bi2", (16,)), _w("bh2", (16,)))}),
+    ("gru", "torch.gru(x, h, [wi, wh, bi, bh], True, 1, 0.0, False, False, False)",
+     {"args": (SEQ_IN, H0, *GRU_W)}),
+    ("gru.batch_first", "torch.gru(x, h, [wi, wh, bi, bh], True, 1, 0.0, False, False, True)",
+     {"args": (Arg("x", (2, 5, 3), empty_shape=(2, 0, 3)), H0, *GRU_W)}),
+    ("gru.bidirectional", "torch.gru(x, h, [wi, wh, bi, bh, wir, whr, bir, bhr], True, 1, "
+     "0.0, False, True, False)",
+     {"args": (SEQ_IN, H0_2, *GRU_W, _w("wir", (12, 3)), _w("whr", (12, 4)),
+               _w("bir", (12,)), _w("bhr", (12,)))}),
+    ("rnn_tanh", "torch.rnn_tanh(x, h, [wi, wh, bi, bh], True, 1, 0.0, False, False, False)",
+     {"args": (SEQ_IN, H0, _w("wi", (4, 3)), _w("wh", (4, 4)), _w("bi", (4,)),
+               _w("bh", (4,)))}),
+    ("rnn_relu", "torch.rnn_relu(x, h, [wi, wh, bi, bh], True, 1, 0.0, False, False, False)",
+     {"args": (SEQ_IN, H0, _w("wi", (4, 3)), _w("wh", (4, 4)), _w("bi", (4,)),
+               _w("bh", (4,)))}),
+])
+
+BAG_W = Arg("w", (10, 3), empty_shape=(10, 3))
+BAG_I = Arg("i", (3, 4), kind="index", high=10, empty_shape=(3, 4))
+FLAT_I = Arg("i", (8,), kind="index", high=10, empty_shape=(8,))
+OFFSETS = _ints("o", (0, 3, 5))
+EMBEDDING_BAG = _family("embedding_bag", [
+    ("embedding_bag.mean", "F.embedding_bag(i, w, mode='mean')", {"args": (BAG_I, BAG_W)}),
+    ("embedding_bag.sum", "F.embedding_bag(i, w, mode='sum')", {"args": (BAG_I, BAG_W)}),
+    ("embedding_bag.max", "F.embedding_bag(i, w, mode='max')", {"args": (BAG_I, BAG_W)}),
+    ("embedding_bag.offsets", "F.embedding_bag(i, w, o, mode='sum')",
+     {"args": (FLAT_I, BAG_W, OFFSETS)}),
+    ("embedding_bag.offsets_mean_last", "F.embedding_bag(i, w, o, mode='mean', "
+     "include_last_offset=True)", {"args": (FLAT_I, BAG_W, OFFSETS)}),
+    ("embedding_bag.per_sample_weights", "F.embedding_bag(i, w, per_sample_weights=p, "
+     "mode='sum')", {"args": (BAG_I, BAG_W, Arg("p", (3, 4), low=0, high=1,
+                                                   empty_shape=(3, 4)))}),
+    ("embedding_bag.padding_idx", "F.embedding_bag(i, w, mode='sum', padding_idx=2)",
+     {"args": (BAG_I, BAG_W)}),
+    # the bag bookkeeping outputs (offset2bag, bag_size, max_indices) are the kernel's own
+    ("_embedding_bag", "torch.ops.aten._embedding_bag(w, i, o)",
+     {"args": (BAG_W, FLAT_I, OFFSETS), "shape_only": (1, 2, 3)}),
+    ("_embedding_bag_forward_only", "torch.ops.aten._embedding_bag_forward_only(w, i, o, "
+     "False, 1)", {"args": (BAG_W, FLAT_I, OFFSETS), "shape_only": (1, 2, 3)}),
+    ("embedding_renorm", "torch.ops.aten.embedding_renorm(w, i, 1.0, 2.0)",
+     {"args": (BAG_W, FLAT_I)}),
+])
+
+# Windows take no tensor: the window is added to a graph input of its length, so the
+# case has one. The exporter's optimizer may fold the window into a constant (then the
+# values checked are torchlib's function run by the ONNX reference evaluator, not ORT).
+WIN = Arg("x", (8,), empty_shape=(8,))
+SIGNAL = Arg("x", (2, 32), empty_shape=(0, 32))
+CPLX = Arg("x", (4, 8, 2), empty_shape=(0, 8, 2))   # a complex (4, 8) as real pairs
+SPECTRAL = _family("spectral", [
+    ("hann_window", "x + torch.hann_window(8, dtype=x.dtype)", {"args": (WIN,)}),
+    ("hann_window.symmetric", "x + torch.hann_window(8, periodic=False, dtype=x.dtype)",
+     {"args": (WIN,)}),
+    ("hamming_window", "x + torch.hamming_window(8, dtype=x.dtype)", {"args": (WIN,)}),
+    ("blackman_window", "x + torch.blackman_window(8, dtype=x.dtype)", {"args": (WIN,)}),
+    ("stft", "torch.view_as_real(torch.stft(x, 8, hop_length=2, window=w, "
+     "return_complex=True))", {"args": (SIGNAL, Arg("w", (8,), low=0, high=1,
+                                                     specials=False, empty_shape=(8,)))}),
+    ("stft.onesided_false", "torch.view_as_real(torch.stft(x, 8, hop_length=4, window=w, "
+     "center=False, onesided=False, return_complex=True))",
+     {"args": (SIGNAL, Arg("w", (8,), low=0, high=1, specials=False, empty_shape=(8,)))}),
+    ("fft.rfft", "torch.view_as_real(torch.fft.rfft(x))", {"args": (SIGNAL,)}),
+    ("fft.fft_complex", "torch.view_as_real(torch.fft.fft(torch.view_as_complex(x)))",
+     {"args": (CPLX,)}),
+    ("fft.irfft_complex", "torch.fft.irfft(torch.view_as_complex(x))", {"args": (CPLX,)}),
+])
+
+COMPLEX = _family("complex", [
+    ("complex", "torch.view_as_real(torch.complex(x, y))", {"args": PAIR}),
+    ("polar", "torch.view_as_real(torch.polar(x, y))",
+     {"args": (Arg("x", (13, 13), low=0, high=3), Arg("y", (13, 13)))}),
+    ("conj.resolve", "torch.view_as_real(torch.view_as_complex(x).conj().resolve_conj())",
+     {"args": (CPLX,)}),
+    ("conj_physical", "torch.view_as_real(torch.conj_physical(torch.view_as_complex(x)))",
+     {"args": (CPLX,)}),
+    ("mH", "torch.view_as_real(torch.view_as_complex(x).mH.resolve_conj())",
+     {"args": (CPLX,)}),
+    ("view_as_real_copy", "torch.view_as_real_copy(torch.complex(x, y))", {"args": PAIR}),
+    ("view_as_complex_copy", "torch.view_as_real(torch.view_as_complex_copy(x))",
+     {"args": (CPLX,)}),
+    ("resolve_neg", "torch.resolve_neg(x)", {"dtypes": ALL}),
+    ("resolve_conj", "torch.resolve_conj(x)", {"dtypes": ALL}),
+])
+
+# Internal and backward ATen ops, called as torch.ops.aten.<op>: the exporter keeps
+# those torchlib registers, so each is translated as written.
+NCHW_W = Arg("w", (4,), low=0.5, high=1.5, specials=False, empty_shape=(4,))
+INTERNAL = _family("aten_internal", [
+    ("hardtanh_backward", "torch.ops.aten.hardtanh_backward(g, x, -1.0, 1.0)",
+     {"args": (Arg("g", (4, 8)), X)}),
+    ("_prelu_kernel", "torch.ops.aten._prelu_kernel(x, w)",
+     {"args": (Arg("x", (2, 3, 4)), Arg("w", (1, 3, 1), specials=False,
+                                         empty_shape=(1, 3, 1)))}),
+    ("_softmax", "torch.ops.aten._softmax(x, -1, False)"),
+    ("_log_softmax", "torch.ops.aten._log_softmax(x, -1, False)"),
+    ("native_layer_norm", "torch.ops.aten.native_layer_norm(x, [6], w, b, 1e-5)",
+     {"args": (X36, _w("w", (6,)), _w("b", (6,)))}),
+    ("native_group_norm", "torch.ops.aten.native_group_norm(x, w, b, 2, 4, 9, 2, 1e-5)",
+     {"args": (Arg("x", (2, 4, 3, 3), empty_shape=(2, 4, 3, 3)), NCHW_W, B4),
+      "input_classes": NO_EMPTY}),
+    ("native_batch_norm.train", "torch.ops.aten.native_batch_norm(x, w, b, None, None, "
+     "True, 0.1, 1e-5)", {"args": (NCHW, NCHW_W, B4)}),
+    ("_native_batch_norm_legit.no_stats", "torch.ops.aten._native_batch_norm_legit.no_stats("
+     "x, w, b, True, 0.1, 1e-5)", {"args": (NCHW, NCHW_W, B4)}),
+    ("_native_batch_norm_legit_functional", "torch.ops.aten._native_batch_norm_legit_"
+     "functional(x, w, b, rm, rv, True, 0.1, 1e-5)",
+     {"args": (NCHW, NCHW_W, B4, Arg("rm", (4,), specials=False, empty_shape=(4,)),
+               Arg("rv", (4,), low=0.5, high=2, specials=False, empty_shape=(4,)))}),
+    ("_native_batch_norm_legit_no_training", "torch.ops.aten._native_batch_norm_legit_"
+     "no_training(x, w, b, rm, rv, 0.1, 1e-5)",
+     {"args": (NCHW, NCHW_W, B4, Arg("rm", (4,), specials=False, empty_shape=(4,)),
+               Arg("rv", (4,), low=0.5, high=2, specials=False, empty_shape=(4,)))}),
+    ("_sdpa_flash_for_cpu", "torch.ops.aten._scaled_dot_product_flash_attention_for_cpu("
+     "q, k, v)", {"args": QKV}),
+    ("_sdpa_flash_for_cpu.causal", "torch.ops.aten._scaled_dot_product_flash_attention_"
+     "for_cpu(q, k, v, 0.0, True)", {"args": QKV}),
+    ("nll_loss_forward", "torch.ops.aten.nll_loss_forward(x, t, None, 1, -100)",
+     {"args": (Arg("x", (6, 5), empty_shape=(0, 5)),
+               Arg("t", (6,), kind="index", high=5, empty_shape=(0,)))}),
+    ("max_pool1d_with_indices", "torch.ops.aten.max_pool1d_with_indices(x, [2])",
+     {"args": (SEQ,), "shape_only": (1,)}),
+    ("max_pool3d_with_indices", "torch.ops.aten.max_pool3d_with_indices(x, [2, 2, 2])",
+     {"args": (VOL,), "shape_only": (1,)}),
+    ("_unsafe_index", "torch.ops.aten._unsafe_index(x, [i])", {"args": (X, IDX_ROWS),
+                                                               "dtypes": ALL}),
+    ("_unsafe_index_put", "torch.ops.aten._unsafe_index_put(x, [i], v)",
+     {"args": (X, Arg("i", (3,), kind="index", high=4, unique=True, empty_shape=(3,)),
+               Arg("v", (3, 8))), "dtypes": ALL}),
+    ("_unsafe_view", "torch.ops.aten._unsafe_view(x, [8, 4])",
+     {"dtypes": ALL, "input_classes": NO_EMPTY}),
+    ("view_copy", "torch.ops.aten.view_copy(x, [8, 4])",
+     {"dtypes": ALL, "input_classes": NO_EMPTY}),
+    ("diagonal_copy", "torch.diagonal_copy(x, 1)", {"dtypes": ALL}),
+    ("alias", "torch.ops.aten.alias(x) * 2", {"dtypes": ALL}),
+    ("copy", "torch.ops.aten.copy(x, y)", {"args": (X, Arg("y", (8,))), "dtypes": ALL}),
+    ("fill.scalar", "torch.ops.aten.fill(x, 2.5)", {"dtypes": ALL}),
+    ("fill.tensor", "torch.ops.aten.fill(x, v)", {"args": (X, Arg("v", ())), "dtypes": ALL}),
+    ("lift_fresh_copy", "torch.ops.aten.lift_fresh_copy(x)", {"dtypes": ALL}),
+    ("unsafe_split", "torch.unsafe_split(x, 3, dim=1)", {"dtypes": ALL}),
+    ("type_as", "x.type_as(y)", {"args": (X, Arg("y", (2,), kind="fixed", dtype="float64")),
+                                 "dtypes": ALL}),
+    ("new_empty.fill", "x.new_empty((3, 5)).fill_(1.5)", {"dtypes": ALL}),
+    ("new_empty_strided.fill", "x.new_empty_strided((3, 5), (5, 1)).fill_(1.5)",
+     {"dtypes": ALL}),
+    ("empty_like.fill", "torch.empty_like(x).fill_(-2.0)", {"dtypes": ALL}),
+    ("empty_strided.copy", "torch.empty_strided((4, 8), (1, 4), dtype=x.dtype).copy_(x)",
+     {"dtypes": ALL}),
+    ("empty.copy", "torch.empty((4, 8), dtype=x.dtype).copy_(x)", {"dtypes": ALL}),
+    ("scalar_tensor", "x + torch.scalar_tensor(2.5, dtype=x.dtype)", {"dtypes": ALL}),
+    ("linspace", "x + torch.linspace(-1.0, 1.0, 8, dtype=x.dtype)", {"args": (WIN,)}),
+    # F.pad and F.interpolate export as aten.pad / upsample_*.vec whole: the per-rank
+    # kernels torchlib also registers are reached only when called as themselves
+    ("reflection_pad1d", "torch.ops.aten.reflection_pad1d(x, [2, 1])", {"args": (SEQ,)}),
+    ("reflection_pad2d", "torch.ops.aten.reflection_pad2d(x, [1, 2, 2, 1])",
+     {"args": (SMALL,)}),
+    ("reflection_pad3d", "torch.ops.aten.reflection_pad3d(x, [1, 1, 1, 2, 2, 1])",
+     {"args": (VOL,)}),
+    ("replication_pad1d", "torch.ops.aten.replication_pad1d(x, [2, 1])", {"args": (SEQ,)}),
+    ("replication_pad2d", "torch.ops.aten.replication_pad2d(x, [1, 2, 2, 1])",
+     {"args": (SMALL,)}),
+    ("replication_pad3d", "torch.ops.aten.replication_pad3d(x, [1, 1, 1, 2, 2, 1])",
+     {"args": (VOL,)}),
+    ("upsample_linear1d", "torch.ops.aten.upsample_linear1d(x, [9], True)",
+     {"args": (Arg("x", (1, 2, 5), empty_shape=(0, 2, 5)),)}),
+    ("upsample_nearest1d", "torch.ops.aten.upsample_nearest1d(x, [10])",
+     {"args": (Arg("x", (1, 2, 5), empty_shape=(0, 2, 5)),)}),
+    ("upsample_nearest2d", "torch.ops.aten.upsample_nearest2d(x, [8, 10])",
+     {"args": (SMALL,)}),
+    ("upsample_nearest3d", "torch.ops.aten.upsample_nearest3d(x, [6, 6, 6])",
+     {"args": (VOL,)}),
+    ("upsample_bilinear2d", "torch.ops.aten.upsample_bilinear2d(x, [7, 9], False)",
+     {"args": (SMALL,)}),
+    ("upsample_bicubic2d", "torch.ops.aten.upsample_bicubic2d(x, [7, 9], True)",
+     {"args": (SMALL,)}),
+    ("upsample_trilinear3d", "torch.ops.aten.upsample_trilinear3d(x, [6, 6, 6], False)",
+     {"args": (VOL,)}),
+    ("col2im", "torch.ops.aten.col2im(x, [4, 4], [2, 2], [1, 1], [0, 0], [2, 2])",
+     {"args": (Arg("x", (1, 12, 4), empty_shape=(0, 12, 4)),)}),
+    # grouped matmul (MoE layers): rows of a split by offsets, one (8, 8) matrix per group
+    ("_grouped_mm", "torch._grouped_mm(a, b, offs=o.to(torch.int32))",
+     {"args": (Arg("a", (4, 8), empty_shape=(4, 8)), Arg("b", (2, 8, 8), empty_shape=(2, 8, 8)),
+               _ints("o", (2, 4))), "input_classes": NO_EMPTY}),
+])
+
+# Random values: only the shape and dtype are a contract (outputs compared by shape).
+RAND = {"shape_only": (0,), "input_classes": (NORMAL,)}
+RANDOM = _family("random", [
+    ("rand_like", "torch.rand_like(x)", RAND), ("randn_like", "torch.randn_like(x)", RAND),
+    ("randint_like", "torch.randint_like(x, 10)", {**RAND, "dtypes": ALL}),
+    ("rand", "torch.rand(x.shape, dtype=x.dtype)", RAND),
+    ("randn", "torch.randn(x.shape, dtype=x.dtype)", RAND),
+    ("randint", "torch.randint(0, 10, x.shape)", {**RAND, "dtypes": ALL}),
+    ("bernoulli", "torch.bernoulli(x)", {**RAND, "args": (Arg("x", (4, 8), low=0, high=1),)}),
+    ("multinomial", "torch.multinomial(x, 3)",
+     {**RAND, "args": (Arg("x", (4, 8), low=0.1, high=1),)}),
+    ("normal.tensor", "torch.normal(x, s)",
+     {**RAND, "args": (X, Arg("s", (4, 8), low=0.1, high=1, specials=False))}),
+    ("normal_", "torch.empty_like(x).normal_()", RAND),
+    ("native_dropout", "torch.ops.aten.native_dropout(x, 0.5, True)",
+     {**RAND, "shape_only": (0, 1)}),
+    ("dropout.train", "torch.ops.aten.dropout(x, 0.5, True)", RAND),
+])
+
+# Outputs whose size depends on the values (unique, nonzero): a few repeated values.
+REPEATS = Arg("x", (4, 8), kind="choice", values=(-1.0, 0.0, 1.0, 2.5))
+DYNAMIC = _family("dynamic", [
+    ("unique", "torch.unique(x)", {"args": (REPEATS,), "dtypes": ALL}),
+    ("unique.inverse_counts", "torch.unique(x, return_inverse=True, return_counts=True)",
+     {"args": (REPEATS,), "dtypes": ALL}),
+    ("unique.dim0", "torch.unique(x, dim=0)", {"args": (Arg("x", (6, 3), kind="choice",
+                                                            values=(0.0, 1.0)),),
+                                               "dtypes": ALL}),
+    ("_unique", "torch._unique(x)", {"args": (REPEATS,), "dtypes": ALL}),
+    ("unique_consecutive", "torch.unique_consecutive(x)", {"args": (REPEATS,),
+                                                           "dtypes": ALL}),
+    # torchlib translates unique_consecutive for int32/int64 only: an index input reaches it
+    ("unique_consecutive.int64", "torch.unique_consecutive(i, return_counts=True)",
+     {"args": (Arg("i", (12,), kind="index", high=3),)}),
+    ("nonzero", "torch.nonzero(x)", {"args": (REPEATS,), "dtypes": ALL}),
+    ("bincount", "torch.bincount(i)", {"args": (Arg("i", (12,), kind="index", high=6),)}),
+    ("histc", "torch.histc(x, bins=5, min=-2.0, max=2.0)"),
+])
+
+# Alias spellings torchlib registers as ops of their own and the exporter keeps as written
+# (aten.greater.Tensor, aten.special_erf ...); OpInfo tests aliases through the canonical op.
+ALIAS = _family("alias", [
+    ("alias.greater", "torch.greater(x, y)", {"dtypes": ALL}),
+    ("alias.greater_equal", "torch.greater_equal(x, y)", {"dtypes": ALL}),
+    ("alias.less", "torch.less(x, y)", {"dtypes": ALL}),
+    ("alias.less_equal", "torch.less_equal(x, y)", {"dtypes": ALL}),
+    ("alias.multiply", "torch.multiply(x, y)", {"dtypes": ALL}),
+    ("alias.multiply.scalar", "torch.multiply(x, 2.5)", {"args": (X13,)}),
+    ("alias.subtract.scalar", "torch.subtract(x, 2.5)", {"args": (X13,)}),
+    ("alias.divide.scalar", "torch.divide(x, 2.5)", {"args": (X13,), "signed_zeros": True}),
+    ("alias.true_divide.scalar", "torch.true_divide(x, 2.5)", {"args": (X13,)}),
+    ("alias.concat", "torch.concat([x, y])", {"dtypes": ALL}),
+    ("alias.concatenate", "torch.concatenate([x, y], dim=1)", {"dtypes": ALL}),
+    ("alias.special.erf", "torch.special.erf(x)", {"args": (X13,)}),
+    ("alias.special.erfc", "torch.special.erfc(x)", {"args": (X13,)}),
+    ("alias.special.expm1", "torch.special.expm1(x)", {"args": (X13,)}),
+    ("alias.special.softmax", "torch.special.softmax(x, -1)", {"args": (X13,)}),
+    ("alias.special.log_softmax", "torch.special.log_softmax(x, -1)", {"args": (X13,)}),
+], args=PAIR)
+
+QUANT = _family("quantize", [
+    ("fake_quantize_per_tensor", "torch.fake_quantize_per_tensor_affine(x, 0.1, 3, -128, 127)",
+     {"args": (Arg("x", (4, 8), low=-20, high=20),)}),
+    # eager's per-channel kernel casts round(±inf / s) to an integer before clamping
+    # (undefined in C: ±inf comes out as quant_min), unlike its per-tensor kernel, which
+    # saturates: ordinary data only, as for the float → int casts
+    ("fake_quantize_per_channel", "torch.fake_quantize_per_channel_affine(x, s, "
+     "z.to(torch.int32), 1, -128, 127)",
+     {"args": (Arg("x", (4, 8), low=-20, high=20), Arg("s", (8,), kind="fixed",
+                                                        dtype="float32", low=0.05, high=0.5),
+               Arg("z", (8,), kind="index", low=-3, high=3)), "input_classes": NO_SPECIALS}),
+])
+
 VARIANTS: list[OpVariant] = [
     *UNARY, *ROUNDING, *CAST, *PREDICATE, *BINARY, *COMPARE, *REDUCTION, *SOFTMAX,
     *CUMULATIVE, *SORT, *SELECT, *INDEX, *SCATTER, *LOSS, *SPECIAL, *ACTIVATION, *NORM,
-    *POOL, *INTERP, *PAD, *ATTENTION, *LINALG,
+    *POOL, *INTERP, *PAD, *ATTENTION, *LINALG, *RECURRENT, *EMBEDDING_BAG, *SPECTRAL,
+    *COMPLEX, *INTERNAL, *RANDOM, *DYNAMIC, *ALIAS, *QUANT,
 ]

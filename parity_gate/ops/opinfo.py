@@ -39,7 +39,7 @@ from typing import Any
 from parity_gate.errors import UserError
 from parity_gate.ops.records import EMPTY, NORMAL, SPECIALS, Arg, OpVariant
 
-FORMAT = 1
+FORMAT = 2  # 2: swapped and attribute spellings, complex outputs as real pairs
 PREFIX = "oi."
 CROSS = 2             # samples per OpInfo that also run specials, empty (and range)
 MAX_ELEMENTS = 4096   # a bigger sample would dominate its batch's time
@@ -176,34 +176,44 @@ def ranged(info: Any) -> bool:
     return "Unary" in type(info).__name__ or info.name.startswith("special.")
 
 
-def spellings(info: Any) -> list[tuple[str, bool]]:
-    """How a call may name the op, best first, as `(text, is_method)`: the public torch
+FUNCTION, METHOD, ATTRIBUTE, SWAPPED = "function", "method", "attribute", "swapped"
+
+
+def spellings(info: Any) -> list[tuple[str, str]]:
+    """How a call may name the op, best first, as `(text, kind)`: the public torch
     path or `torch.ops.aten...` the OpInfo's callable is; else, for an anonymous
-    callable (a lambda), the Tensor method or torch function of the OpInfo's name,
-    which `build` keeps only where it gives the lambda's answer."""
+    callable (a lambda), the Tensor method, Tensor attribute (`x.mT`) or torch function
+    of the OpInfo's name, and that function with the sample's first two arguments
+    swapped (lambdas that reorder them: `F.embedding(idx, weight)`,
+    `torch.einsum(equation, tensors)`), which `build` keeps only where it gives the
+    lambda's answer."""
     import torch
 
     op = info.op
     if isinstance(op, (torch._ops.OpOverloadPacket, torch._ops.OpOverload)):
-        return [("torch.ops." + str(op), False)]
-    named: list[tuple[str, bool]] = []
+        return [("torch.ops." + str(op), FUNCTION)]
+    named: list[tuple[str, str]] = []
     for path in (info.name, getattr(op, "__name__", "") or ""):
         obj: Any = torch
         for part in path.split(".") if path else ["\0"]:
             obj = getattr(obj, part, None)
         if obj is not None and obj is op:
-            return [("torch." + path, False)]
+            return [("torch." + path, FUNCTION)]
     name = info.name
     if info.method_variant is not None and getattr(torch.Tensor, name, None) is \
             info.method_variant:
-        return [(name, True)]
-    if "." not in name and callable(getattr(torch.Tensor, name, None)):
-        named.append((name, True))
+        return [(name, METHOD)]
+    if "." not in name:
+        member = getattr(torch.Tensor, name, None)
+        if callable(member):
+            named.append((name, METHOD))
+        elif member is not None and hasattr(member, "__get__"):  # a property: x.mT, x.H
+            named.append((name, ATTRIBUTE))
     obj = torch
     for part in name.split("."):
         obj = getattr(obj, part, None)
     if callable(obj):
-        named.append(("torch." + name, False))
+        named += [("torch." + name, FUNCTION), ("torch." + name, SWAPPED)]
     return named
 
 
@@ -242,15 +252,28 @@ def render_value(value: Any, tensors: list[Any]) -> str:
     raise Unrenderable(type(value).__name__)
 
 
-def render(spelling: tuple[str, bool], sample: Any) -> tuple[str, list[Any]]:
-    text, method = spelling
+def render(spelling: tuple[str, str], sample: Any) -> tuple[str, list[Any]]:
+    text, kind = spelling
     tensors: list[Any] = []
     first = render_value(sample.input, tensors)
     rest = [render_value(a, tensors) for a in sample.args]
-    rest += [f"{k}={render_value(v, tensors)}" for k, v in sample.kwargs.items()]
-    if method:
-        return f"{first}.{text}({', '.join(rest)})", tensors
-    return f"{text}({', '.join([first, *rest])})", tensors
+    keywords = [f"{k}={render_value(v, tensors)}" for k, v in sample.kwargs.items()]
+    if kind == METHOD:
+        return f"{first}.{text}({', '.join([*rest, *keywords])})", tensors
+    if kind == ATTRIBUTE:
+        if rest or keywords:
+            raise Unrenderable("arguments to a Tensor attribute")
+        return f"{first}.{text}", tensors
+    if kind == SWAPPED:
+        if not rest:
+            raise Unrenderable("a single positional argument to swap")
+        return f"{text}({', '.join([rest[0], first, *rest[1:], *keywords])})", tensors
+    return f"{text}({', '.join([first, *rest, *keywords])})", tensors
+
+
+def real_view(call: str) -> str:
+    """A call whose one output is complex, as real pairs (the exporter's representation)."""
+    return f"torch.view_as_real({call})"
 
 
 def _arg(name: str, t: Any, reference: str = "float32") -> Arg:
@@ -343,12 +366,14 @@ def build(ops: tuple[str, ...] | None = None) -> tuple[list[OpVariant], Counter[
         if not ways:
             dropped["an anonymous callable without a torch name"] += len(samples)
             continue
+        # an OpInfo whose every sample is big still runs its smallest one
+        cap = max(MAX_ELEMENTS, min((_elements(s) for s in samples), default=0))
         for k, sample in enumerate(samples):
             cross = crossed < CROSS
             v, reason = None, ""
             for way in ways:
                 v, reason = _variant(info, k, sample, way, dtypes, cross, reference,
-                                     compile_call, make_inputs, to_torch, leaves)
+                                     compile_call, make_inputs, to_torch, leaves, cap=cap)
                 if not reason:
                     break
             if reason or v is None:
@@ -366,9 +391,25 @@ def build(ops: tuple[str, ...] | None = None) -> tuple[list[OpVariant], Counter[
     return out, dropped
 
 
-def _variant(info: Any, k: int, sample: Any, way: tuple[str, bool], dtypes: tuple[str, ...],
-             cross: bool, reference: str, *helpers: Any) -> tuple[OpVariant | None, str]:
-    """The sample as a variant spelled `way`, or why it cannot be one."""
+def _elements(sample: Any) -> float:
+    """How many tensor elements a sample holds (inf if it cannot be rendered)."""
+    tensors: list[Any] = []
+    try:
+        render_value([sample.input, *sample.args, *sample.kwargs.values()], tensors)
+    except Exception:
+        return math.inf
+    return sum(int(t.numel()) for t in tensors)
+
+
+COMPLEX_OUTPUT = "a complex output (the exporter represents complex as real pairs)"
+
+
+def _variant(info: Any, k: int, sample: Any, way: tuple[str, str], dtypes: tuple[str, ...],
+             cross: bool, reference: str, *helpers: Any,
+             cap: float = MAX_ELEMENTS) -> tuple[OpVariant | None, str]:
+    """The sample as a variant spelled `way`, or why it cannot be one. A call whose one
+    output is complex is compared as `torch.view_as_real(call)`, the exporter's
+    representation of complex values."""
     try:
         call, tensors = render(way, sample)
         args = tuple(_arg(f"t{i}", t, reference) for i, t in enumerate(tensors))
@@ -378,27 +419,37 @@ def _variant(info: Any, k: int, sample: Any, way: tuple[str, bool], dtypes: tupl
         return None, f"the sample cannot be stored ({type(exc).__name__})"
     if not args:
         return None, "the sample has no tensor"
-    if sum(int(t.numel()) for t in tensors) > MAX_ELEMENTS:
+    if sum(int(t.numel()) for t in tensors) > cap:
         return None, f"over {MAX_ELEMENTS} elements"
     v = OpVariant(variant_id(info, k), family(info), call, args, dtypes or ("float32",),
                   (NORMAL, SPECIALS, EMPTY) if cross else (NORMAL,),
                   ranged=cross and ranged(info))
     try:
         reason = _faithful(v, info, sample, reference, *helpers)
+        if reason == COMPLEX_OUTPUT:
+            from dataclasses import replace
+
+            v = replace(v, call=real_view(call))
+            compile_call, make_inputs, to_torch, leaves = helpers
+            reason = _faithful(v, info, sample, reference, compile_call, make_inputs,
+                               to_torch, leaves, real=True)
     except Exception as exc:  # a sparse or nested output: nothing to compare
         reason = f"the output cannot be compared ({type(exc).__name__})"
     return v, reason
 
 
 def _faithful(v: OpVariant, info: Any, sample: Any, reference: str, compile_call: Any,
-              make_inputs: Any, to_torch: Any, leaves: Any) -> str:
+              make_inputs: Any, to_torch: Any, leaves: Any, real: bool = False) -> str:
     """Why the rendered call is not the OpInfo's own call on these values ("" if it is):
-    it must run, give the same answer as `info.op(sample)`, twice, and return tensors."""
+    it must run, give the same answer as `info.op(sample)`, twice, and return tensors.
+    `real`: the call is wrapped in `torch.view_as_real`, the OpInfo's answer is too."""
     import torch
 
     try:
         with torch.no_grad():
             expected = info.op(sample.input, *sample.args, **sample.kwargs)
+            if real:
+                expected = torch.view_as_real(expected.resolve_conj())
             inputs = make_inputs(v, reference, NORMAL)
             fn = compile_call(v, 0)
             got = fn(*[to_torch(inputs[a.name]) for a in v.args])
@@ -406,7 +457,7 @@ def _faithful(v: OpVariant, info: Any, sample: Any, reference: str, compile_call
     except Exception:
         return "eager rejects the rendered sample"
     if any(isinstance(t, torch.Tensor) and t.is_complex() for t in leaves(expected)):
-        return "a complex output (the exporter represents complex as real pairs)"
+        return COMPLEX_OUTPUT
     if not _same(got, again):
         return "two eager runs differ"
     if not _same(expected, got):
