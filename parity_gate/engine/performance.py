@@ -11,6 +11,7 @@ module, dtype and provider (one run), never from the timed session.
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -54,6 +55,22 @@ def limits_for(settings: Any, provider: str) -> PerformanceLimits:
 def latency(eager: Callable[[], Any], onnx: Callable[[], Any], budget_s: float,
             limit: float | None = None,
             clock: Callable[[], float] = time.perf_counter) -> Latency:
+    """`_latency` with Python's garbage collector run first and held off while timing, as
+    `timeit` does: right after an export the heap holds the exporter's garbage, and one
+    full collection inside a timed call (hundreds of ms on a large heap) would be
+    charged to whichever side it fell on."""
+    enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        return _latency(eager, onnx, budget_s, limit, clock)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _latency(eager: Callable[[], Any], onnx: Callable[[], Any], budget_s: float,
+             limit: float | None, clock: Callable[[], float]) -> Latency:
     """Time `eager` and `onnx` (each one call on the case's inputs) in interleaved pairs,
     alternating which goes first, until the ratio's interval is narrow or the budget is
     spent (`limit`: the gate's max_slowdown, see compare.timing.enough). One sample of a
