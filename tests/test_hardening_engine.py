@@ -51,7 +51,7 @@ def faults(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, Path, Pa
     one module exits only in a follow-up check)."""
     tmp = tmp_path_factory.mktemp("faults")
     pwned = tmp / "pwned"
-    code, err = gate(DATA / "parity.yml", tmp / "out", "--jobs", "1",  # localisation on
+    code, err = gate(DATA / "parity.yml", tmp / "out", "--jobs", "2",  # localisation on
                      env={"HARDENING_PWNED": str(pwned)})
     return code, err, tmp / "out", pwned
 

@@ -22,7 +22,7 @@ def cid(module: str) -> str:
 
 
 def gate_run(work: Path, out: str, *args: str) -> tuple[int, dict[str, Any]]:
-    code = cli.main(["run", str(work / "parity.yml"), "--out", str(work / out), "--jobs", "1",
+    code = cli.main(["run", str(work / "parity.yml"), "--out", str(work / out), "--jobs", "2",
                      "--quiet", *args])
     return code, json.loads((work / out / "results.json").read_text())
 
