@@ -11,6 +11,7 @@ Worker-side only.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -211,9 +212,11 @@ JUDGED = ("float32", "float16", "bfloat16")
 
 
 def run_cases(ctx: Any, mod: Any, exported: Any, keys: list[Any], tol: Tolerance,
-              contract: bool = False, cached: bool = False) -> None:
+              contract: bool, cached: bool, open_session: Callable[..., Any]) -> None:
     """Every generation case of one dtype on the module's export, provider by provider;
-    `contract`: the logits' tolerance is the manifest's own, which float64 never waives."""
+    `contract`: the logits' tolerance is the manifest's own, which float64 never waives.
+    `open_session`: the worker's own (module_worker._open_session), so a crash while
+    loading is replayed here as for any case."""
     import torch
 
     from parity_gate.engine.stages import StageFailure
@@ -230,13 +233,10 @@ def run_cases(ctx: Any, mod: Any, exported: Any, keys: list[Any], tol: Tolerance
     eager: dict[int, tuple[Prompt, Run, np.ndarray | None, float]] = {}
     for provider in dict.fromkeys(k.provider for k in keys):
         pkeys = [k for k in keys if k.provider == provider]
-        try:
-            session = stages.open_session(exported.source, provider,
-                                          job.providers[provider].options)
-        except StageFailure as failure:
-            ctx.fail_all(pkeys, failure.outcome, failure.reason, failure.detail,
-                         provenance=provenance)
+        opened = open_session(ctx, exported, mod.dtype, provider, pkeys, provenance)
+        if opened is None:
             continue
+        session = opened[0]
         for key in pkeys:
             ctx.step(Stage.RUNNING, key.id, f"{spec.steps} greedy steps")
             try:

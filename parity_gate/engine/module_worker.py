@@ -244,7 +244,7 @@ def _run_dtype(ctx: _Ctx, torch: Any, module: Any, binding: Binding, dtype: str,
     if gen_keys:
         generation.run_cases(ctx, mod, exported, gen_keys,
                              _tolerance(job, dtype, _output_spec(job, "logits")),
-                             _contract(job, dtype, "logits"), cached)
+                             _contract(job, dtype, "logits"), cached, _open_session)
 
 
 def _export_from_good_set(ctx: _Ctx, mod: _Module,
@@ -395,18 +395,11 @@ def _run_provider(ctx: _Ctx, exported: ExportedModel, provider: str, keys: list[
     job = ctx.job
     dtype, device = mod.dtype, mod.device
     provenance = ctx.provenance(device, exported, cached)
-    evidence = {"model": _evidence_model(job, dtype, exported), "provider": provider,
-                "optimization": "all"}
-    ctx.step(Stage.LOADING, f"{dtype}", f"on {provider}", evidence)
-    t0 = time.perf_counter()
-    try:
-        session = stages.open_session(exported.source, provider,
-                                      job.providers[provider].options)
-    except StageFailure as failure:
-        ctx.fail_all(keys, failure.outcome, failure.reason, failure.detail,
-                     provenance=provenance)
+    opened = _open_session(ctx, exported, dtype, provider, keys, provenance)
+    if opened is None:
         return
-    timings = {**shared, "session_s": time.perf_counter() - t0}
+    session, evidence, session_s = opened
+    timings = {**shared, "session_s": session_s}
     feed_names = {i.name for i in session.get_inputs()}
     unoptimized: list[Any] = []  # created on the first mismatch only
     warned: set[str] = set()  # outputs already said to hold nothing finite
@@ -444,6 +437,28 @@ def _run_provider(ctx: _Ctx, exported: ExportedModel, provider: str, keys: list[
                      f"or inf in eager (a {dtype} overflow?), so its pass compares nothing but "
                      "where the NaNs and infinities are")
         ctx.result(result)
+
+
+def _open_session(ctx: _Ctx, exported: ExportedModel, dtype: str, provider: str,
+                  keys: list[CaseKey], provenance: Provenance
+                  ) -> tuple[Any, dict[str, str], float] | None:
+    """The ONNX Runtime session every case of `keys` runs on (per-step and generation
+    cases alike), opened after the LOADING step records the evidence a crash while
+    loading is replayed from; with the seconds the opening took. None when it fails:
+    `keys` then fail with the cause."""
+    job = ctx.job
+    evidence = {"model": _evidence_model(job, dtype, exported), "provider": provider,
+                "optimization": "all"}
+    ctx.step(Stage.LOADING, f"{dtype}", f"on {provider}", evidence)
+    t0 = time.perf_counter()
+    try:
+        session = stages.open_session(exported.source, provider,
+                                      job.providers[provider].options)
+    except StageFailure as failure:
+        ctx.fail_all(keys, failure.outcome, failure.reason, failure.detail,
+                     provenance=provenance)
+        return None
+    return session, evidence, time.perf_counter() - t0
 
 
 def _hand_off(job: ModuleJob, mod: _Module, exported: ExportedModel, names: list[str]) -> None:
