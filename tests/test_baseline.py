@@ -611,3 +611,29 @@ def test_deltas_order_and_json() -> None:
     assert d.changes[3].growth == pytest.approx(4.0)
     json.dumps(d.to_dict(), allow_nan=False)
     assert encode(math.inf) == "inf" and encode(math.nan) == "nan" and encode(1.5) == 1.5
+
+
+def test_indexed_matching_agrees_with_testing_every_entry_against_every_case() -> None:
+    """The index (exact ids, globs by literal prefix, sorted ids) answers exactly as the
+    rule does entry by entry: the first exact id, else the first matching glob in file
+    order, and stale = matches no id. (The sweep gates ~10^5 cases on ~10^4 entries.)"""
+    import random
+
+    rng = random.Random(7)
+    parts = (["op/a", "op/a.b", "op/ab", "op/oi.x.1", "op/oi.x.12", "m"],
+             ["float32", "float16", "int8"], ["normal", "specials", "vec"], ["cpu", "cuda"])
+    ids = sorted({"/".join(rng.choice(p) for p in parts) for _ in range(300)})
+    pieces = ["*", "**", "?", "[fi]", "float3?", "op/a*", "op/oi.x.1*", "op/oi.x.[0-9]*"]
+    patterns = [rng.choice(ids) for _ in range(40)] + [
+        "/".join(rng.choice(p + pieces[:4]) for p in parts[:rng.randint(1, 4)])
+        + rng.choice(["", "/*", "*"]) for _ in range(200)] + [rng.choice(pieces)
+                                                             for _ in range(10)]
+    entries = tuple(bl.Entry(p, "r") for p in dict.fromkeys(patterns))
+    b = bl.Baseline("b.yml", entries)
+    for case_id in [*ids, "op/zz/float32/normal/cpu", "op/a"]:
+        exact = next((e for e in entries if e.id == case_id), None)
+        naive = exact or next((e for e in entries if e.matches(case_id)), None)
+        assert b.entry_for(case_id) == naive, case_id
+    half = ids[::2]
+    assert b.unmatched(half) == [e for e in entries if not any(e.matches(i) for i in half)]
+    assert any(b.unmatched(half)) and len(b.unmatched(half)) < len(entries)

@@ -564,3 +564,63 @@ def test_complete_fills_the_op_fields_of_results_no_worker_reported() -> None:
     unseen = _complete(CaseResult(Unit("t.cos", "float32", "normal").key("cpu"),
                                   Outcome.TIMEOUT, "timeout"), op_plan, stats)
     assert unseen.op is not None and unseen.op.op == "aten.t"  # the static guess
+
+
+def _shard_files(folder: Path, failing: dict[str, Outcome], drop: str | None = None
+                 ) -> list[str]:
+    """The results.json of a two-shard catalogue sweep: every planned case passes except
+    `failing` (case id → outcome); `drop` leaves one case out."""
+    import json
+
+    from parity_gate.ops.accepted import accepted
+    from parity_gate.ops.command import load_sources
+    from parity_gate.ops.jobs import DEFAULT_SOURCES
+    from parity_gate.ops.planner import case_ids
+
+    variants, eager = load_sources(DEFAULT_SOURCES, accepted)
+    ids = sorted(case_ids(variants, ["cpu"], eager) - {drop})
+    files = []
+    for k in (1, 2):
+        cases = []
+        for i in ids[k - 1::2]:
+            module, dtype, cls, provider = i.rsplit("/", 3)
+            cases.append(CaseResult(CaseKey(module, dtype, cls, None, provider),
+                                    failing.get(i, Outcome.PASS), "o0: boom"))
+        run = RunResult(cases=cases, manifest={"command": "ops"}, shard=f"{k}/2",
+                        planned=len(cases), versions={"torch": "t", "onnxscript": "s"})
+        folder.mkdir(exist_ok=True)
+        path = folder / f"s{k}.json"
+        path.write_text(json.dumps(run.to_dict()))
+        files.append(str(path))
+    return files
+
+
+def test_from_shard_results_updates_and_gates_the_baseline(tmp_path: Path, capsys) -> None:
+    """A CI shard matrix is updated and gated from its merged results, without re-running;
+    an update refuses results that lack a planned case or miss a shard."""
+    from parity_gate.cli import main
+
+    bad, worse = "op/atan2/float32/specials/cpu", "op/sin/float16/normal/cpu"
+    known = tmp_path / "known.yml"
+    known.write_text("version: 1\nknown_failures:\n- id: op/oi.atan2.0/*\n  reason: r\n")
+    files = _shard_files(tmp_path / "one", {bad: Outcome.MISMATCH})
+    out = ["--baseline", str(known), "--out", str(tmp_path / "out"), "--quiet"]
+    assert main(["ops", "--from", *files, "--update-baseline", *out]) == 2
+    assert "entries of the opinfo source" in capsys.readouterr().err  # not swept: kept
+    known.write_text("version: 1\nknown_failures: []\n")
+    gap = _shard_files(tmp_path / "gap", {}, drop=bad)
+    assert main(["ops", "--from", *gap, "--update-baseline", *out]) == 2
+    assert f"lack 1 planned case(s) of the catalogue source(s), e.g. {bad}" \
+        in capsys.readouterr().err
+    assert main(["ops", "--from", *files, "--update-baseline", *out]) == 0
+    assert "- id: op/atan2/float32/specials/cpu" in known.read_text()
+    capsys.readouterr()
+    with known.open("a") as f:  # an OpInfo finding: not swept here, so not stale either
+        f.write("- id: op/oi.atan2.0/*\n  reason: r\n")
+    assert main(["ops", "--from", *files, *out]) == 0  # known
+    err = capsys.readouterr().err
+    assert "0 regressions" in err and "1 known, 0 stale" in err
+    again = _shard_files(tmp_path / "worse", {bad: Outcome.MISMATCH, worse: Outcome.MISMATCH})
+    assert main(["ops", "--from", *again, *out]) == 1
+    assert f"regression {worse}" in capsys.readouterr().err
+    assert main(["ops", "--from", *files, "--select", "sin", *out]) == 2

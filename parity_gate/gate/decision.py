@@ -86,8 +86,8 @@ def decide(run: RunResult, fail_on: str | None = "any-failure", *,
     rulings = [r for case in sorted(run.cases, key=lambda c: c.key)
                if (r := rule(case, baseline, factor)) is not None]
     ids = universe if universe is not None else {c.id for c in run.cases}
-    stale = [Stale(e.id, baseline.where(e)) for e in baseline.entries
-             if not any(e.matches(i) for i in ids)] if baseline else []
+    stale = [Stale(e.id, baseline.where(e)) for e in baseline.unmatched(ids)] \
+        if baseline else []
     return finish(run, rulings, stale, resolve_fail_on(fail_on, baseline), strict,
                   baseline.path if baseline else None, factor, allow_all_skipped,
                   run_flags(run, baseline))

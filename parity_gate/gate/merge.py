@@ -103,9 +103,10 @@ def _shard_problems(loaded: list[Loaded]) -> list[str]:
         by_index.setdefault(s.index, path)
     missing = [f"{i}/{count}" for i in range(1, count + 1) if i not in by_index]
     if missing:
-        out.append(f"missing shard{'s' if len(missing) > 1 else ''} {', '.join(missing)} "
-                   f"(got {', '.join(sorted(str(s) for s in shards.values() if s))} from "
-                   f"{', '.join(shards)}; expected all {count})")
+        got = sorted((s for s in shards.values() if s), key=lambda s: s.index)
+        out.append(f"missing shard{'s' if len(missing) > 1 else ''} {_few(missing)} "
+                   f"(got {_few([str(s) for s in got])} from {_few(list(shards))}; "
+                   f"expected all {count})")
     return out
 
 
@@ -138,6 +139,12 @@ def merge_files(paths: list[Path]) -> tuple[RunResult, list[RunResult]]:
         raise UserError(found)
     shards = [run for _, run in loaded]
     return merge_runs(shards), shards
+
+
+def _few(items: list[str], shown: int = 6) -> str:
+    """A list that stays one readable line: a 160-shard matrix names six and counts the rest."""
+    rest = len(items) - shown
+    return ", ".join(items[:shown]) + (f" and {rest} more" if rest > 0 else "")
 
 
 def _short(sha: Any) -> str:

@@ -41,7 +41,12 @@ def add_parser(sub: Any, commands: dict[str, Callable[[argparse.Namespace], int]
                    "or both: catalogue,opinfo")
     p.add_argument("--shard", default=None, metavar="K/N",
                    help="run one part of an N-way split (whole variants), e.g. 2/8; "
-                   "`parity-gate merge` joins the shards' results.json")
+                   "`parity-gate ops --from` joins the shards' results.json")
+    p.add_argument("--from", dest="from_results", nargs="+", type=Path, default=None,
+                   metavar="RESULTS.json",
+                   help="sweep nothing: gate and report the results.json of earlier runs "
+                   "(e.g. every shard of a --shard K/N matrix, checked complete and "
+                   "disjoint); with --update-baseline, update from them")
     p.add_argument("--providers", type=_csv, default=["cpu"], metavar="P[,P]",
                    help="execution providers (default: cpu)")
     p.add_argument("--jobs", type=int, default=2, help="warm worker processes (default 2)")
@@ -70,12 +75,12 @@ def add_parser(sub: Any, commands: dict[str, Callable[[argparse.Namespace], int]
 
 def run_command(args: argparse.Namespace) -> int:
     import parity_gate.ops.sweep  # noqa: F401  (imported before the signal handler is set)
-    from parity_gate.ops import gating
     from parity_gate.ops.accepted import accepted
-    from parity_gate.ops.planner import DEFAULT_BATCH, Selection, case_ids, plan
+    from parity_gate.ops.planner import DEFAULT_BATCH, Selection, plan
     from parity_gate.plan.sharding import Shard
-    from parity_gate.report.write import atomic_write
 
+    if args.from_results is not None:
+        return _from_results(args)
     if args.jobs < 1:
         raise UserError(f"--jobs: got {args.jobs} (expected an integer >= 1)")
     shard = Shard.parse(args.shard) if args.shard is not None else None
@@ -92,22 +97,108 @@ def run_command(args: argparse.Namespace) -> int:
     if args.update_baseline and (args.select or args.dtype or args.family or shard):
         raise UserError("--update-baseline: only on the whole catalogue (expected no --select, "
                         "--dtype, --family or --shard; entries of the ops left out would be "
-                        "dropped as stale)")
+                        "dropped as stale; to update from a shard matrix, use --from with "
+                        "every shard's results.json)")
+    baseline = _baseline(args, sources, variants)
+    run = new_run(op_plan)
+    run.shard = str(shard) if shard is not None else None
+    with interruptible() as signals:  # reports included: later signals wait for them
+        execute(run, op_plan, selection, args.jobs, signals, quiet=args.quiet)
+        decision = _decide_and_report(run, baseline, variants, eager_dtypes, args)
+    return _finish(run, decision, variants, args, signals.stopped)
+
+
+def _from_results(args: argparse.Namespace) -> int:
+    """`--from`: the results of earlier runs (a shard matrix, merged) gated and reported
+    as if swept now; an update needs them to hold every planned case of their sources."""
+    from parity_gate.gate.merge import merge_files
+    from parity_gate.ops.accepted import accepted
+    from parity_gate.ops.planner import case_ids
+
+    given = [n for n, v in (("--select", args.select), ("--dtype", args.dtype),
+                            ("--family", args.family), ("--shard", args.shard),
+                            ("--list", args.list)) if v]
+    if given:
+        raise UserError(f"--from: {given[0]} cannot be combined with --from (expected the "
+                        "filters on the runs that wrote the results)")
+    run, _ = merge_files(args.from_results)
+    if not run.cases:
+        raise UserError(f"--from: {args.from_results[0]}: no case in the results")
+    if run.manifest.get("command") != "ops":
+        raise UserError(f"--from: {args.from_results[0]}: not results of `parity-gate ops` "
+                        "(expected the results.json of an op sweep)")
+    sources = tuple(dict.fromkeys(sorted(source_of(c.id) for c in run.cases)))
+    providers = sorted({c.key.provider for c in run.cases})
+    variants, eager_dtypes = load_sources(sources, accepted)
+    if args.update_baseline:
+        if run.interrupted:
+            raise UserError("--update-baseline: the results are of an interrupted run (a "
+                            "partial run would drop every finding it did not reach)")
+        have = {c.id for c in run.cases}
+        missing = sorted(case_ids(variants, providers, eager_dtypes) - have)
+        if missing:
+            raise UserError(f"--update-baseline: the results lack {len(missing)} planned "
+                            f"case(s) of the {' and '.join(_names(sources))} source(s), e.g. "
+                            f"{missing[0]} (expected every shard of a whole sweep)")
+    baseline = _baseline(args, sources, variants)
+    with interruptible() as signals:
+        decision = _decide_and_report(run, baseline, variants, eager_dtypes, args, providers)
+    return _finish(run, decision, variants, args, signals.stopped)
+
+
+def source_of(case_id: str) -> str:
+    """Which source a case id (or baseline entry) belongs to: OpInfo variants are `oi.*`."""
+    from parity_gate.ops.jobs import SOURCES
+    from parity_gate.ops.records import variant_case_id
+
+    return SOURCES["opinfo" if case_id.startswith(variant_case_id("oi.")) else "catalogue"]
+
+
+def _names(sources: tuple[str, ...]) -> list[str]:
+    from parity_gate.ops.jobs import SOURCES
+
+    return [name for name, source in SOURCES.items() if source in sources]
+
+
+def _baseline(args: argparse.Namespace, sources: tuple[str, ...],
+              variants: dict[str, Any]) -> Any:
+    """The known findings in force, limited to the swept sources' entries: a catalogue
+    run does not call the OpInfo findings stale."""
+    from dataclasses import replace
+
+    from parity_gate.ops import gating
+
     if args.update_baseline:
         _check_sources_cover(args.baseline or gating.BUNDLED, sources)
     path = None if args.no_baseline else (args.baseline or gating.BUNDLED)
     if args.baseline is not None and not args.baseline.is_file() and not args.update_baseline:
         raise UserError(f"--baseline: {args.baseline}: file not found")
     baseline = gating.load_baseline(path if path and path.is_file() else None, variants)
-    run = new_run(op_plan)
-    run.shard = str(shard) if shard is not None else None
-    with interruptible() as signals:  # reports included: later signals wait for them
-        execute(run, op_plan, selection, args.jobs, signals, quiet=args.quiet)
-        decision = gating.gate(run, baseline, args.fail_on, args.strict,
-                               case_ids(variants, args.providers, eager_dtypes))
-        run.gate = decision  # results.json carries the decision (and its one verdict)
-        _report(run, decision, op_plan, args)
-    stopped = signals.stopped
+    if baseline is None:
+        return None
+    return replace(baseline, entries=tuple(e for e in baseline.entries
+                                           if source_of(e.id) in sources))
+
+
+def _decide_and_report(run: Any, baseline: Any, variants: dict[str, Any],
+                       eager_dtypes: dict[str, tuple[str, ...]], args: argparse.Namespace,
+                       providers: list[str] | None = None) -> Any:
+    from parity_gate.ops import gating
+    from parity_gate.ops.planner import case_ids
+
+    decision = gating.gate(run, baseline, args.fail_on, args.strict,
+                           case_ids(variants, providers or args.providers, eager_dtypes))
+    run.gate = decision  # results.json carries the decision (and its one verdict)
+    _report(run, decision, variants, args)
+    return decision
+
+
+def _finish(run: Any, decision: Any, variants: dict[str, Any], args: argparse.Namespace,
+            stopped: int | None) -> int:
+    """The exit code; with --update-baseline, the file rewritten from the run first."""
+    from parity_gate.ops import gating
+    from parity_gate.report.write import atomic_write
+
     if args.update_baseline and stopped is not None:
         print("parity-gate ops: interrupted: the baseline was not updated (a partial run "
               "would drop every finding it did not reach)", file=sys.stderr)
@@ -157,10 +248,10 @@ def _check_sources_cover(path: Path, sources: tuple[str, ...]) -> None:
 
     if not path.is_file():
         return
-    opinfo = [e.id for e in bl.load(path).entries if e.id.startswith("op/oi.")]
-    others = [e.id for e in bl.load(path).entries if not e.id.startswith("op/oi.")]
-    for name, ids in (("opinfo", opinfo), ("catalogue", others)):
-        if ids and SOURCES[name] not in sources:
+    entries = bl.load(path).entries
+    for name, source in SOURCES.items():
+        ids = [e.id for e in entries if source_of(e.id) == source]
+        if ids and source not in sources:
             raise UserError(f"--update-baseline: {path} has {len(ids)} entries of the "
                             f"{name} source (e.g. {ids[0]}) that this run did not sweep "
                             f"(expected --source to include {name}; they would be dropped "
@@ -267,7 +358,8 @@ def _list(op_plan: Any, selection: Any) -> int:
     return 0
 
 
-def _report(run: Any, decision: Any, op_plan: Any, args: argparse.Namespace) -> None:
+def _report(run: Any, decision: Any, variants: dict[str, Any],
+            args: argparse.Namespace) -> None:
     from parity_gate.gate.decision import notices
     from parity_gate.ops import findings, repro
     from parity_gate.report.secrets import MaskedStream
@@ -276,7 +368,7 @@ def _report(run: Any, decision: Any, op_plan: Any, args: argparse.Namespace) -> 
     out: Path = args.out
     table = findings.rows(run, decision)
     repro_dir = out / "repro"
-    repro.write_all(table, op_plan.variants, repro_dir, run.versions, args.seed)
+    repro.write_all(table, variants, repro_dir, run.versions, args.seed)
     summary = findings.render(run, table, decision, str(repro_dir))
     write_all(run, ReportPaths.in_folder(out, summary=out / "findings.md"), summary)
     console = MaskedStream(sys.stderr)

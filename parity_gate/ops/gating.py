@@ -73,7 +73,7 @@ def updated_baseline(path: Path, run: RunResult,
     old = bl.load(path) if path.is_file() else bl.Baseline(str(path))
     new, changes = bl.update(old, mine, _reason(run))
     added = {c.id for c in changes if c.action == "added"}
-    ids = [c.id for c in run.cases]
+    ids = bl.CaseIds(c.id for c in run.cases)
     kept = [_human(e, xfails, ids) for e in new.entries if e.id not in added]
     fresh = [_human(e, xfails, ids)
              for e in _compact([c for c in mine.cases if c.id in added], mine)]
@@ -82,9 +82,9 @@ def updated_baseline(path: Path, run: RunResult,
     return bl.dump(replace(new, entries=(*kept, *fresh))), changes
 
 
-def _human(entry: bl.Entry, xfails: bl.Baseline, ids: list[str]) -> bl.Entry:
+def _human(entry: bl.Entry, xfails: bl.Baseline, ids: bl.CaseIds) -> bl.Entry:
     """The entry with the reason and link of the catalogue xfail that covers it, if any."""
-    probe = next((i for i in ids if entry.matches(i)), entry.id)
+    probe = ids.first_match(entry) or entry.id
     xfail = xfails.entry_for(probe)
     if xfail is None:
         return entry
