@@ -624,3 +624,30 @@ def test_from_shard_results_updates_and_gates_the_baseline(tmp_path: Path, capsy
     assert main(["ops", "--from", *again, *out]) == 1
     assert f"regression {worse}" in capsys.readouterr().err
     assert main(["ops", "--from", *files, "--select", "sin", *out]) == 2
+
+
+def test_update_groups_an_opinfo_whose_samples_fail_alike_under_one_glob(tmp_path: Path
+                                                                         ) -> None:
+    """An op whose every sample fails alike is one entry; a glob that would also match a
+    case failing otherwise (or passing) is narrowed until it owns exactly its group."""
+    def oi(name: str, n: int, outcome: Outcome, dtype: str = "float32") -> CaseResult:
+        return _case(f"oi.{name}.{n}", outcome, dtype)
+
+    cases = [*(oi("svd", n, Outcome.UNSUPPORTED_OP, d) for n in range(3)
+               for d in ("float32", "float64")),
+             *(oi("cat", n, Outcome.INVALID_MODEL) for n in range(3)),
+             oi("cat", 3, Outcome.PASS), oi("cat", 0, Outcome.PASS, "float64"),
+             oi("cat", 1, Outcome.PASS, "float64"),
+             oi("svd.full", 0, Outcome.PASS)]  # `svd.[0-9]*` must not swallow this one
+    run = RunResult(cases=cases)
+    text, _ = gating.updated_baseline(tmp_path / "k.yml", run, {})
+    ids = [e.id for e in gating.bl.parse(text, "k").entries]
+    # cat: samples 0-2 fail on float32 but 3 passes there, and float64 passes: one by one
+    assert ids == ["op/oi.svd.[0-9]*/*", *(f"op/oi.cat.{n}/float32/normal/cpu"
+                                           for n in range(3))], ids
+    again = gating.gate(run, gating.bl.parse(text, "k"))
+    assert again.passed and not again.stale
+    assert {r.category for r in again.rulings} == {"known"}
+    new_sample = RunResult(cases=[*cases, oi("svd", 9, Outcome.CRASH)])
+    assert gating.gate(new_sample, gating.bl.parse(text, "k")).blocking \
+        == ["op/oi.svd.9/float32/normal/cpu"]  # a worse outcome than recorded

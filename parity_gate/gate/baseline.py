@@ -244,6 +244,19 @@ class CaseIds:
     def unmatched(self, entries: Iterable[Entry]) -> list[Entry]:
         return [e for e in entries if self.first_match(e) is None]
 
+    def every_match(self, entry: Entry) -> list[str]:
+        """Every id `entry` matches, in sorted order."""
+        if not entry.is_pattern:
+            return [entry.id] if entry.id in self.set else []
+        prefix, found = entry.literal_prefix, []
+        for i in range(bisect_left(self.sorted, prefix), len(self.sorted)):
+            case_id = self.sorted[i]
+            if not case_id.startswith(prefix):
+                break
+            if entry.matches(case_id):
+                found.append(case_id)
+        return found
+
 
 @dataclass(frozen=True)
 class Change:

@@ -98,25 +98,39 @@ def _reason(run: RunResult) -> str:
 
 
 def _compact(added: list[CaseResult], run: RunResult) -> list[bl.Entry]:
-    """Globs where a whole variant, or a variant on one dtype, fails alike; else case ids."""
-    groups: dict[str, list[CaseResult]] = {}
-    for case in run.cases:
-        if case.outcome is not Outcome.SKIPPED:
-            groups.setdefault(case.key.module, []).append(case)
-            groups.setdefault(f"{case.key.module}/{case.key.dtype}", []).append(case)
+    """Globs where a whole group of the run's cases fails alike, broadest first (every
+    sample of an OpInfo, then on one dtype; a variant, then on one dtype); else case ids.
+    A glob is written only if the run's cases it matches are exactly that group."""
+    ids = bl.CaseIds(c.id for c in run.cases)
+    by_id = {c.id: c for c in run.cases}
     entries: list[bl.Entry] = []
     done: set[str] = set()
     for case in added:
         if case.id in done:
             continue
-        for prefix in (case.key.module, f"{case.key.module}/{case.key.dtype}", None):
-            ran = groups.get(prefix, []) if prefix else [case]
-            if prefix is None or (len(ran) > 1 and all(c.outcome is case.outcome for c in ran)):
-                entries.append(bl.record(bl.Entry(f"{prefix}/*" if prefix else case.id,
-                                                  _why(case, run)), ran))
+        for glob in (*scopes(case), None):
+            if glob is None:
+                entries.append(bl.record(bl.Entry(case.id, _why(case, run)), [case]))
+                done.add(case.id)
+                break
+            ran = [by_id[i] for i in ids.every_match(bl.Entry(glob, ""))
+                   if by_id[i].outcome is not Outcome.SKIPPED]
+            if len(ran) > 1 and all(c.outcome is case.outcome for c in ran):
+                entries.append(bl.record(bl.Entry(glob, _why(case, run)), ran))
                 done |= {c.id for c in ran}
                 break
     return entries
+
+
+def scopes(case: CaseResult) -> list[str]:
+    """The globs that could own a failing case, broadest first. An OpInfo's samples are
+    `oi.<name>.<n>`: `oi.<name>.[0-9]*` names them all (checked against the run's ids)."""
+    module, dtype = case.key.module, case.key.dtype
+    found = [f"{module}/*", f"{module}/{dtype}/*"]
+    head, _, number = module.rpartition(".")
+    if module.startswith(variant_case_id("oi.")) and number.isdigit():
+        found = [f"{head}.[0-9]*/*", f"{head}.[0-9]*/{dtype}/*", *found]
+    return found
 
 
 def _why(case: CaseResult, run: RunResult) -> str:
