@@ -180,7 +180,7 @@ def test_maxpool_by_its_definition_is_eagers_max_pool(kernel: list[int], strides
     import torch
     from onnx import TensorProto, helper
 
-    from parity_gate.localise import spec
+    from parity_gate.compare import spec
 
     dims = len(kernel)
     shape = (2, 3) + (7,) * dims
@@ -206,7 +206,7 @@ def test_maxpool_by_its_definition_is_eagers_max_pool(kernel: list[int], strides
 
 
 def test_the_owner_rule_is_one_table() -> None:
-    from parity_gate.localise import nodes
+    from parity_gate.compare import owner as nodes
 
     assert nodes.owner_of(True, False) is Owner.KERNEL
     assert nodes.owner_of(False, True) is Owner.TRANSLATION

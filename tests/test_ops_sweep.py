@@ -160,7 +160,8 @@ def cli_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path, float]
               "op/sin/bfloat16/normal/*", "op/exp/bfloat16/normal/*",
               "op/digamma/float32/normal/*", "op/max.dim/float32/empty/*",
               "op/sdpa.3d/float32/normal/*", "op/circular.1d/float32/empty/*",
-              "op/atan2/float32/specials/*", "op/floor_divide/int64/specials/*"]
+              "op/atan2/float32/specials/*", "op/floor_divide/int64/specials/*",
+              "op/gru/float32/specials/*", "op/hamming_window/float32/normal/*"]
     cmd = [sys.executable, "-m", "parity_gate", "ops", "--out", str(out), "--no-baseline",
            "--jobs", "2", "--quiet"]
     for s in select:
@@ -215,6 +216,30 @@ def test_each_outcome_class_on_a_real_op(cli_run: tuple[int, Path, float]) -> No
     crash = cases["floor_divide/int64"]
     assert "SIGFPE" in crash.reason and crash.lost is not None
     assert crash.lost.signal == "SIGFPE"
+
+
+@pytest.mark.skipif(not _versions_match(), reason=f"outcomes recorded on {RECORDED}")
+def test_the_graph_by_onnx_definition_says_whether_graph_or_kernel_is_wrong(
+        cli_run: tuple[int, Path, float]) -> None:
+    """GRU over a NaN: eager and the ONNX graph run by ONNX's reference evaluator give NaN,
+    ONNX Runtime's GRU kernel a number: a runtime gap, reported to onnxruntime.
+    hamming_window: the graph itself computes ONNX Runtime's answer (torchlib's 25/46
+    coefficients): an exporter defect, reported to the translation."""
+    from parity_gate.model.findings import FindingClass
+    from parity_gate.model.upstream import Owner
+    from parity_gate.ops.signatures import signature_of
+
+    cases = _cases(out=cli_run[1])
+    for key, owner, found in (("gru/float32", Owner.KERNEL, FindingClass.RUNTIME),
+                              ("hamming_window/float32", Owner.TRANSLATION,
+                               FindingClass.EXPORTER)):
+        case = cases[key]
+        assert case.outcome is Outcome.MISMATCH and case.recheck is not None, key
+        definition = case.recheck.definition
+        assert definition is not None and definition.owner is owner, (key, definition)
+        assert case.op is not None and case.op.finding_class is found, key
+        assert signature_of(case).owner is owner, key
+    assert "ONNX Runtime's kernel departs" in cases["gru/float32"].explanation
 
 
 def test_reports_and_repro_scripts(cli_run: tuple[int, Path, float]) -> None:

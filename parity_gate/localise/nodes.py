@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from parity_gate import compare as cmp
+from parity_gate.compare.owner import owner_rule
 from parity_gate.engine.runtime import first_line
 from parity_gate.localise import layers
 from parity_gate.model.upstream import Owner
@@ -183,7 +184,7 @@ def cut(proto: Any, group: list[Any], output: str) -> Cut | None:
 @dataclass
 class Verdict:
     """The culprit's nodes alone, in ONNX Runtime and against an oracle of what the ONNX
-    graph computes: the op's definition (localise.spec) where it has a record, else ONNX's
+    graph computes: the op's definition (compare.spec) where it has a record, else ONNX's
     reference evaluator."""
 
     reproduces: bool         # the nodes alone differ from eager in ONNX Runtime
@@ -194,49 +195,16 @@ class Verdict:
     ref: np.ndarray | None   # ONNX's reference evaluator's answer (the repro prints it)
 
 
-@dataclass(frozen=True)
-class OwnerRule:
-    """One row of the owner rule, where ONNX Runtime differs from eager on the culprit's
-    nodes alone: how the oracle compares with eager and with ONNX Runtime, and who owns it.
-    The oracle agreeing with eager means the graph is a faithful translation of the ATen
-    call on these inputs, so ONNX Runtime's kernel departs from what it was asked to
-    compute; agreeing with ONNX Runtime means the graph itself computes the wrong thing."""
-
-    with_eager: bool | None  # None: no oracle ran
-    with_ort: bool | None
-    owner: Owner | None
-    why: str  # for an unknown owner; the kernel's and translation's name themselves
-
-
-OWNER_RULES: tuple[OwnerRule, ...] = (
-    OwnerRule(True, False, Owner.KERNEL, ""),
-    OwnerRule(False, True, Owner.TRANSLATION, ""),
-    OwnerRule(False, False, None, "split"),
-    OwnerRule(True, True, None, "the oracle is within tolerance of both eager and ONNX "
-              "Runtime, so it cannot tell them apart"),
-    OwnerRule(None, None, None, "no oracle"),
-)
-
-
-def owner_rule(with_eager: bool | None, with_ort: bool | None) -> OwnerRule:
-    return next(r for r in OWNER_RULES if (r.with_eager, r.with_ort) == (with_eager, with_ort))
-
-
-def owner_of(ref_eager: bool | None, ref_ort: bool | None) -> Owner | None:
-    """The owner rule's answer (see OWNER_RULES)."""
-    return owner_rule(ref_eager, ref_ort).owner
-
-
 def judge(part: Cut, feeds: dict[str, np.ndarray], eager: np.ndarray, tol: cmp.Tolerance,
           provider: str, fx_node: Any) -> Verdict:
     """Run the cut in ONNX Runtime (the case's provider), in `onnx.reference` and, where the
-    op has a record, by its definition (localise.spec); the definition is the oracle
+    op has a record, by its definition (compare.spec); the definition is the oracle
     where it exists, since the reference evaluator is not one on every value (MaxPool
     over NaN)."""
     import onnx
     import onnxruntime as ort
 
-    from parity_gate.localise import spec
+    from parity_gate.compare import spec
 
     options = ort.SessionOptions()
     options.log_severity_level = 3

@@ -14,6 +14,7 @@ from pydantic.dataclasses import dataclass
 from parity_gate.model.hazards import Hazard
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.record import CONFIG, Real, Record
+from parity_gate.model.upstream import Owner
 
 
 @dataclass(frozen=True, config=CONFIG)
@@ -158,6 +159,30 @@ class Rerun(Record):
         return f"persists with ORT graph optimizations {self.level} (not a fusion)"
 
 
+@dataclass(frozen=True, config=CONFIG)
+class ByDefinition(Record):
+    """The case's graph run as ONNX defines it (`oracle`: ONNX's reference evaluator, or the
+    op's definition where that is not one), judged against eager and ONNX Runtime: the
+    owner rule (compare.owner) reads whose code the difference is. A graph that computes
+    eager's answer by definition is a faithful translation, so the kernel departs."""
+
+    oracle: str
+    with_eager: bool | None = None  # None: the oracle could not run (see error)
+    with_ort: bool | None = None
+    owner: Owner | None = None
+    error: str | None = None
+
+    def describe(self) -> str:
+        if self.error:
+            return f"{self.oracle} cannot run the graph: {self.error}"
+        if self.owner is Owner.KERNEL:
+            return (f"the graph computes eager's answer by {self.oracle}: ONNX Runtime's "
+                    "kernel departs from the ONNX definition")
+        if self.owner is Owner.TRANSLATION:
+            return f"the graph computes ONNX Runtime's answer by {self.oracle}: the graph is wrong"
+        return f"{self.oracle} sides with neither side as a whole"
+
+
 class RecheckVerdict(str, enum.Enum):
     CONFIRMED = "confirmed"              # eager is (much) closer to the truth: the export is wrong
     EAGER_OFF = "eager_off"              # the exported model is (much) closer: an eager quirk
@@ -211,6 +236,7 @@ class Recheck(Record):
     onnx_error: Real | None = None
     unoptimized: Rerun | None = None  # the ORT optimizations-off re-run, when tried
     note: str = ""
+    definition: ByDefinition | None = None  # the graph by ONNX's definition, when tried
     reference: RecheckReference = RecheckReference.FLOAT64
 
     def describe(self) -> str:
@@ -218,6 +244,8 @@ class Recheck(Record):
                 f"{self.verdict.explanation.format(ref=self.reference.words)}")
         if self.unoptimized is not None and self.unoptimized.vanishes:
             text += "; the difference vanishes with ORT graph optimizations off (fusion)"
+        if self.definition is not None and self.definition.owner is not None:
+            text += f"; {self.definition.describe()}"
         if self.note:
             text += f"; {self.note}"
         return text
@@ -281,7 +309,8 @@ class FindingClass(str, enum.Enum):
     """Whose problem a failing (or dismissed) op case is; the findings table's sections."""
 
     EXPORTER = "exporter_defect"     # the exported graph computes something else
-    RUNTIME = "runtime_gap"          # a valid graph the provider has no kernel for
+    RUNTIME = "runtime_gap"          # a valid graph the provider has no kernel for, or
+    #                                  one it computes otherwise than ONNX defines
     UNSUPPORTED = "unsupported_op"   # no translation: a feature request
     EAGER = "eager_quirk"            # eager itself: layout-dependent values, crashes, wrong
     ILL_CONDITIONED = "ill_conditioned"  # a tolerance artefact, dismissed (the case passes)

@@ -17,6 +17,7 @@ from parity_gate.model.gate import GateDecision
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.model.text import md_cell
+from parity_gate.model.upstream import Owner
 
 STATUS_ORDER = ("new", "known", "n/a")
 
@@ -46,6 +47,8 @@ def finding_class(case: CaseResult) -> FindingClass | None:
         return FindingClass.EAGER
     if rc is not None and rc.verdict is RecheckVerdict.EAGER_OFF:
         return FindingClass.EAGER
+    if rc is not None and rc.definition is not None and rc.definition.owner is Owner.KERNEL:
+        return FindingClass.RUNTIME  # the graph computes eager's answer by definition
     return FindingClass.EXPORTER
 
 
@@ -131,6 +134,8 @@ def _recheck(case: CaseResult) -> str:
     parts = [rc.verdict.value] if rc is not None else []
     if rc is not None and rc.unoptimized is not None and rc.unoptimized.vanishes:
         parts.append("vanishes with ORT optimizations off")
+    if rc is not None and rc.definition is not None and rc.definition.owner is not None:
+        parts.append(f"{rc.definition.owner.value} by {rc.definition.oracle}")
     if case.op is not None and case.op.low_precision is not None:
         parts.append("graph computes in lower precision")
     return "; ".join(parts)

@@ -79,7 +79,9 @@ def symptom_of(case: CaseResult) -> Symptom:
 
 def owner_of(case: CaseResult, symptom: Symptom) -> Owner:
     """Whose code it is: a missing kernel, an ONNX Runtime crash or a difference that
-    vanishes with ORT's graph optimizations off is the runtime's; a failure while
+    vanishes with ORT's graph optimizations off is the runtime's; where the graph run by
+    ONNX's definition gives eager's answer, the kernel's, and ONNX Runtime's, the
+    translation's (compare.owner); a failure while
     capturing (or the legacy tracer, which lives in torch) is torch's; the rest is the
     translation's."""
     rc = case.recheck
@@ -90,6 +92,8 @@ def owner_of(case: CaseResult, symptom: Symptom) -> Owner:
         return Owner.KERNEL
     if rc is not None and rc.unoptimized is not None and rc.unoptimized.vanishes:
         return Owner.KERNEL
+    if rc is not None and rc.definition is not None and rc.definition.owner is not None:
+        return rc.definition.owner  # the graph by ONNX's definition sides with one side
     if case.reason.startswith("torch.export") or case.provenance.exporter == "torchscript":
         return Owner.CAPTURE
     return Owner.TRANSLATION

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import time
 import traceback
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -29,6 +30,7 @@ from parity_gate.engine.stages import StageFailure
 from parity_gate.engine.tensors import leaves, to_numpy, to_torch
 from parity_gate.hazards import precision
 from parity_gate.model.findings import (
+    ByDefinition,
     EagerQuirk,
     LowPrecision,
     OpCase,
@@ -529,7 +531,46 @@ def _recheck(case: _Case, got: list[np.ndarray], failing: list[int], graphs: _Gr
         rerun = Rerun("disabled", again.outcome, max_abs=worst)
     except StageFailure as failure:
         rerun = Rerun("disabled", None, error=failure.reason)
-    return replace(checked, unoptimized=rerun)
+    definition = None if rerun.vanishes else _by_definition(case, got, failing, graphs)
+    return replace(checked, unoptimized=rerun, definition=definition)
+
+
+def _by_definition(case: _Case, got: list[np.ndarray], failing: list[int],
+                   graphs: _Graphs) -> ByDefinition:
+    """The case's graph (the one ONNX Runtime ran) evaluated as ONNX defines it, on the
+    same inputs, and judged against eager and against ONNX Runtime on the failing
+    outputs: the owner rule says whether the graph or the kernel computes otherwise."""
+    from onnx.reference import ReferenceEvaluator
+
+    from parity_gate.compare import spec
+    from parity_gate.compare.owner import owner_rule
+
+    names = case.output_names
+    part = og.extract(graphs.model, names)
+    wanted = {i.name for i in part.graph.input}
+    feeds = {graphs.inputs.get(k, k): v for k, v in case.feeds.items()
+             if graphs.inputs.get(k, k) in wanted}
+    oracle = "ONNX's reference evaluator"
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            values = [np.asarray(v) for v in ReferenceEvaluator(part).run(names, feeds)]
+    except Exception as exc:  # an op or dtype the reference does not implement
+        return ByDefinition(oracle, error=first_line(f"{type(exc).__name__}: {exc}", 200))
+    for m, name in enumerate(names):
+        defined = spec.evaluate(part, feeds, name)
+        if defined is not None:
+            values[m] = defined[0].astype(case.eager[m].dtype) \
+                if case.eager[m].dtype.kind == "f" else defined[0]
+            oracle = f"the definition of {defined[1].op}"
+    dtype = case.unit.dtype
+
+    def agrees(side: list[np.ndarray]) -> bool:
+        return judge(case.variant, dtype, [side[m] for m in failing],
+                     [values[m] for m in failing]).outcome is Outcome.PASS
+
+    with_eager, with_ort = agrees(case.eager), agrees(got)
+    return ByDefinition(oracle, with_eager, with_ort, owner_rule(with_eager, with_ort).owner)
 
 
 def _either(eager: np.ndarray, strided: np.ndarray, got: np.ndarray) -> np.ndarray:
