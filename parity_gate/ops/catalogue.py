@@ -1053,9 +1053,35 @@ QUANT = _family("quantize", [
                Arg("z", (8,), kind="index", low=-3, high=3)), "input_classes": NO_SPECIALS}),
 ])
 
-VARIANTS: list[OpVariant] = [
+_TORCHLIB = "https://github.com/microsoft/onnxscript/blob/main/onnxscript/function_libs/torch_lib"
+# Known upstream, reviewed against torchlib's source: deliberate choices and open reports.
+# variant id → (reason, link, dtypes where it fails; the others pass or fail otherwise).
+KNOWN: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "hamming_window": (
+        "lowered to ONNX HammingWindow, whose definition uses alpha=25/46, beta=21/46 where "
+        "torch uses 0.54/0.46: w[0] 0.0870 vs 0.08 (aten_hamming_window's comment: kept "
+        "for performance)", "https://onnx.ai/onnx/operators/onnx__HammingWindow.html",
+        ("float32", "float64")),
+    "_native_batch_norm_legit_functional": (
+        "training=True is overridden (`training = False`, a TODO in torchlib's "
+        "aten__native_batch_norm_legit_functional): the batch is normalised with the "
+        "running statistics", f"{_TORCHLIB}/ops/core.py", ("float32",)),
+    "nll_loss_forward": (
+        "total_weight is faked as Size(output) (a FIXME in torchlib's "
+        "aten_nll_loss_forward): 1 where eager counts the non-ignored targets",
+        f"{_TORCHLIB}/ops/nn.py", ("float16", "float32", "float64")),
+}
+
+
+def _known(variants: list[OpVariant]) -> list[OpVariant]:
+    return [v.xfail(*KNOWN[v.id][:2], dtypes=KNOWN[v.id][2]) if v.id in KNOWN else v
+            for v in variants]
+
+
+VARIANTS: list[OpVariant] = _known([
     *UNARY, *ROUNDING, *CAST, *PREDICATE, *BINARY, *COMPARE, *REDUCTION, *SOFTMAX,
     *CUMULATIVE, *SORT, *SELECT, *INDEX, *SCATTER, *LOSS, *SPECIAL, *ACTIVATION, *NORM,
     *POOL, *INTERP, *PAD, *ATTENTION, *LINALG, *RECURRENT, *EMBEDDING_BAG, *SPECTRAL,
     *COMPLEX, *INTERNAL, *RANDOM, *DYNAMIC, *ALIAS, *QUANT,
-]
+])
+assert set(KNOWN) <= {v.id for v in VARIANTS}, "a KNOWN entry names no variant"
