@@ -651,3 +651,17 @@ def test_update_groups_an_opinfo_whose_samples_fail_alike_under_one_glob(tmp_pat
     new_sample = RunResult(cases=[*cases, oi("svd", 9, Outcome.CRASH)])
     assert gating.gate(new_sample, gating.bl.parse(text, "k")).blocking \
         == ["op/oi.svd.9/float32/normal/cpu"]  # a worse outcome than recorded
+
+
+@pytest.mark.process
+def test_a_repro_folder_that_cannot_be_written_never_costs_the_reports(tmp_path: Path,
+                                                                        capsys) -> None:
+    from parity_gate.cli import main
+
+    (tmp_path / "repro").write_text("a file where the repro folder goes")
+    code = main(["ops", "--select", "op/atan2/float32/specials/*", "--no-baseline",
+                 "--jobs", "1", "--quiet", "--out", str(tmp_path)])
+    assert code == 1  # the finding still fails the gate
+    err = capsys.readouterr().err
+    assert "repro scripts not written: " in err and "Traceback" not in err
+    assert {"results.json", "junit.xml", "findings.md"} <= {p.name for p in tmp_path.iterdir()}

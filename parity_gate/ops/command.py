@@ -360,6 +360,7 @@ def _list(op_plan: Any, selection: Any) -> int:
 
 def _report(run: Any, decision: Any, variants: dict[str, Any],
             args: argparse.Namespace) -> None:
+    from parity_gate.engine.runtime import first_line
     from parity_gate.gate.decision import notices
     from parity_gate.ops import findings, repro
     from parity_gate.report.secrets import MaskedStream
@@ -368,10 +369,14 @@ def _report(run: Any, decision: Any, variants: dict[str, Any],
     out: Path = args.out
     table = findings.rows(run, decision)
     repro_dir = out / "repro"
-    repro.write_all(table, variants, repro_dir, run.versions, args.seed)
     summary = findings.render(run, table, decision, str(repro_dir))
     write_all(run, ReportPaths.in_folder(out, summary=out / "findings.md"), summary)
     console = MaskedStream(sys.stderr)
+    try:  # after the reports: a repro folder that cannot be written never costs them
+        repro.write_all(table, variants, repro_dir, run.versions, args.seed)
+    except (OSError, UserError) as exc:
+        print(f"parity-gate ops: repro scripts not written: {first_line(str(exc), 300)}",
+              file=console)
     if not args.quiet:
         for line in findings.summary_lines(table):
             print(f"  {line}", file=console)
