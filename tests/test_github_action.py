@@ -187,3 +187,21 @@ def test_cli_upstream_then_comment(tmp_path: Path, servers: tuple[FakeGitHub, Fa
                   "--pr", "7")
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1
     assert "nope.json: results file not found" in missing.stderr
+
+
+def test_the_post_steps_job_summary_follows_the_one_rule(tmp_path: Path, capsys) -> None:
+    """Appended and masked like every summary; a folder or a link in its place is a
+    one-line warning, never a traceback that fails the post step."""
+    from parity_gate.github import post
+
+    summary = tmp_path / "summary"
+    post._summary({"GITHUB_STEP_SUMMARY": str(summary)}, "### Upstream")
+    post._summary({"GITHUB_STEP_SUMMARY": str(summary)}, "more")
+    assert summary.read_text() == "### Upstream\nmore\n"
+    (tmp_path / "target").write_text("")
+    (tmp_path / "link").symlink_to(tmp_path / "target")
+    for bad in (tmp_path, tmp_path / "link"):
+        post._summary({"GITHUB_STEP_SUMMARY": str(bad)}, "text")
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "GITHUB_STEP_SUMMARY" in err and "Traceback" not in err
+    assert (tmp_path / "target").read_text() == ""

@@ -20,6 +20,7 @@ from parity_gate.gate.merge import read_results
 from parity_gate.github import comment, upstream, upstream_pass
 from parity_gate.github.client import DEFAULT_API_URL, GitHubClient, GitHubError, search_rate
 from parity_gate.github.commands import Annotation, escape_data, write_outputs
+from parity_gate.model.files import append_step_summary
 from parity_gate.model.results import RunResult
 from parity_gate.model.text import md_text, one_line
 from parity_gate.report.write import atomic_write, run_json
@@ -134,10 +135,11 @@ def _comment(run: RunResult, inputs: Mapping[str, str], env: Mapping[str, str],
 
 
 def _summary(env: Mapping[str, str], text: str) -> None:
-    path = env.get("GITHUB_STEP_SUMMARY")
-    if path and text:
-        with open(path, "a", encoding="utf-8") as fh:
-            fh.write(text + "\n")
+    """The job summary by the one rule for it (masked, never through a link); a summary
+    that cannot be written is a one-line notice, never the post step's failure."""
+    problem = append_step_summary(text + "\n", env) if text else ""
+    if problem:
+        print(one_line(f"parity-gate: warning: {problem}"), file=sys.stderr)
 
 
 def _warn(env: Mapping[str, str], warnings: list[str]) -> None:
