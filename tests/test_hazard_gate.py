@@ -41,3 +41,57 @@ def test_a_promoted_hazard_blocks_and_a_silenced_one_is_gone(tmp_path: Path) -> 
     run = read_results(quiet / "out" / "results.json")[1]
     assert not [f for f in run.findings if f.hazard is not None and
                 f.hazard.rule == "training-mode"]
+
+
+ORDER_MODELS = '''
+import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(48, 4)
+
+    def forward(self, x, w):
+        return self.fc(x.reshape(len(x), -1)) + w.sum()  # len(x): the batch, baked
+
+
+def build():
+    return Net().eval()
+'''
+
+ORDER_MANIFEST = '''
+version: 1
+python_path: [.]
+defaults:
+  batch_sizes: [2]
+  dtypes: [float32]
+  export: {exporter: torchscript}
+fixtures:
+  vec:
+    kind: random
+    samples: 1
+    inputs:
+      w: {shape: [5]}
+      x: {shape: [batch, 3, 4, 4]}
+modules:
+  - name: net
+    factory: models:build
+    fixtures: [vec]
+    inputs:  # not forward()'s order (x, w): the rules must still pair each spec with its tensor
+      - {name: w}
+      - {name: x, dynamic: {0: batch}}
+'''
+
+
+@pytest.mark.process
+def test_hazard_rules_read_each_input_by_name_not_by_manifest_order(tmp_path: Path) -> None:
+    """The export's tensors follow forward()'s order; paired with the manifest's order
+    instead, `batch` would read w's size (5), and the literal batch (the export's 2) baked
+    into the Reshape would go unseen."""
+    (tmp_path / "models.py").write_text(ORDER_MODELS)
+    (tmp_path / "parity.yml").write_text(ORDER_MANIFEST)
+    main(["run", str(tmp_path / "parity.yml"), "--out", str(tmp_path / "out"), "--quiet"])
+    run = read_results(tmp_path / "out" / "results.json")[1]
+    rules = {f.hazard.rule: f.message for f in run.findings if f.hazard is not None}
+    assert "baked-dim" in rules, rules

@@ -370,8 +370,12 @@ def _hazard_context(ctx: _Ctx, mod: _Module, example: dict[str, np.ndarray],
     """What the export-hazard rules read: this dtype's export, or its error."""
     job = ctx.job
     tensors = [to_torch(example[n], mod.device) for n in mod.binding.order]
+    # The specs in the order the tensors (and the program's inputs) follow, forward()'s,
+    # not the manifest's: the rules pair them up by position.
+    by_name = {spec.name: spec for spec in job.module.inputs}
+    specs = [by_name[n] for n in mod.binding.order if n in by_name]
     return HazardContext(
-        job.name, job.export.exporter or "dynamo", job.module.inputs, tensors, export_batch,
+        job.name, job.export.exporter or "dynamo", specs, tensors, export_batch,
         job.settings.batch_sizes or [], mod.dtype, mod.typed, ctx.training,
         exported.model if exported else b"", job.export.optimize,
         exported.program if exported else None,
