@@ -459,3 +459,28 @@ def test_localisation_reads_the_runs_exports_instead_of_exporting_again(
     assert loc.culprit is not None and loc.culprit.owner is Owner.KERNEL
     assert isinstance(handed.model, bytes)
     assert onnx.load_from_string(handed.model).graph.output[0].name == "output0"
+
+
+@pytest.mark.parametrize(("shape", "axes", "undefined"), [
+    ((2, 0), [1], True), ((0, 3), [1], False), ((2, 3), [1], False), ((0,), None, True)])
+def test_reduce_mean_over_an_empty_set_is_undefined_by_definition(
+        shape: tuple[int, ...], axes: list[int] | None, undefined: bool) -> None:
+    """ReduceMean-18's doc: "Reduction over an empty set of values yields undefined": only
+    a reduced axis of length 0 makes it so (reducing (0, 3) over axis 1 reduces nothing)."""
+    from onnx import TensorProto, helper
+
+    from parity_gate.compare import spec
+
+    inputs = ["x"] + (["axes"] if axes is not None else [])
+    node = helper.make_node("ReduceMean", inputs, ["y"], name="mean")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, shape)], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    values = {"x": np.zeros(shape, np.float32)}
+    if axes is not None:
+        values["axes"] = np.array(axes, np.int64)
+    found = spec.undefined_at(model, values)
+    assert (found is not None) is undefined, found
+    if undefined:
+        assert found.startswith("mean: ReduceMean over an empty set")

@@ -169,3 +169,41 @@ def evaluate(model: Any, feeds: dict[str, np.ndarray], output: str
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     got = spec.evaluate(wide, attrs)
     return None if got is None else (np.asarray(got), spec)
+
+
+# Where the definition itself leaves the result undefined, no value is wrong by it: a
+# graph that reaches such a node on these inputs relies on what the standard does not
+# promise (one record per op, with the doc's words).
+UNDEFINED: dict[str, str] = {
+    "ReduceMean": "ReduceMean over an empty set (ReduceMean-18: \"Reduction over an empty "
+                  "set of values yields undefined\")",
+}
+
+
+def _reduced_axes(node: Any, values: dict[str, np.ndarray], rank: int) -> list[int]:
+    from onnx import helper
+
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    axes_in = values.get(node.input[1]) if len(node.input) > 1 and node.input[1] else None
+    axes = [int(a) for a in (axes_in.reshape(-1) if axes_in is not None
+                             else attrs.get("axes", []))]
+    if not axes:
+        return [] if attrs.get("noop_with_empty_axes", 0) else list(range(rank))
+    return [a % rank for a in axes] if rank else []
+
+
+def undefined_at(model: Any, values: dict[str, np.ndarray]) -> str | None:
+    """The first node of `model` whose result ONNX leaves undefined on the values it got
+    (`values`: every intermediate result of a reference run), described; None if none."""
+    for node in model.graph.node:
+        if node.op_type not in UNDEFINED or node.domain not in ("", "ai.onnx"):
+            continue
+        data = values.get(node.input[0]) if node.input else None
+        if data is None:
+            continue
+        data = np.asarray(data)
+        axes = _reduced_axes(node, values, data.ndim)
+        if data.size == 0 and (not axes or any(data.shape[a] == 0 for a in axes)
+                               or data.ndim == 0):
+            return f"{node.name or node.op_type}: {UNDEFINED[node.op_type]}"
+    return None

@@ -171,8 +171,12 @@ class ByDefinition(Record):
     with_ort: bool | None = None
     owner: Owner | None = None
     error: str | None = None
+    undefined: str | None = None  # a node ONNX leaves undefined on these values
 
     def describe(self) -> str:
+        if self.undefined:
+            return (f"the graph reaches {self.undefined}: the translation relies on what "
+                    "ONNX leaves undefined")
         if self.error:
             return f"{self.oracle} cannot run the graph: {self.error}"
         if self.owner is Owner.KERNEL:

@@ -43,6 +43,7 @@ from parity_gate.model.findings import (
 from parity_gate.model.keys import CaseKey
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, Provenance
+from parity_gate.model.upstream import Owner
 from parity_gate.ops import exact
 from parity_gate.ops import onnxgraph as og
 from parity_gate.ops.export import CASE_FILE, EXPORT_OPTIONS, Exported, export_batch
@@ -554,9 +555,14 @@ def _by_definition(case: _Case, got: list[np.ndarray], failing: list[int],
     try:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            values = [np.asarray(v) for v in ReferenceEvaluator(part).run(names, feeds)]
+            every = ReferenceEvaluator(part).run(None, feeds, intermediate=True)
     except Exception as exc:  # an op or dtype the reference does not implement
         return ByDefinition(oracle, error=first_line(f"{type(exc).__name__}: {exc}", 200))
+    assert isinstance(every, dict)
+    undefined = spec.undefined_at(part, {**feeds, **every})
+    if undefined is not None:  # no value is wrong by the definition: the graph is
+        return ByDefinition(oracle, owner=Owner.TRANSLATION, undefined=undefined)
+    values = [np.asarray(every[n]) for n in names]
     for m, name in enumerate(names):
         defined = spec.evaluate(part, feeds, name)
         if defined is not None:
