@@ -71,21 +71,26 @@ def _elementwise(largest: bool) -> Evaluate:
     return evaluate
 
 
+def _axes(axes_in: np.ndarray | None, attrs: Attributes, rank: int) -> list[int] | None:
+    """A Reduce* node's axes (its input, else its attribute), non-negative; every axis when
+    none is given, None when `noop_with_empty_axes` makes it return its input as is."""
+    axes = [int(a) for a in (axes_in.reshape(-1) if axes_in is not None
+                             else attrs.get("axes", []))]
+    if not axes:
+        return None if attrs.get("noop_with_empty_axes", 0) else list(range(rank))
+    return [a % rank for a in axes] if rank else []
+
+
 def _reduce(largest: bool) -> Evaluate:
     def evaluate(inputs: Sequence[np.ndarray | None], attrs: Attributes) -> np.ndarray | None:
         data = inputs[0] if inputs else None
         if data is None or data.size == 0:
             return None
-        axes_in = inputs[1] if len(inputs) > 1 else None
-        axes = [int(a) for a in (axes_in.reshape(-1) if axes_in is not None
-                                 else attrs.get("axes", []))]
-        keep = bool(attrs.get("keepdims", 1))
-        if not axes:
-            if attrs.get("noop_with_empty_axes", 0):
-                return data
-            axes = list(range(data.ndim))
+        axes = _axes(inputs[1] if len(inputs) > 1 else None, attrs, data.ndim)
+        if axes is None:
+            return data
         fn = np.max if largest else np.min  # NaN-propagating, like np.maximum.reduce
-        return np.asarray(fn(data, axis=tuple(a % data.ndim for a in axes), keepdims=keep))
+        return np.asarray(fn(data, axis=tuple(axes), keepdims=bool(attrs.get("keepdims", 1))))
     return evaluate
 
 
@@ -180,21 +185,11 @@ UNDEFINED: dict[str, str] = {
 }
 
 
-def _reduced_axes(node: Any, values: dict[str, np.ndarray], rank: int) -> list[int]:
-    from onnx import helper
-
-    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    axes_in = values.get(node.input[1]) if len(node.input) > 1 and node.input[1] else None
-    axes = [int(a) for a in (axes_in.reshape(-1) if axes_in is not None
-                             else attrs.get("axes", []))]
-    if not axes:
-        return [] if attrs.get("noop_with_empty_axes", 0) else list(range(rank))
-    return [a % rank for a in axes] if rank else []
-
-
 def undefined_at(model: Any, values: dict[str, np.ndarray]) -> str | None:
     """The first node of `model` whose result ONNX leaves undefined on the values it got
     (`values`: every intermediate result of a reference run), described; None if none."""
+    from onnx import helper
+
     for node in model.graph.node:
         if node.op_type not in UNDEFINED or node.domain not in ("", "ai.onnx"):
             continue
@@ -202,7 +197,9 @@ def undefined_at(model: Any, values: dict[str, np.ndarray]) -> str | None:
         if data is None:
             continue
         data = np.asarray(data)
-        axes = _reduced_axes(node, values, data.ndim)
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        axes_in = values.get(node.input[1]) if len(node.input) > 1 and node.input[1] else None
+        axes = _axes(axes_in, attrs, data.ndim) or []
         if data.size == 0 and (not axes or any(data.shape[a] == 0 for a in axes)
                                or data.ndim == 0):
             return f"{node.name or node.op_type}: {UNDEFINED[node.op_type]}"

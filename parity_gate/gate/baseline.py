@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, Context
 from functools import cached_property
@@ -33,7 +33,7 @@ from parity_gate.manifest.located import (
     validate,
 )
 from parity_gate.model.gate import FIGURES, Figures
-from parity_gate.model.keys import is_glob, matches
+from parity_gate.model.keys import GLOB_CHARS, is_glob, matches
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, RunResult
 
@@ -131,7 +131,7 @@ class Entry:
     @property
     def literal_prefix(self) -> str:
         """What every id it matches starts with: the id up to its first glob character."""
-        return self.id[:next((i for i, ch in enumerate(self.id) if ch in "*?["),
+        return self.id[:next((i for i, ch in enumerate(self.id) if ch in GLOB_CHARS),
                              len(self.id))]
 
     def matches(self, case_id: str) -> bool:
@@ -228,34 +228,28 @@ class CaseIds:
         self.set = set(self.sorted)
 
     def first_match(self, entry: Entry) -> str | None:
-        if entry.id in self.set:
-            return entry.id
-        if not entry.is_pattern:
-            return None
-        prefix = entry.literal_prefix
-        for i in range(bisect_left(self.sorted, prefix), len(self.sorted)):
-            case_id = self.sorted[i]
-            if not case_id.startswith(prefix):
-                return None
-            if entry.matches(case_id):
-                return case_id
-        return None
+        return next(self._matching(entry), None)
+
+    def every_match(self, entry: Entry) -> list[str]:
+        """Every id `entry` matches, in sorted order."""
+        return list(self._matching(entry))
 
     def unmatched(self, entries: Iterable[Entry]) -> list[Entry]:
         return [e for e in entries if self.first_match(e) is None]
 
-    def every_match(self, entry: Entry) -> list[str]:
-        """Every id `entry` matches, in sorted order."""
+    def _matching(self, entry: Entry) -> Iterator[str]:
+        """The ids `entry` matches, scanning only the range of its literal prefix."""
         if not entry.is_pattern:
-            return [entry.id] if entry.id in self.set else []
-        prefix, found = entry.literal_prefix, []
+            if entry.id in self.set:
+                yield entry.id
+            return
+        prefix = entry.literal_prefix
         for i in range(bisect_left(self.sorted, prefix), len(self.sorted)):
             case_id = self.sorted[i]
             if not case_id.startswith(prefix):
-                break
+                return
             if entry.matches(case_id):
-                found.append(case_id)
-        return found
+                yield case_id
 
 
 @dataclass(frozen=True)

@@ -49,8 +49,11 @@ def _compiled(pattern: str) -> re.Pattern[str]:
     return re.compile(f"(?:{whole})|(?:{under})")
 
 
+GLOB_CHARS = "*?["
+
+
 def is_glob(pattern: str) -> bool:
-    return any(ch in pattern for ch in "*?[")
+    return any(ch in pattern for ch in GLOB_CHARS)
 
 
 def matches(case_id: str, pattern: str) -> bool:

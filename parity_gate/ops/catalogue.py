@@ -283,14 +283,6 @@ SOFTMAX = _family("softmax", [
     ("softmin.dtype_f32", "F.softmin(x, dim=-1, dtype=torch.float32)"),
 ])
 
-# Known upstream: softmax(dtype=) is lowered in the input's precision and cast afterwards.
-SOFTMAX_DTYPE = ("softmax/log_softmax(dtype=) computed in the input's precision, then cast "
-                 "(the CPU provider hides it: values match)")
-SOFTMAX_DTYPE_LINK = "https://github.com/pytorch/pytorch/issues/153393"
-_WIDER = {"dtype_f32": ("float16",), "dtype_f64": ("float16", "float32")}
-SOFTMAX = [v.xfail(SOFTMAX_DTYPE, SOFTMAX_DTYPE_LINK, dtypes=_WIDER[v.id.split(".")[-1]])
-           if v.id in ("softmax.dtype_f32", "softmax.dtype_f64", "log_softmax.dtype_f32",
-                       "log_softmax.dtype_f64") else v for v in SOFTMAX]
 
 CUMULATIVE = _family("cumulative", [
     ("cumsum", "torch.cumsum(x, dim=-1)", {"dtypes": ALL}),
@@ -1056,7 +1048,14 @@ QUANT = _family("quantize", [
 _TORCHLIB = "https://github.com/microsoft/onnxscript/blob/main/onnxscript/function_libs/torch_lib"
 # Known upstream, reviewed against torchlib's source: deliberate choices and open reports.
 # variant id → (reason, link, dtypes where it fails; the others pass or fail otherwise).
+# softmax(dtype=) is lowered in the input's precision and cast afterwards.
+SOFTMAX_DTYPE = ("softmax/log_softmax(dtype=) computed in the input's precision, then cast "
+                 "(the CPU provider hides it: values match)",
+                 "https://github.com/pytorch/pytorch/issues/153393")
 KNOWN: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    **{f"{op}.dtype_f32": (*SOFTMAX_DTYPE, ("float16",)) for op in ("softmax", "log_softmax")},
+    **{f"{op}.dtype_f64": (*SOFTMAX_DTYPE, ("float16", "float32"))
+       for op in ("softmax", "log_softmax")},
     "hamming_window": (
         "lowered to ONNX HammingWindow, whose definition uses alpha=25/46, beta=21/46 where "
         "torch uses 0.54/0.46: w[0] 0.0870 vs 0.08 (aten_hamming_window's comment: kept "

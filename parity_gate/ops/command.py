@@ -76,7 +76,7 @@ def add_parser(sub: Any, commands: dict[str, Callable[[argparse.Namespace], int]
 def run_command(args: argparse.Namespace) -> int:
     import parity_gate.ops.sweep  # noqa: F401  (imported before the signal handler is set)
     from parity_gate.ops.accepted import accepted
-    from parity_gate.ops.planner import DEFAULT_BATCH, Selection, plan
+    from parity_gate.ops.planner import DEFAULT_BATCH, Selection, case_ids, plan
     from parity_gate.plan.sharding import Shard
 
     if args.from_results is not None:
@@ -102,9 +102,10 @@ def run_command(args: argparse.Namespace) -> int:
     baseline = _baseline(args, sources, variants)
     run = new_run(op_plan)
     run.shard = str(shard) if shard is not None else None
+    universe = case_ids(variants, args.providers, eager_dtypes)
     with interruptible() as signals:  # reports included: later signals wait for them
         execute(run, op_plan, selection, args.jobs, signals, quiet=args.quiet)
-        decision = _decide_and_report(run, baseline, variants, eager_dtypes, args)
+        decision = _decide_and_report(run, baseline, variants, universe, args)
     return _finish(run, decision, variants, args, signals.stopped)
 
 
@@ -130,19 +131,19 @@ def _from_results(args: argparse.Namespace) -> int:
     sources = tuple(dict.fromkeys(sorted(source_of(c.id) for c in run.cases)))
     providers = sorted({c.key.provider for c in run.cases})
     variants, eager_dtypes = load_sources(sources, accepted)
+    universe = case_ids(variants, providers, eager_dtypes)
     if args.update_baseline:
         if run.interrupted:
             raise UserError("--update-baseline: the results are of an interrupted run (a "
                             "partial run would drop every finding it did not reach)")
-        have = {c.id for c in run.cases}
-        missing = sorted(case_ids(variants, providers, eager_dtypes) - have)
+        missing = sorted(universe - {c.id for c in run.cases})
         if missing:
             raise UserError(f"--update-baseline: the results lack {len(missing)} planned "
                             f"case(s) of the {' and '.join(_names(sources))} source(s), e.g. "
                             f"{missing[0]} (expected every shard of a whole sweep)")
     baseline = _baseline(args, sources, variants)
     with interruptible() as signals:
-        decision = _decide_and_report(run, baseline, variants, eager_dtypes, args, providers)
+        decision = _decide_and_report(run, baseline, variants, universe, args)
     return _finish(run, decision, variants, args, signals.stopped)
 
 
@@ -180,14 +181,12 @@ def _baseline(args: argparse.Namespace, sources: tuple[str, ...],
                                            if source_of(e.id) in sources))
 
 
-def _decide_and_report(run: Any, baseline: Any, variants: dict[str, Any],
-                       eager_dtypes: dict[str, tuple[str, ...]], args: argparse.Namespace,
-                       providers: list[str] | None = None) -> Any:
+def _decide_and_report(run: Any, baseline: Any, variants: dict[str, Any], universe: set[str],
+                       args: argparse.Namespace) -> Any:
+    """`universe`: every planned case id of the swept sources (stale entries match none)."""
     from parity_gate.ops import gating
-    from parity_gate.ops.planner import case_ids
 
-    decision = gating.gate(run, baseline, args.fail_on, args.strict,
-                           case_ids(variants, providers or args.providers, eager_dtypes))
+    decision = gating.gate(run, baseline, args.fail_on, args.strict, universe)
     run.gate = decision  # results.json carries the decision (and its one verdict)
     _report(run, decision, variants, args)
     return decision

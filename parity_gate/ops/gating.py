@@ -76,7 +76,7 @@ def updated_baseline(path: Path, run: RunResult,
     ids = bl.CaseIds(c.id for c in run.cases)
     kept = [_human(e, xfails, ids) for e in new.entries if e.id not in added]
     fresh = [_human(e, xfails, ids)
-             for e in _compact([c for c in mine.cases if c.id in added], mine)]
+             for e in _compact([c for c in mine.cases if c.id in added], mine, ids)]
     changes = [c for c in changes if c.action != "added"] + [
         bl.Change("added", e.id, e.reason) for e in fresh]
     return bl.dump(replace(new, entries=(*kept, *fresh))), changes
@@ -97,11 +97,10 @@ def _reason(run: RunResult) -> str:
         f"{k} {v[k]}" for k in ("torch", "onnxscript", "onnxruntime") if k in v))
 
 
-def _compact(added: list[CaseResult], run: RunResult) -> list[bl.Entry]:
-    """Globs where a whole group of the run's cases fails alike, broadest first (every
-    sample of an OpInfo, then on one dtype; a variant, then on one dtype); else case ids.
-    A glob is written only if the run's cases it matches are exactly that group."""
-    ids = bl.CaseIds(c.id for c in run.cases)
+def _compact(added: list[CaseResult], run: RunResult, ids: bl.CaseIds) -> list[bl.Entry]:
+    """Globs where a whole group of the run's cases (`ids`) fails alike, broadest first
+    (every sample of an OpInfo, then on one dtype; a variant, then on one dtype); else case
+    ids. A glob is written only if the run's cases it matches are exactly that group."""
     by_id = {c.id: c for c in run.cases}
     entries: list[bl.Entry] = []
     done: set[str] = set()
