@@ -51,8 +51,18 @@ def test_one_bad_op_never_hides_the_others() -> None:
     units += [Unit("t.sin_bf16", "bfloat16", "normal"), Unit("t.rejected", "float32", "empty")]
     selection = Selection()
     job = job_for("mixed", units, selection, TEST_SOURCES, 0)
+    # A later job meets a variant whose export already failed: sent as a suspect, exported
+    # apart from the batch (its own worker may never have seen it fail).
+    later = job_for("later", [Unit("t.no_translation", "float32", "specials"),
+                              Unit("t.cos", "float32", "specials")], selection, TEST_SOURCES, 0)
     stats = SweepStats()
-    results = list(sweep(OpPlan([job], [], variants), selection, workers=1, stats=stats))
+    results = list(sweep(OpPlan([job, later], [], variants), selection, workers=1,
+                         stats=stats))
+    assert stats.suspects == {"t.no_translation"} and stats.forewarned == 1
+    assert {r.op.variant: r.outcome for r in results if r.key.inputs == "specials"
+            and r.op is not None} == {"t.no_translation": Outcome.UNSUPPORTED_OP,
+                                      "t.cos": Outcome.PASS}
+    results = [r for r in results if r.key.inputs != "specials"]
 
     assert all(r.op is not None for r in results)
     by_variant = {r.op.variant: r for r in results if r.op is not None}

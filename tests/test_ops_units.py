@@ -657,3 +657,31 @@ def test_update_groups_an_opinfo_whose_samples_fail_alike_under_one_glob(tmp_pat
     assert gating.gate(new_sample, gating.bl.parse(text, "k")).blocking \
         == ["op/oi.svd.9/float32/normal/cpu"]  # a worse outcome than recorded
 
+
+
+def test_an_error_raised_while_decomposing_is_pinned_on_its_case() -> None:
+    """Real export: bucketize's data-dependent guard and diagonal_scatter's non-functional
+    decomposition fail inside torch.onnx.export's decomposition, where no frame of the
+    case is on the stack; the node the error names still says whose it is (else every
+    such failure costs a big batch log2(n) halvings)."""
+    import torch
+
+    from parity_gate.ops.export import export_batch
+
+    def fail_of(fns: list, tensors: list[list]) -> StageFailure:
+        with pytest.raises(StageFailure) as info:
+            export_batch(fns, tensors, [f"c{k}_a{i}" for k, ts in enumerate(tensors)
+                                        for i in range(len(ts))],
+                         [f"c{k}_o0" for k in range(len(fns))], list(range(len(fns))))
+        return info.value
+
+    ok = (lambda a: torch.abs(a), [torch.linspace(-1, 1, 12).reshape(3, 4)])
+    guard = (lambda a, b: torch.bucketize(a, b, right=True),  # a 0-d input: OpInfo's sample
+             [torch.tensor(0.25), torch.tensor([-0.5, 0.0, 0.5])])
+    mutating = (lambda a, b: torch.diagonal_scatter(a, b, 2),
+                [torch.zeros(5, 5), torch.ones(3)])
+    for bad in (guard, mutating):
+        cases = [ok, ok, bad, ok]
+        failure = fail_of([f for f, _ in cases], [t for _, t in cases])
+        assert failure.reason.startswith("translation:"), failure.reason
+        assert failure.culprits == {2}, failure.reason

@@ -38,7 +38,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing import resource_tracker
 from multiprocessing.connection import Connection, wait
@@ -495,6 +495,7 @@ class WorkerPool:
         self._workers: list[_Worker] = []
         self._live: list[_Worker] = []  # every worker started and not yet killed
         self._spawned = 0
+        self._prepare: Callable[[Job], Job] | None = None
 
     def _spawn(self) -> _Worker:
         self._spawned += 1
@@ -522,9 +523,12 @@ class WorkerPool:
     def spawned(self) -> int:
         return self._spawned
 
-    def run(self, jobs: Sequence[Job]) -> Iterator[Event]:
+    def run(self, jobs: Sequence[Job],
+            prepare: Callable[[Job], Job] | None = None) -> Iterator[Event]:
         """Yield CaseResults, Findings and Activity (each step a worker reports) until
-        every job is done."""
+        every job is done. `prepare` turns a job into what is sent, at the moment it is
+        sent: what the run learnt meanwhile can travel with it."""
+        self._prepare = prepare
         queue = list(jobs)
         while len(self._workers) < min(self.size, len(queue)):
             self._workers.append(self._spawn())
@@ -608,7 +612,7 @@ class WorkerPool:
         worker.sent = True
         worker.mark = time.monotonic()
         worker.deadline = worker.mark + worker.job.timeout_s
-        worker.conn.send(worker.job)
+        worker.conn.send(self._prepare(worker.job) if self._prepare else worker.job)
 
     def _drain(self, worker: _Worker) -> tuple[_End | None, list[Event]]:
         """Handle every whole message there is; the job's end when it ended (None: still

@@ -36,8 +36,13 @@ CASE_FILE = "<parity-gate case {}>"
 EXPORT_OPTIONS: dict[str, Any] = {"dynamo": True, "optimize": True}
 _CASE_FILE = re.compile(r"<parity-gate case (\d+)>")
 _SUBMODULE = re.compile(r"(?:^|\.)c\.(\d+)(?:$|\.)")
-_NODE = re.compile(r"Error when translating node %(\w+)")
-_ARG_INPUT = re.compile(r"%flat_(\d+)")
+# How the exporter names the node it failed on: while translating it, or while decomposing
+# (the FX interpreter's note, or aot_autograd's functional-graph assertion).
+_NODE = re.compile(r"(?:Error when translating node|While executing|entirely functional "
+                   r"graph, but found) %(\w+)")
+# A node's references to graph inputs: the exported program's `flat_<i>`, or aot_autograd's
+# `arg<i>_1` (the same inputs in the same order: the batch module has no parameters).
+_ARG_INPUT = re.compile(r"%(?:flat_(\d+)\b|arg(\d+)_1\b)")
 
 
 class _Case(torch.nn.Module):
@@ -145,7 +150,8 @@ def export_batch(fns: list[Callable[..., Any]], tensors: list[list[Any]],
             missing = _find(exc, Unsupported)
             if missing is not None:
                 raise missing.failure() from None
-            blamed = _translation_blame(exc, seen.get("program"), [len(t) for t in tensors])
+            blamed = _translation_blame(exc, [seen.get("program"), program],
+                                        [len(t) for t in tensors])
             raise _failure(exc, "translation", blamed, conclusive_unsupported=True) from None
         raw = onnx_program.model_proto.SerializeToString()
         try:
@@ -303,20 +309,29 @@ def _owner(node: Any) -> int | None:
     return None
 
 
-def _translation_blame(exc: BaseException, program: Any, arities: list[int]) -> set[int]:
-    """Pin a translation error on its case via the decomposed graph that was translated,
-    else via the error's own `%flat_<i>` argument references."""
+def _translation_blame(exc: BaseException, programs: list[Any], arities: list[int]) -> set[int]:
+    """Pin a translation error on its case via the node it names: looked up in the
+    decomposed graph that was translated, else in the captured graph being decomposed,
+    else through the node's own references to graph inputs.
+
+    Without this, an error raised while decomposing (a data-dependent guard, a
+    non-functional decomposition) costs the batch log2(n) halvings."""
     text = _chain_text(exc)
-    node_name = _NODE.search(text)
+    found = _NODE.search(text)
+    if found is None:
+        return set()
     cases: set[int] = set()
-    if program is not None and node_name is not None:
+    for program in programs:
+        if program is None or cases:
+            continue
         for node in program.graph.nodes:
-            if node.name == node_name.group(1):
+            if node.name == found.group(1):
                 owner = _owner(node)
                 if owner is not None:
                     cases.add(owner)
-    if not cases and node_name is not None:
+    if not cases:
         owners = [k for k, n in enumerate(arities) for _ in range(n)]
-        line = text[node_name.start():].splitlines()[0]
-        cases = {owners[int(i)] for i in _ARG_INPUT.findall(line) if int(i) < len(owners)}
+        line = text[found.start():].splitlines()[0]
+        refs = [int(a or b) for a, b in _ARG_INPUT.findall(line)]
+        cases = {owners[i] for i in refs if i < len(owners)}
     return {c for c in cases if c < len(arities)}

@@ -48,6 +48,10 @@ class OpBatchJob:
     seed: int = 0
     timeout: float = 600.0
     generation: int = 0  # how many crash re-splits produced this job
+    # Variants whose export failed in an earlier job of the run (the parent fills this in
+    # before the job is sent): the worker exports them apart from the big batch, so a
+    # failure seen once costs a small retry, not one of the whole batch.
+    suspects: frozenset[str] = frozenset()
 
     @property
     def cases(self) -> list[CaseKey]:

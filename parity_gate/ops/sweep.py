@@ -10,15 +10,21 @@ effects (processes) live here; what comes out is a list of CaseResults.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from parity_gate.engine.pool import WorkerPool
+from parity_gate.engine.protocol import Job
 from parity_gate.model.findings import Stage
+from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult
 from parity_gate.model.text import strip_control
 from parity_gate.ops.findings import finding_class
 from parity_gate.ops.jobs import OpBatchJob, Unit
 from parity_gate.ops.planner import OpPlan, Selection, base_op, job_for, variant_of_key
+
+# Outcomes a worker reports when the batch export failed for a case (its variant then
+# becomes a suspect for later jobs: OpBatchJob.suspects).
+EXPORT_FAILURES = frozenset({Outcome.EXPORT_ERROR, Outcome.UNSUPPORTED_OP})
 
 # Imported once per worker at start-up, so the first batch does not pay for it.
 WARM = ("parity_gate.ops.worker",)
@@ -29,6 +35,8 @@ class SweepStats:
     jobs: int = 0
     resplits: int = 0
     workers_spawned: int = 0
+    suspects: set[str] = field(default_factory=set)  # variants whose export failed so far
+    forewarned: int = 0  # jobs sent with some of their variants marked as suspects
     seen_ops: dict[str, str] = field(default_factory=dict)
 
 
@@ -82,13 +90,15 @@ def sweep(op_plan: OpPlan, selection: Selection, workers: int = 2,
             owner = {key: job for job in queue for key in job.cases}
             lost: dict[str, list[CaseResult]] = {}
             stats.jobs += len(queue)
-            for event in pool.run(queue):
+            for event in pool.run(queue, prepare=lambda job: _forewarn(job, stats)):
                 if not isinstance(event, CaseResult):  # op workers report no findings
                     continue
                 job = owner[event.key]
                 if _lost_by_pool(event) and len(job.units) > 1:
                     lost.setdefault(job.name, []).append(event)
                     continue
+                if event.outcome in EXPORT_FAILURES:
+                    stats.suspects.add(variant_of_key(event.key))
                 yield _complete(event, op_plan, stats)
             by_name = {j.name: j for j in queue}
             queue = [new for name, results in lost.items()
@@ -97,6 +107,17 @@ def sweep(op_plan: OpPlan, selection: Selection, workers: int = 2,
     finally:
         stats.workers_spawned = pool.spawned
         pool.close()
+
+
+def _forewarn(job: Job, stats: SweepStats) -> Job:
+    """The job as sent: with the run's export failures so far as suspects (a worker then
+    exports them apart from its batch, and may never have seen them fail itself)."""
+    assert isinstance(job, OpBatchJob)
+    mine = stats.suspects.intersection(u.variant for u in job.units)
+    if not mine:
+        return job
+    stats.forewarned += 1
+    return replace(job, suspects=frozenset(mine))
 
 
 def _complete(result: CaseResult, op_plan: OpPlan, stats: SweepStats) -> CaseResult:

@@ -169,8 +169,9 @@ def _run(ctx: _Ctx) -> None:
     if not live:
         return
     ctx.step(Stage.EXPORTING, subject=f"{len(live)} cases")
-    suspects = [c for c in live if c.variant.id in _SUSPECTS]
-    others = [c for c in live if c.variant.id not in _SUSPECTS]
+    known = _SUSPECTS | job.suspects
+    suspects = [c for c in live if c.variant.id in known]
+    others = [c for c in live if c.variant.id not in known]
     passed: list[tuple[list[_Case], Exported]] = []
     for part in (others, suspects):
         exports = isolate(part, _export, _with_siblings)
