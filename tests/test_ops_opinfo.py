@@ -222,7 +222,8 @@ def test_opinfo_samples_become_variants_with_every_tensor_a_graph_input(
 
 
 @pytest.mark.process
-def test_opinfo_cases_run_through_the_sweep(opinfo_cache: Path) -> None:
+def test_opinfo_cases_run_through_the_sweep(opinfo_cache: Path, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("expecttest")
     from parity_gate.ops.registry import load_variants
     from parity_gate.ops.sweep import sweep
@@ -250,6 +251,28 @@ def test_opinfo_cases_run_through_the_sweep(opinfo_cache: Path) -> None:
                                                 "aten::gather", "aten::atan2", "aten::stft"])
     assert {"aten::conv2d", "aten::cat", "aten::gather", "aten::atan2"} <= cov.reached_ops
     assert cov.unreached_ops == ["aten::stft"]
+
+    # An OpInfo finding is drafted upstream like a catalogue one: its repro is built from the
+    # OpInfo sample (the subset stands in for the whole OpInfo source here) and reproduces.
+    from github_server import FakeGitHub
+    from test_github_upstream import client, make_run
+
+    from parity_gate.github import upstream, upstream_pass
+    from parity_gate.ops import jobs, signatures
+
+    monkeypatch.setitem(jobs.SOURCES, "opinfo", SUBSET_SOURCE[0])
+    nan_lost = by_id["op/oi.atan2.0/float32/specials/cpu"]
+    assert nan_lost.outcome is Outcome.MISMATCH and signatures.reported(nan_lost)
+    with FakeGitHub() as gh:
+        got, warnings = upstream_pass.attach(make_run(nan_lost), client(gh),
+                                             upstream.UpstreamOptions(
+                                                 mode="draft", drafts=tmp_path / "drafts",
+                                                 check_cache=tmp_path / "checks.json"))
+        assert gh.errors == []
+    (report,) = got.upstream
+    assert warnings == [] and report.draft is not None, report.describe()
+    draft = Path(report.draft).read_text(encoding="utf-8")
+    assert "torch.atan2" in draft and "oi.atan2" not in draft  # the user's op, no sweep ids
 
 
 

@@ -29,6 +29,7 @@ from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.model.text import code_block, code_span, md_link, md_text, one_line
 from parity_gate.model.upstream import Owner, Signature, Symptom, UpstreamReport
 from parity_gate.ops import upstream_check, upstream_repro
+from parity_gate.ops.jobs import SOURCES, source_of
 
 TITLE_LIMIT = 256  # GitHub rejects longer issue titles
 VERSIONS = ("torch", "onnxscript", "onnx", "onnxruntime", "onnxruntime-gpu", "python")
@@ -158,11 +159,23 @@ def _expected(sig: Signature) -> str:
                          f"{sig.symptom.info.title}.")
 
 
-def _variants() -> dict[str, Any]:
-    from parity_gate.ops.jobs import DEFAULT_SOURCES
+def _variants(leads: list[CaseResult]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The variants the leads were swept from: the catalogue's, and PyTorch's OpInfo
+    samples for `oi.*` cases (built once per torch version, then cached). A source that
+    cannot be loaded here costs only its own drafts: the reason, by variant prefix."""
     from parity_gate.ops.registry import load_variants
 
-    return load_variants(DEFAULT_SOURCES)
+    out: dict[str, Any] = {}
+    failed: dict[str, str] = {}
+    for name, source in SOURCES.items():
+        if not any(source_of(c.id) == source for c in leads):
+            continue
+        try:
+            out.update(load_variants((source,)))
+        except Exception as exc:  # e.g. OpInfo without `expecttest`
+            failed[source] = f"the {name} variants could not be loaded here: " + \
+                one_line(f"{type(exc).__name__}: {exc}")[:200]
+    return out, failed
 
 
 def prepare(run: RunResult, reports: list[UpstreamReport],
@@ -172,7 +185,8 @@ def prepare(run: RunResult, reports: list[UpstreamReport],
     with `verify` off); reports gain the lowering and, where nothing reproduced, why."""
     cases = {sig.key: cs for sig, cs in found}
     todo = [r for r in reports if r.match is None and r.searched and r.signature is not None]
-    variants = _variants() if todo else {}
+    leads = [cases[r.signature.key][0] for r in todo if r.signature is not None]
+    variants, unloaded = _variants(leads) if todo else ({}, {})
     built: dict[str, list[upstream_repro.Repro]] = {}
     for r in todo:
         assert r.signature is not None
@@ -201,7 +215,10 @@ def prepare(run: RunResult, reports: list[UpstreamReport],
         if pick is None and not options.verify:  # unverified (tests of the wording only)
             pick = upstream_repro.Repro("# no repro: the op is not in the catalogue\n")
         if pick is None:
-            why = ("no repro could be built (the op is not in the catalogue)"
+            lead_id = cases[sig.key][0].id
+            why = (f"no repro could be built ({unloaded[source_of(lead_id)]})"
+                   if source_of(lead_id) in unloaded else
+                   "no repro could be built (the op is not in the catalogue)"
                    if not built.get(sig.key) else f"the repro could not be run here "
                    f"({unavailable})" if unavailable else "no repro candidate reproduced it on its "
                    "own (the finding depends on the sweep's batch, or is flaky)")

@@ -16,6 +16,7 @@ from typing import Any
 
 from parity_gate.engine.signals import Interrupted, Signals, interruptible
 from parity_gate.errors import UserError
+from parity_gate.ops.jobs import source_of
 
 OUT = Path("parity-reports/ops")
 
@@ -145,14 +146,6 @@ def _from_results(args: argparse.Namespace) -> int:
     with interruptible() as signals:
         decision = _decide_and_report(run, baseline, variants, universe, args)
     return _finish(run, decision, variants, args, signals.stopped)
-
-
-def source_of(case_id: str) -> str:
-    """Which source a case id (or baseline entry) belongs to: OpInfo variants are `oi.*`."""
-    from parity_gate.ops.jobs import SOURCES
-    from parity_gate.ops.records import variant_case_id
-
-    return SOURCES["opinfo" if case_id.startswith(variant_case_id("oi.")) else "catalogue"]
 
 
 def _names(sources: tuple[str, ...]) -> list[str]:

@@ -22,6 +22,11 @@ SOURCES: dict[str, str] = {"catalogue": DEFAULT_SOURCES[0],
 MEASURED_SOURCES = frozenset({SOURCES["opinfo"]})
 
 
+def source_of(case_id: str) -> str:
+    """Which source a case id (or baseline entry) belongs to: OpInfo variants are `oi.*`."""
+    return SOURCES["opinfo" if case_id.startswith(variant_case_id("oi.")) else "catalogue"]
+
+
 @dataclass(frozen=True, order=True)
 class Unit:
     """One (variant, dtype, input class): one eager run, one slot in the batch module."""
