@@ -215,9 +215,8 @@ def prepare(run: RunResult, reports: list[UpstreamReport],
         if pick is None and not options.verify:  # unverified (tests of the wording only)
             pick = upstream_repro.Repro("# no repro: the op is not in the catalogue\n")
         if pick is None:
-            lead_id = cases[sig.key][0].id
-            why = (f"no repro could be built ({unloaded[source_of(lead_id)]})"
-                   if source_of(lead_id) in unloaded else
+            not_loaded = unloaded.get(source_of(cases[sig.key][0].id))
+            why = (f"no repro could be built ({not_loaded})" if not_loaded else
                    "no repro could be built (the op is not in the catalogue)"
                    if not built.get(sig.key) else f"the repro could not be run here "
                    f"({unavailable})" if unavailable else "no repro candidate reproduced it on its "

@@ -322,9 +322,9 @@ def _translation_blame(exc: BaseException, programs: list[Any], arities: list[in
         return set()
     cases: set[int] = set()
     for program in programs:
-        if program is None or cases:
-            continue
-        for node in program.graph.nodes:
+        if cases:
+            break
+        for node in program.graph.nodes if program is not None else ():
             if node.name == found.group(1):
                 owner = _owner(node)
                 if owner is not None:
