@@ -155,21 +155,29 @@ def test_ops_shard_and_source_on_the_command_line() -> None:
     assert parts[0] | parts[1] == set(whole.stdout.splitlines())
 
 
-@pytest.mark.process
-def test_update_baseline_refuses_to_drop_the_entries_of_a_source_it_did_not_sweep(
+def test_update_baseline_keeps_the_entries_of_a_source_it_did_not_sweep(
         tmp_path: Path) -> None:
+    """A catalogue-only update cannot tell whether an OpInfo finding still fails: its entry
+    stays, where it was, while the catalogue's entries are judged by the run."""
+    from parity_gate.ops import gating
+    from parity_gate.ops.jobs import SOURCES
+
     known = tmp_path / "known.yml"
-    text = ("version: 1\nknown_failures:\n- id: op/oi.atan2.0/*\n  reason: r\n"
-            "  outcome: mismatch\n")
-    known.write_text(text)
-    done = _cli("--update-baseline",
-                "--baseline", str(known), "--out", str(tmp_path / "out"))
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.strip().splitlines()[-1] == (
-        f"--update-baseline: {known} has 1 entries of the opinfo source "
-        "(e.g. op/oi.atan2.0/*) that this run did not sweep (expected --source to include "
-        "opinfo; they would be dropped as stale)")
-    assert known.read_text() == text and not (tmp_path / "out").exists()
+    known.write_text("version: 1\nknown_failures:\n"
+                     "- id: op/gone/*\n  reason: stale\n  outcome: mismatch\n"
+                     "- id: op/oi.atan2.0/*\n  reason: kept\n  outcome: mismatch\n"
+                     "- id: op/sin/*\n  reason: fixed\n  outcome: mismatch\n")
+    ok = CaseResult(CaseKey("op/sin", "float32", "normal", None, "cpu"), Outcome.PASS, "")
+    run = RunResult(cases=[ok])
+    text, changes = gating.updated_baseline(known, run, {}, (SOURCES["catalogue"],))
+    after = gating.bl.parse(text, "known")
+    assert [e.id for e in after.entries] == ["op/oi.atan2.0/*"]
+    assert after.entries[0].reason == "kept"
+    assert {(c.action, c.id) for c in changes} == {("removed", "op/gone/*"),
+                                                   ("removed", "op/sin/*")}
+    # every source swept (the default): the OpInfo entry matches no case, so it is stale
+    text, _ = gating.updated_baseline(known, run, {})
+    assert gating.bl.parse(text, "known").entries == ()
 
 
 # --------------------------------------------------------------------------

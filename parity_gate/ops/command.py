@@ -107,7 +107,7 @@ def run_command(args: argparse.Namespace) -> int:
     with interruptible() as signals:  # reports included: later signals wait for them
         execute(run, op_plan, selection, args.jobs, signals, quiet=args.quiet)
         decision = _decide_and_report(run, baseline, variants, universe, args)
-    return _finish(run, decision, variants, args, signals.stopped)
+    return _finish(run, decision, variants, sources, args, signals.stopped)
 
 
 def _from_results(args: argparse.Namespace) -> int:
@@ -145,7 +145,7 @@ def _from_results(args: argparse.Namespace) -> int:
     baseline = _baseline(args, sources, variants)
     with interruptible() as signals:
         decision = _decide_and_report(run, baseline, variants, universe, args)
-    return _finish(run, decision, variants, args, signals.stopped)
+    return _finish(run, decision, variants, sources, args, signals.stopped)
 
 
 def _names(sources: tuple[str, ...]) -> list[str]:
@@ -162,8 +162,6 @@ def _baseline(args: argparse.Namespace, sources: tuple[str, ...],
 
     from parity_gate.ops import gating
 
-    if args.update_baseline:
-        _check_sources_cover(args.baseline or gating.BUNDLED, sources)
     path = None if args.no_baseline else (args.baseline or gating.BUNDLED)
     if args.baseline is not None and not args.baseline.is_file() and not args.update_baseline:
         raise UserError(f"--baseline: {args.baseline}: file not found")
@@ -185,9 +183,10 @@ def _decide_and_report(run: Any, baseline: Any, variants: dict[str, Any], univer
     return decision
 
 
-def _finish(run: Any, decision: Any, variants: dict[str, Any], args: argparse.Namespace,
-            stopped: int | None) -> int:
-    """The exit code; with --update-baseline, the file rewritten from the run first."""
+def _finish(run: Any, decision: Any, variants: dict[str, Any], sources: tuple[str, ...],
+            args: argparse.Namespace, stopped: int | None) -> int:
+    """The exit code; with --update-baseline, the file rewritten from the run first (the
+    swept sources' entries only)."""
     from parity_gate.ops import gating
     from parity_gate.report.write import atomic_write
 
@@ -197,7 +196,7 @@ def _finish(run: Any, decision: Any, variants: dict[str, Any], args: argparse.Na
         return 128 + stopped
     if args.update_baseline:
         target = args.baseline or gating.BUNDLED
-        text, changes = gating.updated_baseline(target, run, variants)
+        text, changes = gating.updated_baseline(target, run, variants, sources)
         atomic_write(target, text.encode("utf-8"))
         for change in changes:
             print(f"parity-gate ops: baseline {change}", file=sys.stderr)
@@ -230,24 +229,6 @@ def load_sources(sources: tuple[str, ...], accepted: Callable[..., Any]
         if source in MEASURED_SOURCES:
             eager.update({vid: v.dtypes for vid, v in load_variants((source,)).items()})
     return variants, eager
-
-
-def _check_sources_cover(path: Path, sources: tuple[str, ...]) -> None:
-    """An update rewrites the whole file: entries of a source this run did not sweep would
-    be dropped as stale, so the run must sweep every source the file has entries for."""
-    from parity_gate.gate import baseline as bl
-    from parity_gate.ops.jobs import SOURCES
-
-    if not path.is_file():
-        return
-    entries = bl.load(path).entries
-    for name, source in SOURCES.items():
-        ids = [e.id for e in entries if source_of(e.id) == source]
-        if ids and source not in sources:
-            raise UserError(f"--update-baseline: {path} has {len(ids)} entries of the "
-                            f"{name} source (e.g. {ids[0]}) that this run did not sweep "
-                            f"(expected --source to include {name}; they would be dropped "
-                            "as stale)")
 
 
 def _check_providers(names: list[str]) -> None:

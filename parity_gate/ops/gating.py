@@ -17,6 +17,7 @@ from parity_gate.model.gate import GateDecision
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.ops.findings import effect
+from parity_gate.ops.jobs import source_of
 from parity_gate.ops.records import OpVariant, variant_case_id
 
 # The known findings of the pinned torch/onnxscript/onnxruntime, shipped with the tool.
@@ -58,28 +59,37 @@ def gate(run: RunResult, baseline: bl.Baseline | None, fail_on: str | None = Non
                   universe=universe if universe is not None else {c.id for c in run.cases})
 
 
-def updated_baseline(path: Path, run: RunResult,
-                     variants: dict[str, OpVariant]) -> tuple[str, list[bl.Change]]:
+def updated_baseline(path: Path, run: RunResult, variants: dict[str, OpVariant],
+                     sources: tuple[str, ...] | None = None) -> tuple[str, list[bl.Change]]:
     """The refreshed file text: old entries kept (reasons and links), new findings added.
 
     New findings are written as one glob per (variant, dtype) when every case
     there fails the same way, so the file lists findings rather than cases.
     The generated file keeps every finding's figures; where a catalogue
     `.xfail(reason, link)` covers a case, its entry carries that human reason
-    and link (the catalogue is where they are reviewed).
+    and link (the catalogue is where they are reviewed). Entries of a source
+    outside `sources` (default: every source) are carried over untouched and in
+    place: this run cannot tell whether they still fail, as gating ignores them.
     """
     xfails = bl.Baseline("xfails", tuple(xfail_entries(variants)))
     mine = RunResult(cases=list(run.cases), versions=run.versions)
-    old = bl.load(path) if path.is_file() else bl.Baseline(str(path))
+    whole = bl.load(path) if path.is_file() else bl.Baseline(str(path))
+
+    def swept(entry: bl.Entry) -> bool:
+        return sources is None or source_of(entry.id) in sources
+
+    old = replace(whole, entries=tuple(e for e in whole.entries if swept(e)))
     new, changes = bl.update(old, mine, _reason(run))
     added = {c.id for c in changes if c.action == "added"}
     ids = bl.CaseIds(c.id for c in run.cases)
-    kept = [_human(e, xfails, ids) for e in new.entries if e.id not in added]
+    kept = {e.id: _human(e, xfails, ids) for e in new.entries if e.id not in added}
+    in_place = [kept[e.id] if swept(e) else e for e in whole.entries
+                if not swept(e) or e.id in kept]
     fresh = [_human(e, xfails, ids)
              for e in _compact([c for c in mine.cases if c.id in added], mine, ids)]
     changes = [c for c in changes if c.action != "added"] + [
         bl.Change("added", e.id, e.reason) for e in fresh]
-    return bl.dump(replace(new, entries=(*kept, *fresh))), changes
+    return bl.dump(replace(new, entries=(*in_place, *fresh))), changes
 
 
 def _human(entry: bl.Entry, xfails: bl.Baseline, ids: bl.CaseIds) -> bl.Entry:
