@@ -140,6 +140,42 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, cwd=ROOT, timeout=300, check=False)
 
 
+def test_shards_of_one_sweep_share_its_fingerprint_and_a_foreign_shard_is_refused(
+        tmp_path: Path) -> None:
+    """Shards planned from different OpInfo builds split the sweep differently: the merge
+    must say so, not report a case 'also in' another shard or a missing one."""
+    import json
+    from dataclasses import replace
+
+    from parity_gate.errors import UserError
+    from parity_gate.gate.merge import merge_files
+
+    other = replace(VARIANT, id="oi.gather.1")
+    variants = {v.id: v for v in (VARIANT, other)}
+    whole = plan(variants, Selection())
+    parts = [plan(variants, Selection(), shard=Shard(k, 2)) for k in (1, 2)]
+    assert len(whole.fingerprint) == 64
+    assert {p.fingerprint for p in parts} == {whole.fingerprint}
+    assert sum(p.total for p in parts) == whole.total
+    values = GIVEN.copy()
+    values[0, 0] = 0.75  # one value of one sample differs
+    rebuilt = {**variants, VARIANT.id: replace(VARIANT, args=(_sample(values),
+                                                             VARIANT.args[1]))}
+    assert plan(rebuilt, Selection()).fingerprint != whole.fingerprint
+    assert plan(variants, Selection(), seed=1).fingerprint != whole.fingerprint
+
+    files = []
+    for k, digest in ((1, whole.fingerprint), (2, plan(rebuilt, Selection()).fingerprint)):
+        run = RunResult(cases=[], manifest={"command": "ops", "sha256": digest},
+                        shard=f"{k}/2", planned=0)
+        files.append(tmp_path / f"s{k}.json")
+        files[-1].write_text(json.dumps(run.to_dict()))
+    with pytest.raises(UserError) as refused:
+        merge_files(files)
+    assert f"{files[1]}: op plan sha256 " in str(refused.value)
+    assert "planned from the same variants" in str(refused.value)
+
+
 @pytest.mark.process
 def test_ops_shard_and_source_on_the_command_line() -> None:
     bad = _cli("--source", "opinfo,zoo", "--list")

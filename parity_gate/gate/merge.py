@@ -43,9 +43,13 @@ def problems(loaded: list[Loaded]) -> list[str]:
     first_path, first = loaded[0]
     for path, run in loaded[1:]:
         if run.manifest.get("sha256") != first.manifest.get("sha256"):
-            out.append(f"{path}: manifest sha256 {_short(run.manifest.get('sha256'))} differs "
+            what, expected = (("op plan", "one sweep's shards, planned from the same variants "
+                               "(the same torch and OpInfo build)")
+                              if first.manifest.get("command") == "ops" else
+                              ("manifest", "shards of one run of the same manifest"))
+            out.append(f"{path}: {what} sha256 {_short(run.manifest.get('sha256'))} differs "
                        f"from {first_path}'s {_short(first.manifest.get('sha256'))} (expected "
-                       "shards of one run of the same manifest)")
+                       f"{expected})")
         if run.tool_version != first.tool_version:
             out.append(f"{path}: parity-gate {run.tool_version or '?'} differs from "
                        f"{first_path}'s {first.tool_version or '?'} (expected one tool version)")

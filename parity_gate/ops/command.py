@@ -253,7 +253,8 @@ def new_run(op_plan: Any) -> Any:
 
     run = RunResult(tool_version=__version__,
                     started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                    manifest={"command": "ops", "units": op_plan.unit_count,
+                    manifest={"command": "ops", "sha256": op_plan.fingerprint,
+                              "units": op_plan.unit_count,
                               "variants": len({u.variant for j in op_plan.jobs
                                                for u in j.units})},
                     versions=versions(available_providers()))

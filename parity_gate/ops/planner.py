@@ -8,6 +8,7 @@ batch of the run.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -48,6 +49,7 @@ class OpPlan:
     jobs: list[OpBatchJob]
     skipped: list[CaseResult]
     variants: dict[str, OpVariant]
+    fingerprint: str = ""  # of the whole sweep before sharding (see fingerprint())
 
     @property
     def total(self) -> int:
@@ -152,6 +154,7 @@ def plan(variants: dict[str, OpVariant], selection: Selection, *,
          shard: Shard | None = None) -> OpPlan:
     validate(selection, variants)
     units, skipped = units_of(variants.values(), selection, accepted)
+    digest = fingerprint(units, skipped, variants, seed)
     if shard is not None:
         units, skipped = shard_of(units, skipped, shard)
     order = {d: i for i, d in enumerate(DTYPES)}
@@ -165,7 +168,23 @@ def plan(variants: dict[str, OpVariant], selection: Selection, *,
             jobs.append(job_for(f"{dtype}#{start // batch_size}", part, selection, sources,
                                 seed))
     jobs.sort(key=lambda j: -len(j.units))
-    return OpPlan(jobs, skipped, variants)
+    return OpPlan(jobs, skipped, variants, digest)
+
+
+def fingerprint(units: list[Unit], skipped: list[CaseResult], variants: dict[str, OpVariant],
+                seed: int) -> str:
+    """What the shards of one sweep must share to merge: the same cases from the same
+    definitions (an OpInfo sample's values included) and seed. Runners that built
+    different OpInfo variants, or whose eager accepts other dtypes, split the sweep
+    differently; their merge is refused on this digest, naming the shard."""
+    h = hashlib.sha256(f"parity-gate ops plan\nseed {seed}\n".encode())
+    for unit in sorted(units):
+        h.update(f"{unit.variant}|{unit.dtype}|{unit.input_class}\n".encode())
+    for case in sorted(skipped, key=lambda c: c.id):
+        h.update(f"skip {case.id}\n".encode())
+    for vid in sorted({u.variant for u in units}):
+        h.update(repr(variants[vid]).encode())
+    return h.hexdigest()
 
 
 def job_for(name: str, units: list[Unit], selection: Selection, sources: tuple[str, ...],
