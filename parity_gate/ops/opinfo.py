@@ -41,7 +41,8 @@ from typing import Any
 from parity_gate.errors import UserError
 from parity_gate.ops.records import EMPTY, NORMAL, SPECIALS, Arg, OpVariant
 
-FORMAT = 2  # 2: swapped and attribute spellings, complex outputs as real pairs
+FORMAT = 3  # 2: swapped and attribute spellings, complex outputs as real pairs; 3: reproducible
+# builds (rounding-tolerant keep checks, fixed hash seed): an older cache may hold other ids
 PREFIX = "oi."
 CROSS = 2             # samples per OpInfo that also run specials, empty (and range)
 MAX_ELEMENTS = 4096   # a bigger sample would dominate its batch's time
