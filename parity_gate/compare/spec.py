@@ -142,11 +142,12 @@ SPECS: dict[str, Spec] = {s.op: s for s in (
 )}
 
 
-def evaluate(model: Any, feeds: dict[str, np.ndarray], output: str
-             ) -> tuple[np.ndarray, Spec] | None:
-    """`output` of a culprit cut (onnx.ModelProto) by its op's definition, in float64:
-    only where one node with a record makes it and every input it reads is known (a
-    feed, an initializer or a Constant); None otherwise (no oracle: say so)."""
+def evaluate(model: Any, feeds: dict[str, np.ndarray], output: str,
+             like: np.dtype[Any] | None = None) -> tuple[np.ndarray, Spec] | None:
+    """`output` of a culprit cut (onnx.ModelProto) by its op's definition, in float64
+    (rounded to `like` when that is the float dtype it is compared in): only where one
+    node with a record makes it and every input it reads is known (a feed, an
+    initializer or a Constant); None otherwise (no oracle: say so)."""
     from onnx import helper, numpy_helper
 
     graph = model.graph
@@ -173,7 +174,10 @@ def evaluate(model: Any, feeds: dict[str, np.ndarray], output: str
             for a in inputs]
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     got = spec.evaluate(wide, attrs)
-    return None if got is None else (np.asarray(got), spec)
+    if got is None:
+        return None
+    value = np.asarray(got)
+    return (value.astype(like) if like is not None and like.kind == "f" else value), spec
 
 
 # Where the definition itself leaves the result undefined, no value is wrong by it: a

@@ -221,10 +221,10 @@ def judge(part: Cut, feeds: dict[str, np.ndarray], eager: np.ndarray, tol: cmp.T
         said = (f"ONNX's reference evaluator cannot run {', '.join(part.ops)} in "
                 f"{eager.dtype}: {first_line(f'{type(exc).__name__}: {exc}')}")
     out = part.output
-    defined = spec.evaluate(onnx.load_from_string(part.model), feeds, out)
+    defined = spec.evaluate(onnx.load_from_string(part.model), feeds, out, like=eager.dtype)
     oracle: np.ndarray | None = None if ref is None else ref[out]
     if defined is not None:
-        by_spec = defined[0].astype(eager.dtype) if eager.dtype.kind == "f" else defined[0]
+        by_spec = defined[0]
         said = f"judged by the op's definition ({defined[1].basis})" + (
             "" if ref is None else _reference_against(ref[out], by_spec, tol))
         oracle = by_spec

@@ -565,10 +565,9 @@ def _by_definition(case: _Case, got: list[np.ndarray], failing: list[int],
         return ByDefinition(oracle, owner=Owner.TRANSLATION, undefined=undefined)
     values = [np.asarray(every[n]) for n in names]
     for m, name in enumerate(names):
-        defined = spec.evaluate(part, feeds, name)
+        defined = spec.evaluate(part, feeds, name, like=case.eager[m].dtype)
         if defined is not None:
-            values[m] = defined[0].astype(case.eager[m].dtype) \
-                if case.eager[m].dtype.kind == "f" else defined[0]
+            values[m] = defined[0]
             oracle = f"the definition of {defined[1].op}"
     dtype = case.unit.dtype
 
