@@ -238,7 +238,7 @@ def run_action(inputs: Mapping[str, str], paths: Paths, env: Mapping[str, str]) 
         file = _relative(manifest.resolve(), paths.workspace.resolve())
         lines = module_lines(manifest.read_text(encoding="utf-8", errors="replace"))
         notes += annotate(report, manifest_file=file, manifest_lines=lines,
-                             limit=ANNOTATION_LIMIT - len(notes))
+                          limit=ANNOTATION_LIMIT - len(notes), workspace=paths.workspace)
     pruned = prune_export_cache(inputs, paths)
     for note in [*notes, *([pruned] if pruned else [])]:
         print(note.render())

@@ -1,9 +1,12 @@
 """A run's records → annotations (one per failing module, worst first, on the module's
-manifest line) and outputs."""
+manifest line, and one on its culprit's source line when the workspace has that file) and
+outputs."""
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Mapping
+from pathlib import Path, PurePath
 from typing import TYPE_CHECKING
 
 from parity_gate.github.commands import ANNOTATION_LIMIT, MESSAGE_LIMIT, Annotation
@@ -54,10 +57,46 @@ def _module_annotation(view: ModuleView, level: str, rulings: Mapping[str, str],
                       file, lines.get(view.name))
 
 
+def culprit_location(source: str, manifest_file: str | None,
+                     workspace: Path | None) -> tuple[str, int] | None:
+    """Where a culprit's `file:line` (relative to the manifest's folder) lies in the
+    workspace, as an annotation names it; None when it is not a file of the workspace (an
+    installed package, a path outside it), since GitHub can show it on no diff."""
+    path, _, line = source.rpartition(":")
+    if not path or not line.isdigit() or manifest_file is None:
+        return None
+    rel = posixpath.normpath(posixpath.join(posixpath.dirname(manifest_file),
+                                            PurePath(path).as_posix()))
+    if posixpath.isabs(rel) or rel == ".." or rel.startswith("../"):
+        return None
+    if workspace is not None and not (workspace / rel).is_file():
+        return None
+    return rel, int(line)
+
+
+def _culprit_annotation(view: ModuleView, level: str, manifest_file: str | None,
+                        workspace: Path | None) -> Annotation | None:
+    """The failing module's culprit on its own source line, where the diff shows it."""
+    cause = view.cause
+    if cause is None or not cause.located:
+        return None
+    where = culprit_location(cause.source, manifest_file, workspace)
+    if where is None:
+        return None
+    by = f" ({cause.owned_by})" if cause.owned_by else ""
+    message = (f"{cause.counted} ({cause.outcome.value}) on {cause.case}: {cause.op} "
+               f"computes differently after export; owner: {cause.owner}{by}"
+               + (f"; known exporter defect {cause.known}" if cause.known else ""))
+    tail = "" if level == "error" else " (not blocking)"
+    return Annotation(level, f"parity-gate: {view.name}: culprit {cause.op}{tail}",
+                      message[:MESSAGE_LIMIT], where[0], where[1])
+
+
 def annotate(run: RunResult, *, manifest_file: str | None = None,
              manifest_lines: Mapping[str, int] | None = None,
-             limit: int = ANNOTATION_LIMIT) -> list[Annotation]:
-    """One annotation per failing module, then findings, worst first, at most `limit`.
+             limit: int = ANNOTATION_LIMIT, workspace: Path | None = None) -> list[Annotation]:
+    """One annotation per failing module (and one on its culprit's source line when that
+    file is in `workspace`), then findings, worst first, at most `limit`.
 
     A module with a case that blocks the merge is an error; a module whose failures do
     not block (known under the baseline, or `fail_on: never`) is a warning. Past the
@@ -80,8 +119,11 @@ def annotate(run: RunResult, *, manifest_file: str | None = None,
         if blocks:
             view.failing.sort(key=lambda c: c.id not in blocking)
         level = "error" if blocks else "warning"
-        ranked.append(((level != "error", 0, -view.failing[0].outcome.severity, view.name),
-                       _module_annotation(view, level, rulings, manifest_file, lines)))
+        rank = (level != "error", 0, -view.failing[0].outcome.severity, view.name)
+        ranked.append((rank, _module_annotation(view, level, rulings, manifest_file, lines)))
+        culprit = _culprit_annotation(view, level, manifest_file, workspace)
+        if culprit is not None:
+            ranked.append(((*rank[:3], view.name + "\0culprit"), culprit))
     for f in run.findings:
         level = "error" if f.severity == "error" else "warning"
         ranked.append(((level != "error", 1, 0, f.module),

@@ -21,7 +21,7 @@ from typing import Any
 from parity_gate.github.client import GitHubClient, GitHubError
 from parity_gate.github.upstream import markdown as upstream_markdown
 from parity_gate.model.results import RunResult
-from parity_gate.model.text import GITHUB, code_span, github_url, md_link, md_text
+from parity_gate.model.text import GITHUB, code_span, md_link, md_text, run_url
 from parity_gate.report.markdown import render
 
 COMMENT_LIMIT = 65536  # GitHub rejects issue comments longer than this (characters)
@@ -135,14 +135,12 @@ def body(run: RunResult, key: str, pr: PullRequest | None, env: Mapping[str, str
          warnings: list[str] | None = None, limit: int = COMMENT_LIMIT) -> str:
     """The comment: the summary (trimmed by sections to fit), upstream links, footer, markers."""
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
-    text = render(run)
+    server = env.get("GITHUB_SERVER_URL", "") or GITHUB
+    url = run_url(env)
+    text = render(run, run_url=url)
     extra = upstream_markdown(run.upstream, warnings or [])
     if extra:
         text = text.rstrip() + "\n\n" + extra
-    server, repo, run_id = (env.get(k, "") for k in ("GITHUB_SERVER_URL", "GITHUB_REPOSITORY",
-                                                     "GITHUB_RUN_ID"))
-    server = server or GITHUB
-    url = github_url(repo, "actions/runs", run_id, server) if run_id else None
     where = f" by {md_link('this run', url, server)}" if url else ""
     sha = f" for {md_text(pr.head_sha[:12])}" if pr and pr.head_sha else ""
     footer = (f"\n\n<sub>parity-gate · {code_span(key[:200])}{sha}{where}; the full report "
@@ -155,7 +153,7 @@ def body(run: RunResult, key: str, pr: PullRequest | None, env: Mapping[str, str
 _HEADING = re.compile(r"^#{2,3} ", re.MULTILINE)
 _DETAILS = re.compile(r"\n?<details>.*?</details>\n?", re.DOTALL)
 _SEP = re.compile(r"^\|[-:| ]+\|\s*$")
-KEEP = re.compile(r"regression|failing|module|upstream", re.IGNORECASE)
+KEEP = re.compile(r"why it blocks|regression|failing|module|upstream", re.IGNORECASE)
 
 
 def fit(text: str, limit: int) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Mapping
 
 # CSI sequences (colours, cursor moves) that exporter and ORT messages carry.
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -116,11 +117,23 @@ def md_text(text: object) -> str:
     return text_md
 
 
+def clip(text: object, limit: int) -> str:
+    """`text` on one line, at most `limit` characters: cut at the last word break that keeps
+    at least two thirds of it (a number or a path is never cut in half), then `…`."""
+    line = " ".join(str(text).split())
+    if len(line) <= limit:
+        return line
+    cut = line[: limit - 1]
+    space = cut.rfind(" ")
+    if space >= (2 * limit) // 3:
+        cut = cut[:space].rstrip(" ,;:—-")
+    return cut + "…"
+
+
 def md_cell(text: object, limit: int = 160) -> str:
     """`text` as one markdown table cell: whitespace collapsed, at most `limit` characters
-    (cut before escaping, so no entity is cut in half), shown literally (`md_text`)."""
-    cell = " ".join(str(text).split())
-    return md_text(cell if len(cell) <= limit else cell[: limit - 1] + "…")
+    (cut at a word break before escaping, so no entity is cut in half), shown literally."""
+    return md_text(clip(text, limit))
 
 
 def md_code(text: object, limit: int = 200) -> str:
@@ -159,6 +172,16 @@ def github_url(repo: str, kind: str, number: int | str, server: str = GITHUB) ->
     """`server/repo/kind/number`, or None unless each part is what GitHub would name."""
     url = f"{server.rstrip('/')}/{repo}/{kind}/{number}"
     return url if re.fullmatch(re.escape(server.rstrip("/")) + _PAGE, url) else None
+
+
+def run_url(env: Mapping[str, str]) -> str | None:
+    """The Actions run page this job belongs to (its artifacts are listed there), from the
+    variables every job has; None outside Actions."""
+    run_id = env.get("GITHUB_RUN_ID", "")
+    if not run_id:
+        return None
+    return github_url(env.get("GITHUB_REPOSITORY", ""), "actions/runs", run_id,
+                      env.get("GITHUB_SERVER_URL", "") or GITHUB)
 
 
 def md_link(label: object, url: str | None, server: str = GITHUB) -> str:

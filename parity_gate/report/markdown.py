@@ -15,19 +15,33 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
+from parity_gate.model.findings import Finding
 from parity_gate.model.gate import FIXED, Deltas, GateDecision, counts_line
+from parity_gate.model.localisation import Localisation
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.performance import Latency
 from parity_gate.model.results import CaseResult, RunResult
-from parity_gate.model.text import escape_html, html_line, md_cell, md_code, md_text
+from parity_gate.model.text import (
+    clip,
+    code_span,
+    escape_html,
+    html_line,
+    md_cell,
+    md_code,
+    md_link,
+    md_text,
+)
 from parity_gate.report import performance as perf
 from parity_gate.report.fmt import num, plural, seconds
 from parity_gate.report.modules import (
+    Cause,
     ModuleView,
+    artifact_path,
     gate_text,
     module_views,
     needed_text,
     tail_lines,
+    upstream_status,
     worst_error_text,
 )
 
@@ -105,6 +119,61 @@ def _verdict(run: RunResult) -> str:
             f"{seconds(run.duration_s)}")
 
 
+# ---------------------------------------------------------------- the cause, first
+
+
+def cause_line(cause: Cause, upstream: str = "", run_url: str | None = None) -> str:
+    """One failing module as a reviewer needs it first: where (`file:line` and the code),
+    which op, whose defect, what upstream says, and where the repro is. Code is shown in code
+    spans, as typed, so a path or an op can be copied."""
+    head = f"**{md_text(cause.module)}** — {md_text(cause.counted)} ({cause.outcome.value})"
+    if not cause.located:
+        return f"- {head}: {md_text(clip(cause.reason, 300))}"
+    where = (f"{code_span(cause.source)} {code_span(clip(cause.code, 120))}"
+             if cause.code else code_span(cause.source)) if cause.source else "in the model"
+    onnx = f" → ONNX {md_text(cause.onnx)}" if cause.onnx else ""
+    by = f" ({code_span(cause.owned_by)})" if cause.owned_by else ""
+    parts = [f"{head}: {where}: {code_span(cause.op)}{onnx}",
+             f"owner: **{md_text(cause.owner)}**{by}"]
+    if upstream:
+        parts.append(f"upstream: {md_text(clip(upstream, 200))}")
+    elif cause.known:
+        parts.append(f"known exporter defect {code_span(cause.known)}")
+    if cause.repro:
+        found = md_link("the reports of this run", run_url) if run_url else "the reports artifact"
+        parts.append(f"repro {code_span(cause.repro)} in {found}")
+    return "- " + " · ".join(parts)
+
+
+def _causes(run: RunResult, views: list[ModuleView], decision: GateDecision,
+            run_url: str | None) -> str:
+    """The failing modules' causes, blocking ones first and open; the rest (known under the
+    baseline, or `--fail-on never`) folded, since they do not decide the merge."""
+    failing = [v for v in views if v.worst is not None]
+    if not failing:
+        return ""
+    blocking = set(decision.blocking) if not decision.passed else set()
+    first = [v for v in failing if any(c.id in blocking for c in v.failing)]
+    rest = [v for v in failing if v not in first]
+
+    def line(view: ModuleView) -> str:
+        cause = view.cause
+        assert cause is not None
+        return cause_line(cause, upstream_status(view, run.upstream), run_url)
+
+    out: list[str] = []
+    if first:
+        out += ["### Why it blocks", "", *(line(v) for v in first[:CASE_ROWS])]
+        if len(first) > CASE_ROWS:
+            out.append(f"- _{len(first) - CASE_ROWS} more modules in {ARTIFACT}._")
+        out.append("")
+    if rest:
+        out += [f"<details><summary>{plural(len(rest), 'failing module')} that "
+                f"{'does' if len(rest) == 1 else 'do'} not block</summary>", "",
+                *(line(v) for v in rest[:CASE_ROWS]), "", "</details>", ""]
+    return "\n".join(out)
+
+
 # ---------------------------------------------------------------- the module table
 
 
@@ -120,12 +189,17 @@ def _module_table(views: list[ModuleView], decision: GateDecision, cap: int) -> 
         outcome = f"**{v.outcome.value}**" if v.worst is not None else v.outcome.value
         row = (f"| {md_code(v.name)} | {outcome} | {len(v.failing)}/{v.ran} | "
                f"{md_cell(worst_error_text(v))} | {md_cell(needed_text(v), 200)} | "
-               f"{md_cell(v.diagnosis, 300)} | {perf.ratio_text(slowest(v))} |")
+               f"{md_cell(v.diagnosis, 300)} | {_time_cell(slowest(v))} |")
         rows.append(row + (f" {md_cell(gate_text(v, decision))} |" if gate else ""))
     text = "\n".join(rows) + "\n"
     if len(views) > cap:
         text += (f"\n_{len(views) - cap} more modules in {ARTIFACT}._\n")
     return text
+
+
+def _time_cell(lat: Latency | None) -> str:
+    """The module's time ratio where it was measured well enough to read, else why not."""
+    return perf.ratio_text(lat) if lat is None or lat.stable else "not stable"
 
 
 def slowest(view: ModuleView) -> Latency | None:
@@ -207,13 +281,15 @@ def _localisation(case: CaseResult) -> list[str]:
         out.append(f"- known op-sweep finding {md_code(loc.known_op.finding)}: "
                    f"{md_cell(loc.known_op.reason, 300)}")
     if loc.node_repro:
-        out.append(f"- culprit's nodes alone: {md_code(loc.node_repro + '/repro.py')} (needs "
-                   "torch, numpy and onnxruntime; exits 1: it reproduces)")
+        out.append(f"- culprit's nodes alone: "
+                   f"{code_span(artifact_path(loc.node_repro + '/repro.py'))} in the reports "
+                   "(needs torch, numpy and onnxruntime; exits 1: it reproduces)")
     if loc.repro:
-        out.append(f"- repro: {md_code(loc.repro + '/repro.py')} (needs numpy and onnxruntime)")
+        out.append(f"- repro: {code_span(artifact_path(loc.repro + '/repro.py'))} in the "
+                   "reports (needs numpy and onnxruntime)")
     out += ["", "| check | status | seconds | note |", "|---|---|---|---|"]
-    out += [f"| {s.check.value} | {s.status.value} | {s.seconds:.2f} | {md_cell(s.note, 240)} |"
-            for s in loc.steps]
+    out += [f"| {s.check.value} | {s.status.value} | {s.seconds:.2f} | "
+            f"{md_cell(_in_reports(s.note, loc), 240)} |" for s in loc.steps]
     if loc.curve:
         out += ["", "| layer | class | max abs | needed atol | within tolerance |",
                 "|---|---|---|---|---|"]
@@ -222,6 +298,13 @@ def _localisation(case: CaseResult) -> list[str]:
         out += ["", *_curve_chart(case)]
     out += ["", "</details>", ""]
     return out
+
+
+def _in_reports(note: str, loc: Localisation) -> str:
+    """A step's note with the runner's artifact folders written as the reports name them."""
+    for folder in sorted({f for f in (loc.node_repro, loc.repro) if f}, key=len, reverse=True):
+        note = note.replace(folder, artifact_path(folder))
+    return note
 
 
 def _curve_chart(case: CaseResult) -> list[str]:
@@ -300,16 +383,29 @@ def _step_chart(case: CaseResult) -> list[str]:
 
 
 def _findings(run: RunResult) -> str:
+    """Errors, then warnings about a failing module, open; warnings that bear on no failing
+    case (a passing module's training mode, an all-NaN fixture) folded under one fold, so
+    the cause of a failure is not one line among many of equal weight."""
     if not run.findings:
         return ""
+    failing = {c.key.module for c in run.failures}
     ordered = sorted(run.findings, key=lambda f: (f.severity != "error", f.module, f.kind))
-    lines = ["### Findings", ""]
-    for f in ordered[:FINDING_ROWS]:
+    shown = [f for f in ordered if f.severity == "error" or f.module in failing]
+    folded = [f for f in ordered if f not in shown]
+
+    def item(f: Finding) -> str:
         icon = "❗" if f.severity == "error" else "⚠️"
-        lines.append(f"- {icon} {md_code(f.module)} **{md_cell(f.kind, 60)}**: "
-                     f"{md_cell(f.message, 400)}")
+        return f"- {icon} {md_code(f.module)} **{md_cell(f.kind, 60)}**: {md_cell(f.message, 400)}"
+
+    lines = ["### Findings", ""] if shown else []
+    lines += [item(f) for f in shown[:FINDING_ROWS]]
+    if folded:
+        room = max(0, FINDING_ROWS - len(shown))
+        lines += ["", f"<details><summary>{plural(len(folded), 'warning')} on modules that "
+                  "pass (none bears on a failing case)</summary>", "",
+                  *(item(f) for f in folded[:room]), "", "</details>"]
     if len(ordered) > FINDING_ROWS:
-        lines.append(f"- _{len(ordered) - FINDING_ROWS} more findings in {ARTIFACT}._")
+        lines.append(f"\n_{len(ordered) - FINDING_ROWS} more findings in {ARTIFACT}._")
     return "\n".join(lines) + "\n"
 
 
@@ -410,12 +506,15 @@ def _delta_section(deltas: Deltas | None) -> str:
 # ---------------------------------------------------------------- assembly and trimming
 
 
-def render(run: RunResult, limit: int = STEP_SUMMARY_LIMIT) -> str:
+def render(run: RunResult, limit: int = STEP_SUMMARY_LIMIT, run_url: str | None = None) -> str:
     """The summary of a run and its gate decision, at most `limit` UTF-8 bytes.
 
-    Blocks are kept or left out whole (never cut inside a `<details>` fold); the
-    verdict, the module table and, when anything was left out, a note saying what
-    always stay. `limit`: 1 MiB for a step summary, less for a PR comment.
+    The cause of each failing module leads (culprit line, op, owner, upstream), then the
+    module table. Blocks are kept or left out whole (never cut inside a `<details>` fold);
+    the verdict, the causes, the module table and, when anything was left out, a note saying
+    what always stay. `limit`: 1 MiB for a step summary, less for a PR comment. `run_url`:
+    the Actions run whose artifact holds the reports (the job summary and the comment link
+    the same one).
     """
     views = module_views(run)
     decision = decision_of(run)
@@ -423,6 +522,7 @@ def render(run: RunResult, limit: int = STEP_SUMMARY_LIMIT) -> str:
 
     def essential(cap: int) -> list[str]:
         return [headline(run, views) + "\n", _verdict(run) + "\n",
+                _causes(run, views, decision, run_url),
                 _module_table(views, decision, cap), _gate_sections(decision),
                 _delta_section(decision.compare_to), perf.markdown(run, run.gate)]
 

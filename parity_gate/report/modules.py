@@ -10,11 +10,13 @@ import math
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import PurePath
 
 from parity_gate.model.comparison import Comparison
 from parity_gate.model.gate import REGRESSION, GateDecision, Ruling
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, RunResult
+from parity_gate.model.upstream import UpstreamReport
 from parity_gate.report.fmt import num, plural
 
 
@@ -124,6 +126,78 @@ class ModuleView:
     def blocking(self, decision: GateDecision) -> list[CaseResult]:
         ids = set(decision.blocking) if not decision.passed else set()
         return [c for c in self.failing if c.id in ids]
+
+    @property
+    def cause(self) -> Cause | None:
+        """What a reviewer reads first: the localised culprit of the first failing case that
+        has one, else the worst case's own reason (None for a module that does not fail)."""
+        worst = self.worst
+        if worst is None:
+            return None
+        counted = (f"{len(self.failing)} of {plural(self.ran, 'case')} "
+                   f"{'fails' if len(self.failing) == 1 else 'fail'}")
+        located = next((c for c in self.failing if c.localisation is not None
+                        and c.localisation.culprit is not None), None)
+        if located is None or located.localisation is None:
+            return Cause(self.name, worst.outcome, counted, worst.id,
+                         reason=self.diagnosis or worst.outcome.info.description)
+        loc = located.localisation
+        culprit = loc.culprit
+        assert culprit is not None
+        owner = culprit.owner.value if culprit.owner is not None else "unknown"
+        folder = loc.node_repro or loc.repro  # the culprit's nodes alone where they reproduce
+        repro = f"{folder}/repro.py" if folder else ""
+        return Cause(self.name, worst.outcome, counted, located.id,
+                     reason=self.diagnosis, source=culprit.source, code=culprit.code,
+                     op=culprit.aten, onnx=", ".join(culprit.onnx_nodes[:4]), owner=owner,
+                     owned_by=culprit.owned_by,
+                     known=loc.known_op.finding if loc.known_op is not None else "",
+                     repro=artifact_path(repro) if repro else "")
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One failing module's cause as every report leads with it (culprit line, op, owner),
+    or, where localisation found none, the worst case's reason."""
+
+    module: str
+    outcome: Outcome
+    counted: str          # "2 of 2 cases fail"
+    case: str             # the case the cause was found on
+    reason: str = ""      # the worst case's diagnosis
+    source: str = ""      # "models/pool.py:12", relative to the manifest's folder
+    code: str = ""        # that source line
+    op: str = ""          # the ATen overload, e.g. "aten.avg_pool2d.default"
+    onnx: str = ""        # the ONNX nodes it became
+    owner: str = ""       # translation | kernel | capture | unknown
+    owned_by: str = ""    # the torchlib function or kernel, or why unknown
+    known: str = ""       # the op sweep's known finding that names this op
+    repro: str = ""       # the repro script, relative to the reports folder
+
+    @property
+    def located(self) -> bool:
+        return bool(self.op)
+
+
+def upstream_status(view: ModuleView, reports: list[UpstreamReport]) -> str:
+    """What the upstream search said about this module's failure: the report covering one
+    of its failing cases, else one about its culprit's op ("" when none was searched)."""
+    ids = {c.id for c in view.failing}
+    cause = view.cause
+    op = cause.op if cause is not None else ""
+    found = next((r for r in reports if ids & set(r.cases)), None) or next(
+        (r for r in reports if op and r.op.overload == op), None)
+    return found.describe() if found is not None else ""
+
+
+def artifact_path(path: str) -> str:
+    """A repro path as a reviewer finds it in the uploaded reports: from the `artifacts`
+    folder on (the runner's absolute path means nothing off the runner)."""
+    parts = PurePath(path).parts
+    if "artifacts" in parts:
+        at = len(parts) - 1 - parts[::-1].index("artifacts")
+        return str(PurePath(*parts[at:]))
+    return str(PurePath(*parts[-3:])) if len(parts) > 3 else path
 
 
 def module_views(run: RunResult) -> list[ModuleView]:

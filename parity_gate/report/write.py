@@ -24,6 +24,7 @@ from parity_gate.model.files import (
     target_problem,
 )
 from parity_gate.model.results import RunResult
+from parity_gate.model.text import run_url
 from parity_gate.report import junit, markdown
 from parity_gate.report.html import render as render_html
 from parity_gate.report.locate import locate
@@ -137,7 +138,8 @@ def write_all(run: RunResult, paths: ReportPaths, summary: str | None = None) ->
     """
     masker = Masker()
     run = masked(run, masker)
-    summary = masker.text(markdown.render(run) if summary is None else summary)
+    summary = masker.text(markdown.render(run, run_url=run_url(os.environ))
+                          if summary is None else summary)
     where = locate(run)
     renders = {"summary": lambda: summary.encode("utf-8"), "json": lambda: run_json(run),
                "junit": lambda: junit.to_xml(run, where),
