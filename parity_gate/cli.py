@@ -88,6 +88,23 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--artifacts", type=Path, metavar="DIR",
                      help="repro folders of failing cases (default: OUT/artifacts)")
 
+    init = sub.add_parser("init", help="write a first parity.yml and pull-request workflow "
+                          "from your modules' factories")
+    init.add_argument("--factory", action="append", default=[], metavar="PKG.MODULE:FN",
+                      help="a callable returning one nn.Module (repeatable); imported with "
+                      "--dir first on the import path")
+    init.add_argument("--shape", action="append", default=[], metavar="NAME=1x3x32x32",
+                      help="an input's example shape, batch first, optionally :dtype "
+                      "(repeatable; default: the module's example_input_array or "
+                      "dummy_inputs, else its first layer)")
+    init.add_argument("--dir", type=Path, default=Path("."),
+                      help="the repository's root (default: the working folder)")
+    init.add_argument("--manifest", default=DEFAULT_MANIFEST,
+                      help="the manifest to write, relative to --dir (default: parity.yml)")
+    init.add_argument("--no-workflow", action="store_true",
+                      help="do not write .github/workflows/parity.yml")
+    init.add_argument("--force", action="store_true", help="overwrite existing files")
+
     check = sub.add_parser("check", help="validate a manifest without running anything")
     check.add_argument("manifest", nargs="?", default=None)
 
@@ -418,6 +435,17 @@ def _cmd_merge(args: argparse.Namespace) -> int:
     return EXIT_FAIL if run.verdict.blocks else EXIT_PASS
 
 
+def _cmd_init(args: argparse.Namespace) -> int:
+    from parity_gate.scaffold import init
+
+    written = init(args.dir.resolve(), args.factory, args.shape, manifest=args.manifest,
+                   workflow=not args.no_workflow, force=args.force)
+    for path in written:
+        print(f"wrote {path}")
+    print(f"next: review the proposed inputs, then `parity-gate run {written[0]}`")
+    return 0
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
     from parity_gate.manifest.load import load_manifest
 
@@ -490,7 +518,7 @@ def _cmd_cache(args: argparse.Namespace) -> int:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": _cmd_run, "check": _cmd_check, "schema": _cmd_schema, "baseline": _cmd_baseline,
-    "merge": _cmd_merge, "report": _cmd_report, "cache": _cmd_cache}
+    "merge": _cmd_merge, "report": _cmd_report, "cache": _cmd_cache, "init": _cmd_init}
 
 
 class _Console:

@@ -758,8 +758,11 @@ def test_failing_manifest_blocks_with_error_annotations(tmp_path: Path) -> None:
     assert [(n["level"], n["title"]) for n in notes] == [
         ("error", "parity-gate: broken/float32/vec/b2/cpu eager_error"),
         ("warning", "parity-gate: noisy/float32/vec/b2/cpu mismatch (not blocking)"),
+        # the culprit on its own source line (gate/bad_models.py is in the workspace)
+        ("warning", "parity-gate: noisy: culprit aten.rand_like.default (not blocking)"),
         ("warning", "parity-gate: noisy constants-in-forward"),  # torch.rand_like in forward
     ]
+    assert notes[2]["file"] == "gate/bad_models.py"
     assert notes[1]["message"].startswith("output0: mismatch:")
     assert "baseline: known failure" in notes[1]["message"]
     assert notes[0]["file"] == "gate/parity.yml"

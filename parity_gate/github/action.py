@@ -32,6 +32,7 @@ from parity_gate.github.commands import (
 from parity_gate.github.inputs import INPUTS, InputError, input_env, read_inputs, without_secrets
 from parity_gate.github.install import install_self
 from parity_gate.github.paths import Paths, resolve_paths
+from parity_gate.github.project import install_command
 from parity_gate.model.files import append_step_summary
 from parity_gate.model.units import parse_age
 from parity_gate.report.secrets import Masker, secret_values
@@ -200,9 +201,11 @@ def run_action(inputs: Mapping[str, str], paths: Paths, env: Mapping[str, str]) 
         from parity_gate.github.post import report_only
 
         return report_only(inputs, paths, github_output)
-    if inputs["install"]:
+    command, said = install_command(inputs["install"], paths.workspace)
+    print(said, flush=True)
+    if command:
         print("::group::install", flush=True)
-        rc, tail = run_logged(["bash", "-c", inputs["install"]], paths.workspace, env)
+        rc, tail = run_logged(command, paths.workspace, env)
         print("::endgroup::", flush=True)
         if rc:
             note = _failure_annotation(rc, tail, "install", f"install: the command exited with "

@@ -84,8 +84,8 @@ def _culprit_annotation(view: ModuleView, level: str, manifest_file: str | None,
     if where is None:
         return None
     by = f" ({cause.owned_by})" if cause.owned_by else ""
-    message = (f"{cause.counted} ({cause.outcome.value}) on {cause.case}: {cause.op} "
-               f"computes differently after export; owner: {cause.owner}{by}"
+    message = (f"{cause.counted} ({cause.outcome.value}); localised on {cause.case} to "
+               f"{cause.op}; owner: {cause.owner}{by}"
                + (f"; known exporter defect {cause.known}" if cause.known else ""))
     tail = "" if level == "error" else " (not blocking)"
     return Annotation(level, f"parity-gate: {view.name}: culprit {cause.op}{tail}",

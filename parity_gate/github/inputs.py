@@ -62,7 +62,7 @@ INPUTS: dict[str, InputSpec] = {
     "shard": InputSpec("", "K/N with 1 <= K <= N, e.g. 2/4", _is_shard),
     "select": InputSpec(),
     "jobs": InputSpec("", "an integer >= 1", lambda v: v.isdigit() and int(v) >= 1),
-    "install": InputSpec(),
+    "install": InputSpec("auto", "auto, none, or a bash command"),
     "fail_on": InputSpec("regressions", "regressions, any-failure or never", _one_of(*FAIL_ON)),
     "allow_all_skipped": InputSpec("false", "true or false", _one_of("true", "false")),
     "cache_dir": InputSpec(),
