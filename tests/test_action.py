@@ -464,7 +464,7 @@ def test_outputs_count_blocking_and_failing_cases(tmp_path: Path) -> None:
 
 
 def test_module_lines_point_at_module_entries_only() -> None:
-    text = (REPO / "fixtures" / "parity.yml").read_text(encoding="utf-8")
+    text = (REPO / "parity_gate" / "example" / "parity.yml").read_text(encoding="utf-8")
     lines = action.module_lines(text)
     numbered = text.splitlines()
     assert set(lines) == {"cnn", "encoder", "mlp"}
@@ -629,7 +629,7 @@ def test_run_usage_error_is_reported(tmp_path: Path) -> None:
 def example_run(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     tmp = tmp_path_factory.mktemp("example")
     workspace = tmp / "workspace"
-    shutil.copytree(REPO / "fixtures", workspace / "fixtures",
+    shutil.copytree(REPO / "parity_gate" / "example", workspace / "fixtures",
                     ignore=shutil.ignore_patterns("__pycache__"))
     env = runner_env(tmp, workspace, manifest="fixtures/parity.yml",
                      install="pwd > install-cwd.txt", fail_on="any-failure")
