@@ -1,6 +1,6 @@
 """parity-gate's overhead over a hand-written script doing the same exports and ORT runs.
 
-Runs `parity-gate run fixtures/parity.yml` and `benchmarks/plain_example.py`
+Runs `parity-gate run parity_gate/example/parity.yml` and `benchmarks/plain_example.py`
 alternately (A B A B ...) as child processes of this one, so both see the same
 machine state, and prints the ratio of the medians. Target: <= 1.15.
 """
@@ -31,7 +31,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     out = tempfile.mkdtemp(prefix="overhead-")
-    gate = [sys.executable, "-m", "parity_gate", "run", "fixtures/parity.yml", "--quiet",
+    gate = [sys.executable, "-m", "parity_gate", "run", "parity_gate/example/parity.yml", "--quiet",
             "--no-cache", "--out", out, "--providers", "cpu"]  # every round exports
     plain = [sys.executable, str(ROOT / "benchmarks" / "plain_example.py")]
     timed(plain)  # warm the page cache for both (same libraries)

@@ -28,7 +28,11 @@ if TYPE_CHECKING:  # imported lazily: `check` and `schema` stay fast
     from parity_gate.plan.sharding import Shard
 
 DEFAULT_MANIFEST = "parity.yml"  # as the Action's `manifest` input: in the working folder
-EXAMPLE_MANIFEST = "fixtures/parity.yml"  # the bundled example, in a parity-gate checkout
+# The bundled example ships inside the package (parity_gate/example): `--example` runs the
+# installed copy from anywhere; in a parity-gate checkout without a parity.yml, the
+# checkout's copy is the default.
+EXAMPLE = Path(__file__).resolve().parent / "example" / "parity.yml"
+EXAMPLE_MANIFEST = "parity_gate/example/parity.yml"  # the same file, seen from a checkout
 ISSUES_URL = "https://github.com/parity-gate/parity-gate/issues"
 CACHE_ENV = "PARITY_GATE_CACHE_DIR"
 DEFAULT_CACHE_DIR = ".parity-cache"  # engine.cache.DEFAULT_DIR (not imported here: numpy)
@@ -48,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("manifest", nargs="?", default=None,
                      help=f"path to parity.yml (default: {DEFAULT_MANIFEST} here, as the "
                      f"Action; in a parity-gate checkout without one, {EXAMPLE_MANIFEST})")
+    _add_example_arg(run)
     run.add_argument("--out", default="parity-reports", type=Path,
                      help="folder for reports not given a path below (default: parity-reports)")
     run.add_argument("--json", type=Path, help="JSON report path (default: OUT/results.json)")
@@ -107,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", help="validate a manifest without running anything")
     check.add_argument("manifest", nargs="?", default=None)
+    _add_example_arg(check)
 
     schema = sub.add_parser("schema", help="print a JSON Schema (default: the manifest's)")
     schema.add_argument("which", nargs="?", choices=("manifest", "results"), default="manifest",
@@ -224,7 +230,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if jobs < 1:
         raise UserError(f"--jobs: got {jobs} (expected an integer >= 1)")
     cache_dir = None if args.no_cache else checked_cache_dir(args.cache_dir)
-    path = default_manifest(args.manifest)
+    path = default_manifest(args.manifest, args.example)
     manifest = load_manifest(path)
     _fixture_files(manifest, path, sizes_only=True)
     policy, shard, timings = _run_gate_inputs(args, path)
@@ -340,9 +346,21 @@ def _localise_policy(args: argparse.Namespace, manifest: Any) -> Any:
                           artefacts_pass=settings.artefacts == "pass")
 
 
-def default_manifest(given: str | None) -> Path:
-    """The manifest to run: the one given, else `parity.yml` in the working folder (the
-    Action's default too), else the bundled example when run in a parity-gate checkout."""
+def _add_example_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--example", action="store_true",
+                        help="the bundled example manifest, from the installed package "
+                        f"({EXAMPLE}), instead of a parity.yml")
+
+
+def default_manifest(given: str | None, example: bool = False) -> Path:
+    """The manifest to run: the one given, or the installed package's example (`--example`),
+    else `parity.yml` in the working folder (the Action's default too), else the bundled
+    example when run in a parity-gate checkout. Never the example silently elsewhere: a
+    workflow that lost its parity.yml must not pass on the example."""
+    if given and example:
+        raise UserError(f"--example: also given a manifest, {given} (expected one of them)")
+    if example:
+        return EXAMPLE
     if given:
         return Path(given)
     if Path(DEFAULT_MANIFEST).is_file():
@@ -352,7 +370,7 @@ def default_manifest(given: str | None) -> Path:
               f"{EXAMPLE_MANIFEST}", file=sys.stderr)
         return Path(EXAMPLE_MANIFEST)
     raise UserError(f"{DEFAULT_MANIFEST}: no such file in {Path.cwd()} (expected a manifest: "
-                    "parity-gate run path/to/parity.yml)")
+                    "parity-gate run path/to/parity.yml, or --example for the bundled one)")
 
 
 def _run_gate_inputs(args: argparse.Namespace, manifest_path: Path
@@ -449,7 +467,7 @@ def _cmd_init(args: argparse.Namespace) -> int:
 def _cmd_check(args: argparse.Namespace) -> int:
     from parity_gate.manifest.load import load_manifest
 
-    path = default_manifest(args.manifest)
+    path = default_manifest(args.manifest, args.example)
     manifest = load_manifest(path)
     read = _fixture_files(manifest, path, sizes_only=False)
     files = f", {read} fixture file(s) read" if read is not None else ""

@@ -25,7 +25,7 @@ def test_shipped_schema_matches_models() -> None:
 
 def test_schema_accepts_the_example_and_rejects_a_typo() -> None:
     schema = manifest_schema()
-    example = parse_yaml((ROOT / "fixtures" / "parity.yml").read_text())
+    example = parse_yaml((ROOT / "parity_gate" / "example" / "parity.yml").read_text())
     jsonschema.validate(example, schema)
     example["modules"][0]["fixtures"] = "images"  # not a list
     try:

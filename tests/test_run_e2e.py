@@ -22,7 +22,7 @@ from parity_gate.model.results import RunResult
 pytestmark = pytest.mark.process  # real worker runs, exports or subprocesses
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = ROOT / "fixtures" / "parity.yml"
+EXAMPLE = ROOT / "parity_gate" / "example" / "parity.yml"
 FAULTY = ROOT / "tests" / "data" / "faulty" / "parity.yml"
 
 

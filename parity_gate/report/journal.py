@@ -10,16 +10,17 @@ that appears twice (its localisation came later) counts once, the last line;
 but a later line never turns a failure into a pass (only the localisation's
 `artefacts: pass` settlement may), and a case the header did not plan is left
 out: both are flagged in the report as findings. Every line is masked like the
-reports. A run holds a lock on its out folder (`OUT/.parity-gate.lock`, flock,
-removed at the end) from its first look at the journal to its end, so a second run into the same
-folder is refused instead of moving the live run's journal aside. A journal the
-disk refuses (ENOSPC) is said once and the run goes on, its results in memory
-for the reports; the run then ends with that line, exit 2.
+reports. A run holds a lock on its out folder (`OUT/.parity-gate.lock`: the `filelock`
+library's native lock, flock on POSIX; removed at the end) from its first look at the
+journal to its end, so a second run into the same folder is refused instead of moving
+the live run's journal aside. A journal the disk refuses (ENOSPC) is said once and the
+run goes on, its results in memory for the reports; the run then ends with that line,
+exit 2.
 """
 
 from __future__ import annotations
 
-import fcntl
+import contextlib
 import json
 import os
 import signal
@@ -28,6 +29,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import filelock
 
 from parity_gate.errors import UserError
 from parity_gate.gate.jsonfile import loads, read_text
@@ -41,7 +44,7 @@ VERSION = 1
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 WHAT = "a parity-gate journal (OUT/journal.jsonl, one JSON object a line)"
 LOCK = ".parity-gate.lock"
-_held: dict[Path, int] = {}  # out folder → the fd of its lock, held by this process
+_held: dict[Path, filelock.BaseFileLock] = {}  # out folder → its lock, held by this process
 
 
 @dataclass
@@ -121,45 +124,55 @@ class Journal:
 
 
 def hold_lock(out: Path) -> None:
-    """Lock the out folder for this run (flock on OUT/.parity-gate.lock, released when the
-    journal closes or the process ends, however it ends): another live run there is a
-    UserError naming it, before its journal is touched. The file is removed on release;
-    a lock taken on a file removed meanwhile is taken again on the new one."""
+    """Lock the out folder for this run (a non-blocking exclusive lock on
+    OUT/.parity-gate.lock, released when the journal closes or the process ends, however it
+    ends): another live run there is a UserError naming it, before its journal is touched.
+    The file holds the holder's pid and is removed on release; a lock that could not be
+    taken because its file was removed meanwhile is taken again on the new one."""
     key = out.absolute()
     if key in _held:
         return
-    lock = out / LOCK
+    path = out / LOCK
     while True:
-        problem = target_problem(lock)
+        problem = target_problem(path)
         if problem:
             raise UserError(f"--out: {problem}")
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-                     | getattr(os, "O_CLOEXEC", 0), 0o666)
+        lock = filelock.FileLock(path, timeout=0, thread_local=False)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            other = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
-            os.close(fd)
+            lock.acquire()
+            break
+        except filelock.Timeout:
+            if not os.path.lexists(path):
+                continue  # its run released and removed it meanwhile: lock the one there now
+            other = _holder(path)
             raise UserError(f"--out: {out} is in use by another parity-gate run"
                             f"{f' (pid {other})' if other.isdigit() else ''} (expected one run "
                             "per out folder: give this one its own --out, or wait for that one)"
                             ) from None
-        try:
-            if os.fstat(fd).st_ino == os.lstat(lock).st_ino:
-                break
-        except FileNotFoundError:
-            pass
-        os.close(fd)  # its run released and removed it meanwhile: lock the one there now
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    _held[key] = fd
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        os.write(fd, f"{os.getpid()}\n".encode())
+    finally:
+        os.close(fd)
+    _held[key] = lock
+
+
+def _holder(path: Path) -> str:
+    """The pid a lock file's holder wrote into it ('' if none can be read)."""
+    try:
+        with path.open("rb") as fh:
+            return fh.read(64).decode("ascii", "replace").strip()
+    except OSError:
+        return ""
 
 
 def release_lock(out: Path) -> None:
-    fd = _held.pop(out.absolute(), None)
-    if fd is not None:
-        (out / LOCK).unlink(missing_ok=True)  # still locked: no other run holds this file
-        os.close(fd)
+    lock = _held.pop(out.absolute(), None)
+    if lock is not None:
+        # Still locked: no other run holds this file. (Windows removes it on release.)
+        with contextlib.suppress(FileNotFoundError, PermissionError):
+            (out / LOCK).unlink()
+        lock.release()
 
 
 def keep_unfinished(path: Path) -> Path | None:
