@@ -59,19 +59,24 @@ def labels_wrong(side: np.ndarray, truth: np.ndarray, dname: str) -> int:
 def judge_against_float64(
     eager: Sequence[np.ndarray], onnx: Sequence[np.ndarray], truth: Sequence[np.ndarray],
     names: Sequence[str], tolerances: Sequence[Tolerance], classify: Sequence[bool],
-    outputs: Sequence[int],
+    outputs: Sequence[int], discrete: Sequence[bool] = (),
 ) -> Reference:
-    """The ruling over the failing `outputs` (indices): the worst output decides."""
+    """The ruling over the failing `outputs` (indices): the worst output decides. A
+    failing discrete output (integer, bool, or marked in `discrete`: rounded, compared, an
+    index) is never excused by distance to float64: the ruling is then DISCRETE, unless
+    another output is already a defect."""
     from parity_gate.compare import compare
 
     if len(truth) != len(eager):
         return Reference(Ruling.UNVERIFIED, error=f"float64 run returns {len(truth)} "
                          f"output(s), the case {len(eager)}")
     best: Reference | None = None
+    steps: list[int] = []
     for m in outputs:
         e, o, t = np.asarray(eager[m]), np.asarray(onnx[m]), np.asarray(truth[m])
-        if kind_of(e.dtype) != "float":
-            continue  # integer outputs compare exactly; float64 says nothing new
+        if kind_of(e.dtype) != "float" or (m < len(discrete) and discrete[m]):
+            steps.append(m)  # a whole unit apart is another branch taken, not rounding
+            continue
         if not (t.shape == e.shape == o.shape):
             return Reference(Ruling.UNVERIFIED, output=names[m],
                              error=f"{names[m]}: float64 shape {t.shape} vs {e.shape}")
@@ -100,6 +105,13 @@ def judge_against_float64(
                          labels_onnx_wrong=wrong[1] if wrong else None)
         if best is None or (_ORDER[ruling], _ratio(here)) > (_ORDER[best.ruling], _ratio(best)):
             best = here
+    if steps and (best is None or not best.ruling.defect):
+        name = names[steps[0]]
+        return Reference(Ruling.DISCRETE, output=name,
+                         case_dtype=dtype_name(np.asarray(eager[steps[0]]).dtype),
+                         error=f"{name} is discrete (an integer, a rounding, a comparison or "
+                         "an index): its values differ by whole steps, which no distance to "
+                         "float64 excuses")
     return best or Reference(Ruling.UNVERIFIED, error="no floating output failed")
 
 

@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from parity_gate.engine import generation, performance, stages
 from parity_gate.engine.binding import Binding, bind, output_names
 from parity_gate.engine.cache import hand_off
 from parity_gate.engine.cached import WorkerCache
+from parity_gate.engine.discrete import discrete_outputs
 from parity_gate.engine.exporting import ExportedModel, ExportFailure, export_module
 from parity_gate.engine.fixtures import (
     FixtureError,
@@ -37,6 +39,7 @@ from parity_gate.engine.fixtures import (
     generate,
 )
 from parity_gate.engine.protocol import CaseStream, Emit
+from parity_gate.engine.referee import range_disagreement, tie_elements
 from parity_gate.engine.runtime import first_line, memory_failure
 from parity_gate.engine.stages import StageFailure
 from parity_gate.engine.tensors import leaves, to_numpy, to_torch
@@ -70,6 +73,7 @@ class _Reference:
     names: list[str] = field(default_factory=list)
     truth: list[list[np.ndarray]] | None = None
     truth_error: str = ""
+    out_of_range: str | None = None  # referee.range_disagreement's answer, once asked
 
 
 @dataclass
@@ -406,6 +410,7 @@ def _run_provider(ctx: _Ctx, exported: ExportedModel, provider: str, keys: list[
     timings = {**shared, "session_s": session_s}
     feed_names = {i.name for i in session.get_inputs()}
     unoptimized: list[Any] = []  # created on the first mismatch only
+    discrete: list[bool] | None = None  # per output, read from the graph on the first mismatch
     warned: set[str] = set()  # outputs already said to hold nothing finite
     measurer = performance.measurer(job, exported.source, provider, mod.typed,
                                     sum(timings.values()) / len(keys))
@@ -427,7 +432,9 @@ def _run_provider(ctx: _Ctx, exported: ExportedModel, provider: str, keys: list[
                                             export_batch)
             if dtype in JUDGED:
                 ctx.step(Stage.RECHECKING, key.id, "against float64")
-                result = _against_float64(ctx, mod, result, ref, got)
+                if discrete is None:
+                    discrete = _discrete(exported)
+                result = _against_float64(ctx, mod, result, ref, got, discrete)
             _hand_off(job, mod, exported, ref.names)
         if measurer is not None and result.comparisons:  # the session ran: time it
             ctx.step(Stage.RECHECKING, key.id, "timing against eager")
@@ -639,21 +646,47 @@ def _reexport(ctx: _Ctx, mod: _Module, provider: str, result: CaseResult, ref: _
                     onnx_error=onnx_error)
 
 
+def _discrete(exported: ExportedModel) -> list[bool]:
+    """Per output, whether the exported graph computes it as discrete values ([] when the
+    graph cannot be read: every output is then judged as continuous, as before)."""
+    try:
+        import onnx
+
+        proto = exported.graph if exported.graph is not None \
+            else onnx.load_model_from_string(exported.model)
+        return discrete_outputs(proto)
+    except Exception:  # advisory: the integer outputs are still caught by their dtype
+        return []
+
+
 def _against_float64(ctx: _Ctx, mod: _Module, result: CaseResult, ref: _Reference,
-                     got: list[list[np.ndarray]]) -> CaseResult:
+                     got: list[list[np.ndarray]], discrete: list[bool]) -> CaseResult:
     """A mismatch stands only if ONNX is clearly further from float64 than eager is (and,
     in float32, outside float32's rounding of it); otherwise the case passes with the
     figures on record, unless its tolerance is the manifest's own: that contract stands,
-    and the reason says no correct implementation can meet it."""
+    and the reason says no correct implementation can meet it. Never excused: a discrete
+    output (unless it is a tie the manifest allows), and a case where float64 does not
+    compute the same function (an intermediate overflows in one run only)."""
     if ref.truth is None:
         result.reference = Reference(Ruling.UNVERIFIED, error=ref.truth_error)
         return result
-    judged = _judge_float64(ctx.job, result, ref, got)
+    judged = _judge_float64(ctx.job, result, ref, got, discrete)
+    if judged.ruling is Ruling.DISCRETE:
+        judged = _ties(ctx.job, mod, result, ref, got, discrete, judged)
     result.reference = judged
     if judged.ruling.defect:
         return result
+    if ref.out_of_range is None:
+        ctx.step(Stage.RECHECKING, result.key.id, "float64 computes the same function")
+        ref.out_of_range = _out_of_range(mod, ref)
+    if ref.out_of_range:
+        result.reference = replace(judged, ruling=Ruling.OUT_OF_RANGE, error=ref.out_of_range)
+        return result
     worst = result.worst()
     name = worst.name if worst is not None else "output"
+    if judged.ruling is Ruling.TIE:
+        return replace(result, outcome=Outcome.PASS,
+                       reason=f"{mod.dtype} eager and ONNX differ, but {judged.describe()}")
     if _contract(ctx.job, mod.dtype, name):
         tol = _tolerance(ctx.job, mod.dtype, _output_spec(ctx.job, name))
         needed = worst.needed_atol if worst is not None else None
@@ -682,8 +715,83 @@ def _contract(job: ModuleJob, dtype: str, output: str) -> bool:
     return own or dtype in job.contract_dtypes
 
 
+def _calls(mod: _Module, ref: _Reference, wide: bool) -> list[Any]:
+    """One forward per sample: the case's module on its inputs, or the float64 copy on the
+    same inputs widened to float64."""
+    def call(module: Any, inputs: dict[str, np.ndarray]) -> Any:
+        return lambda: mod.binding.call(module, {n: to_torch(inputs[n], mod.device)
+                                                 for n in mod.binding.order})
+
+    if not wide:
+        return [call(mod.typed, inputs) for inputs in ref.inputs]
+    return [call(mod.float64, {n: (a.astype(np.float64) if a.dtype.kind == "f"
+                                   or a.dtype.name == "bfloat16" else a)
+                               for n, a in inputs.items()}) for inputs in ref.inputs]
+
+
+def _out_of_range(mod: _Module, ref: _Reference) -> str:
+    """Where the case's dtype and float64 disagree on an overflow or NaN ("" if nowhere)."""
+    try:
+        return range_disagreement(_calls(mod, ref, False), _calls(mod, ref, True), mod.dtype)
+    except Exception as exc:  # no answer: the float64 check cannot be trusted either
+        return f"the float64 range check failed ({first_line(repr(exc))}): the float64 " \
+            "check cannot referee this case"
+
+
+def _ties(job: ModuleJob, mod: _Module, result: CaseResult, ref: _Reference,
+          got: list[list[np.ndarray]], discrete: list[bool], judged: Reference) -> Reference:
+    """A failing discrete output: a tie when a float64 run perturbed by one rounding of
+    the case's dtype lands on both sides at every element that differs; the case passes
+    only where every failing discrete output is a tie its manifest entry allows."""
+    failing = [i for i, n in enumerate(ref.names)
+               if n in {c.name for c in result.comparisons if not c.passed}]
+    steps = [i for i in failing if (ref.outputs[0][i].dtype.kind != "f"
+             and ref.outputs[0][i].dtype.name != "bfloat16")
+             or (i < len(discrete) and discrete[i])]
+    notes, allowed = [], True
+    for i in steps:
+        name = ref.names[i]
+        eager = [outs[i] for outs in ref.outputs]
+        onnx = [outs[i] for outs in got]
+        with np.errstate(all="ignore"):
+            differ = [(e.astype(np.float64) != o.astype(np.float64))
+                      & ~(np.isnan(e.astype(np.float64)) & np.isnan(o.astype(np.float64)))
+                      for e, o in zip(eager, onnx, strict=True)]
+        places = [(s, tuple(int(v) for v in ix)) for s, m in enumerate(differ)
+                  for ix in np.argwhere(m)[:5]][:5]
+        count = sum(int(m.sum()) for m in differ)
+        where = ", ".join(f"{ix}" if len(differ) == 1 else f"sample {s} {ix}"
+                          for s, ix in places) + (", ..." if count > len(places) else "")
+        try:
+            tie = mod.dtype in JUDGED and tie_elements(
+                _calls(mod, ref, True), mod.dtype, i, eager, onnx, differ)
+        except Exception:  # no witness: not a tie
+            tie = False
+        spec = _output_spec(job, name)
+        if tie:
+            ok = bool(spec is not None and spec.ties)
+            allowed &= ok
+            notes.append(
+                f"{name}: tie at a rounding boundary: the {count} differing element(s) "
+                f"({where}) lie within one {mod.dtype} rounding of a boundary in float64 (a "
+                f"float64 run rounded like {mod.dtype} lands on eager's value and on ONNX's)"
+                + ("; ties: true allows it" if ok else
+                   f"; {mod.dtype} cannot decide them, and the manifest does not allow ties "
+                   f"on {name} (ties: true)"))
+        else:
+            allowed = False
+            notes.append(f"{name} is discrete (an integer, a rounding, a comparison or an "
+                         f"index): {count} element(s) differ ({where}) by whole steps, not "
+                         f"all within one {mod.dtype} rounding of a boundary in float64; no "
+                         "distance to float64 excuses it")
+    if not steps:
+        return judged
+    return replace(judged, ruling=Ruling.TIE if allowed else Ruling.DISCRETE,
+                   error="; ".join(notes))
+
+
 def _judge_float64(job: ModuleJob, result: CaseResult, ref: _Reference,
-                   got: list[list[np.ndarray]]) -> Reference:
+                   got: list[list[np.ndarray]], discrete: Sequence[bool] = ()) -> Reference:
     truth = ref.truth or []
     specs = {o.name: o for o in job.module.outputs or []}
     count = len(ref.names)
@@ -697,7 +805,7 @@ def _judge_float64(job: ModuleJob, result: CaseResult, ref: _Reference,
         eager, onnx, true, ref.names,
         [_tolerance(job, result.key.dtype, specs.get(n)) for n in ref.names],
         [getattr(specs.get(n), "task", None) == "classification" for n in ref.names],
-        [i for i, n in enumerate(ref.names) if n in failing])
+        [i for i, n in enumerate(ref.names) if n in failing], discrete)
 
 
 def _float64_run(ctx: _Ctx, mod: _Module, ref: _Reference) -> None:

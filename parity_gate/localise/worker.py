@@ -33,10 +33,12 @@ from parity_gate.compare.reference import judge_against_float64
 from parity_gate.engine import stages
 from parity_gate.engine.binding import Binding, bind, output_names
 from parity_gate.engine.cache import handed_off
+from parity_gate.engine.discrete import discrete_outputs
 from parity_gate.engine.exporting import export_module
 from parity_gate.engine.fixtures import generate
 from parity_gate.engine.module_worker import build_module, export_batch_size, tolerance_for
 from parity_gate.engine.protocol import CaseStream, Emit
+from parity_gate.engine.referee import range_disagreement
 from parity_gate.engine.runtime import first_line
 from parity_gate.engine.tensors import leaves, to_numpy, to_torch
 from parity_gate.localise import known as known_ops
@@ -398,14 +400,36 @@ def _conditioning(prep: _Prepared, sample: _Sample, tol: cmp.Tolerance,
     failing = [i for i, (e, o) in enumerate(zip(eager, onnx, strict=False))
                if not cmp.compare(e, o, tol).passed]
     judged = judge_against_float64(eager, onnx, truth, names, [tol] * len(eager),
-                                   [False] * len(eager), failing)
+                                   [False] * len(eager), failing, _discrete(prep.model))
     if judged.ruling is Ruling.UNVERIFIED:
         return f"skipped: {judged.describe()}"
+    if not judged.ruling.defect:  # the gate's own rule: float64 must compute the same function
+        dtype = next((str(p.dtype).removeprefix("torch.") for p in prep.module.parameters()
+                      if p.is_floating_point()), "")
+        apart = range_disagreement([lambda: prep.call(prep.module, sample.inputs)],
+                                   [lambda: prep.call(wide, upcast)], dtype) if dtype else ""
+        if apart:
+            judged = replace(judged, ruling=Ruling.OUT_OF_RANGE, error=apart)
+    if judged.ruling in (Ruling.OUT_OF_RANGE, Ruling.DISCRETE):
+        loc.artefact = False
+        return f"a defect: {judged.describe()}"
     loc.eager_error, loc.onnx_error = judged.eager_error, judged.onnx_error
     loc.artefact = not judged.ruling.defect
     figures = (f"ONNX Runtime is {judged.onnx_error or 0.0:.3g} from float64 where eager is "
                f"{judged.eager_error or 0.0:.3g}")
     return f"{figures}: {'a tolerance artefact' if loc.artefact else 'a defect'}"
+
+
+def _discrete(model: bytes | str) -> list[bool]:
+    """Per output, whether the gate's ONNX graph computes discrete values ([] if unread)."""
+    try:
+        import onnx
+
+        proto = (onnx.load_model_from_string(model) if isinstance(model, bytes)
+                 else onnx.load(model, load_external_data=False))
+        return discrete_outputs(proto)
+    except Exception:  # advisory: integer outputs are still told apart by their dtype
+        return []
 
 
 def _program_values(traced: _Traced, prep: _Prepared, sample: _Sample, names: list[str]

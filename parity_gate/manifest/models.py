@@ -221,6 +221,11 @@ class OutputSpec(_Strict):
     tolerances: ToleranceTable | None = Field(
         None, description="per-dtype tolerance for this output only"
     )
+    ties: bool = Field(
+        False, description="a discrete output (rounded, compared, an index) may differ where "
+        "a float64 run shows every differing element within one rounding of a boundary "
+        "(a tie: either side is a correct rounding); off: such a difference fails"
+    )
 
 
 class TensorSpec(_Strict):
