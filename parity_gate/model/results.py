@@ -45,6 +45,17 @@ class Provenance(Record):
     export_cached: bool = False  # the exported model came from the export cache
 
 
+@dataclass(frozen=True, config=CONFIG)
+class CheckRun(Record):
+    """One per-case follow-up check the worker ran on a case (engine.followups' table):
+    which, whether it ran to the end, and what it cost."""
+
+    check: str
+    status: Literal["ran", "failed"] = "ran"
+    seconds: float = 0.0
+    note: str = ""  # how it failed
+
+
 @dataclass(config=CONFIG)
 class CaseResult(Record):
     """What happened to one case, with the evidence a reviewer needs."""
@@ -68,6 +79,7 @@ class CaseResult(Record):
     crash: CrashRepro | None = None     # a crash in ONNX Runtime, replayed in a repro folder
     performance: Performance | None = None  # latency vs eager, placement, memory
     generation: Generation | None = None  # generation cases: N greedy steps, step by step
+    checks: list[CheckRun] = field(default_factory=list)  # follow-up checks run, in order
 
     @computed_field  # type: ignore[prop-decorator]
     @property
