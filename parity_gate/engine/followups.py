@@ -84,6 +84,7 @@ class FollowUp:
     needs: tuple[str, ...]
     produces: str
     cost: Cost
+    per_dtype: bool = False  # its progress line names the dtype (made once for it), not the case
 
 
 def _failed_rerun(again: CaseResult) -> str:
@@ -204,7 +205,7 @@ FOLLOW_UPS: list[FollowUp] = [
     FollowUp("float64-reference", "float64 reference",
              lambda s: _judged(s) and s.ref.truth is None and not s.ref.truth_error,
              float64_reference, ("float64 module", "references"), "(the reference's truth)",
-             Cost.EAGER),
+             Cost.EAGER, per_dtype=True),
     FollowUp("reexport", "exported with optimize: false",
              lambda s: s.mismatch and s.shared.ctx.job.export.exporter == "dynamo"
              and bool(s.shared.ctx.job.export.optimize),
@@ -230,7 +231,8 @@ def run_follow_ups(state: CaseState, table: list[FollowUp] | None = None) -> Cas
         if not check.applies(state):
             continue
         if check.label:
-            state.shared.ctx.step(Stage.RECHECKING, state.result.key.id, check.label)
+            subject = state.shared.mod.dtype if check.per_dtype else state.result.key.id
+            state.shared.ctx.step(Stage.RECHECKING, subject, check.label)
         t0 = time.perf_counter()
         try:
             check.run(state)
