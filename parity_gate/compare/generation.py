@@ -16,7 +16,7 @@ from dataclasses import replace
 import numpy as np
 
 from parity_gate.compare.decide import top1_agreement
-from parity_gate.compare.reference import judge_against_float64
+from parity_gate.compare.reference import OutputRules, judge_against_float64
 from parity_gate.model.comparison import Tolerance
 from parity_gate.model.generation import Generation, GenerationStep
 
@@ -71,6 +71,7 @@ def rule_step(step: GenerationStep, eager: np.ndarray, onnx: np.ndarray, truth: 
               tol: Tolerance) -> GenerationStep:
     """A failing step judged as a failing case is (`compare.reference`): against float64
     logits of the same tokens, the step stands only when ONNX is clearly further off."""
-    ref = judge_against_float64([eager], [onnx], [truth], ["logits"], [tol], [True], [0])
+    ref = judge_against_float64([eager], [onnx], [truth], OutputRules(["logits"], [tol], [True]),
+                                [0])
     return replace(step, ruling=ref.ruling.value, eager_error=ref.eager_error,
                    onnx_error=ref.onnx_error)

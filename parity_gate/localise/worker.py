@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from parity_gate import compare as cmp
-from parity_gate.compare.reference import judge_against_float64
+from parity_gate.compare.reference import OutputRules, judge_against_float64
 from parity_gate.engine import stages
 from parity_gate.engine.binding import Binding, bind, output_names
 from parity_gate.engine.cache import handed_off
@@ -399,8 +399,8 @@ def _conditioning(prep: _Prepared, sample: _Sample, tol: cmp.Tolerance,
     names = [f"output{i}" for i in range(len(eager))]
     failing = [i for i, (e, o) in enumerate(zip(eager, onnx, strict=False))
                if not cmp.compare(e, o, tol).passed]
-    judged = judge_against_float64(eager, onnx, truth, names, [tol] * len(eager),
-                                   [False] * len(eager), failing, _discrete(prep.model))
+    rules = OutputRules(names, [tol] * len(eager), [False] * len(eager), _discrete(prep.model))
+    judged = judge_against_float64(eager, onnx, truth, rules, failing)
     if judged.ruling is Ruling.UNVERIFIED:
         return f"skipped: {judged.describe()}"
     if not judged.ruling.defect:  # the gate's own rule: float64 must compute the same function
