@@ -19,7 +19,7 @@ import numpy as np
 
 from parity_gate.compare.generation import Setup, compare_step, judge
 from parity_gate.engine import stages
-from parity_gate.engine.fixtures import generate
+from parity_gate.engine.fixtures import Draw, generate
 from parity_gate.engine.kvcache import Layout, build_cache, returned_cache
 from parity_gate.engine.tensors import to_numpy, to_torch
 from parity_gate.model.comparison import Tolerance
@@ -39,7 +39,7 @@ def prompt_inputs(job: Any, fixture_id: str, batch: int, dtype: str) -> Prompt:
     names = list(getattr(fixture, "inputs", None) or getattr(fixture, "keys", None)
                  or ["input_ids"])
     return Prompt(fixture_id.split("@", 1)[0],
-                  generate(fixture_id, fixture, names, batch, dtype, 0, seed=job.seed,
+                  generate(fixture_id, fixture, names, Draw(batch, dtype), seed=job.seed,
                            base_dir=job.base_dir))
 
 

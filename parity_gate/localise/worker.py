@@ -35,7 +35,7 @@ from parity_gate.engine.binding import Binding, bind, output_names
 from parity_gate.engine.cache import handed_off
 from parity_gate.engine.discrete import discrete_outputs
 from parity_gate.engine.exporting import export_module
-from parity_gate.engine.fixtures import generate
+from parity_gate.engine.fixtures import Draw, generate
 from parity_gate.engine.module_worker import build_module, export_batch_size, tolerance_for
 from parity_gate.engine.protocol import CaseStream, Emit
 from parity_gate.engine.referee import range_disagreement
@@ -165,7 +165,7 @@ def _prepare(job: LocaliseJob) -> _Prepared:
             return prep
     batch = export_batch_size(mj)
     plain = sorted(mj.fixtures, key=lambda n: isinstance(mj.fixtures[n], EdgeFixture))
-    example = generate(plain[0], mj.fixtures[plain[0]], names, batch, job.dtype, 0,
+    example = generate(plain[0], mj.fixtures[plain[0]], names, Draw(batch, job.dtype),
                        seed=mj.seed, base_dir=mj.base_dir)
     tensors = {n: to_torch(example[n]) for n in binding.order}
     with torch.inference_mode():
@@ -278,8 +278,9 @@ def _failing_sample(job: LocaliseJob, prep: _Prepared, key: CaseKey) -> _Sample:
     tol = tolerance_for(mj, job.dtype, None)
     first: _Sample | None = None
     for index in range(fixture.samples):
-        inputs = generate(key.inputs, fixture, prep.input_names, key.batch_size or 0, job.dtype,
-                          index, seed=mj.seed, base_dir=mj.base_dir)
+        inputs = generate(key.inputs, fixture, prep.input_names,
+                          Draw(key.batch_size or 0, job.dtype, index), seed=mj.seed,
+                          base_dir=mj.base_dir)
         eager = prep.call(prep.module, inputs)
         onnx = _ort(session, inputs)
         sample = _Sample(inputs, eager, onnx)
