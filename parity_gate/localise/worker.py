@@ -694,10 +694,9 @@ def _repro(job: LocaliseJob, prep: _Prepared, result: CaseResult, sample: _Sampl
         return "skipped: no artifacts folder"
     folder = Path(job.artifacts) / repro.folder_name(result.id)
     names = prep.output_names
-    repro.write(folder, case_id=result.id, model=prep.model, inputs=sample.inputs,
+    repro.write(folder, _repro_case(job, result, tol), model=prep.model, inputs=sample.inputs,
                 expected=dict(zip(names, sample.eager, strict=False)),
-                got=dict(zip(names, sample.onnx, strict=False)), atol=tol.atol,
-                rtol=tol.rtol, providers=[_ep(result.key.provider)], version=job.version)
+                got=dict(zip(names, sample.onnx, strict=False)))
     code, _ = repro.run_script(folder)
     notes = []
     if code == 1:
@@ -730,11 +729,11 @@ def _node_repro(job: LocaliseJob, result: CaseResult, sample: _Sample, tol: cmp.
         if made is not None:
             call, used = made
             args = {n: to_numpy(t) for n, t in used.items()}
-    repro.write_node(folder, case_id=result.id, scope=loc.culprit.scope if loc.culprit else "",
-                     aten=loc.culprit.aten if loc.culprit else "", model=found.cut.model,
-                     feeds=found.feeds, output=found.cut.output, eager=found.eager,
-                     reference=found.verdict.ref, call=call, args=args, atol=tol.atol,
-                     rtol=tol.rtol, provider=_ep(result.key.provider), version=job.version)
+    repro.write_node(folder, _repro_case(job, result, tol), repro.NodeParts(
+        scope=loc.culprit.scope if loc.culprit else "",
+        aten=loc.culprit.aten if loc.culprit else "", model=found.cut.model,
+        feeds=found.feeds, output=found.cut.output, eager=found.eager,
+        reference=found.verdict.ref, call=call, args=args))
     code, printed = repro.run_script(folder)
     if code == 1:
         loc.node_repro = str(folder)
@@ -742,6 +741,12 @@ def _node_repro(job: LocaliseJob, result: CaseResult, sample: _Sample, tol: cmp.
     remove(folder)
     return (f"the node-level repro exits {code}, not 1 ({first_line(printed) or 'no output'}): "
             "not presented; the model-level repro stands")
+
+
+def _repro_case(job: LocaliseJob, result: CaseResult, tol: cmp.Tolerance) -> repro.ReproCase:
+    """The case both repros re-check, on the case's own execution provider."""
+    return repro.ReproCase(result.id, tol.atol, tol.rtol, [_ep(result.key.provider)],
+                           job.version)
 
 
 def _ep(provider: str) -> str:
