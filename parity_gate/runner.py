@@ -89,6 +89,44 @@ def run_manifest(manifest: Manifest, manifest_path: Path,
 
 def _run(manifest: Manifest, manifest_path: Path, options: RunOptions,
          signals: Signals) -> tuple[RunResult, GateDecision]:
+    """Plan, record the skipped cases, run the rest (and localise the failures), decide."""
+    work, universe, available = _plan_work(manifest, manifest_path, options)
+    run = RunResult(
+        tool_version=__version__,
+        started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        manifest={"path": str(manifest_path), "sha256": _sha256(manifest_path)},
+        versions=versions(available),
+        shard=str(options.shard) if options.shard else None,
+    )
+    run.planned = work.total
+    journal = _open_journal(options, run, universe)
+    to_run = sum(len(j.cases) for j in work.jobs)
+    progress = Progress(to_run, quiet=options.quiet, skipped=len(work.skipped))
+    for case in work.skipped:
+        _record(run, progress, case, journal, show=False)
+    progress.skipped(work.skipped)
+    if work.jobs:
+        progress.started(len(work.jobs), min(options.jobs, len(work.jobs)))
+    t0 = time.monotonic()
+    _execute(run, work, options, progress, journal, signals)
+    run.duration_s = time.monotonic() - t0
+    decision = apply(run, options.policy, universe)
+    run.gate = decision
+    if options.cache_dir is not None:
+        progress.message(_cache_line(run, options.cache_dir))
+    progress.final(run)
+    write_all(run, options.reports)
+    if journal is not None:
+        journal.end(run)
+        journal.close()
+    return run, decision
+
+
+def _plan_work(manifest: Manifest, manifest_path: Path,
+               options: RunOptions) -> tuple[Plan, set[str], list[str]]:
+    """This run's part of the plan, every planned case id, and the providers on this
+    machine. Every mistake the options can make (a required provider missing, a
+    --select that matches nothing, a bad --out) stops here, before any work."""
     manifest = apply_provider_override(manifest, options.providers)
     available = available_providers()
     missing = missing_required_providers(manifest, available)
@@ -110,23 +148,14 @@ def _run(manifest: Manifest, manifest_path: Path, options: RunOptions,
         work = shard_plan(work, options.shard, options.timings)
     for job in work.jobs:
         job.cache_dir = options.cache_dir
-    run = RunResult(
-        tool_version=__version__,
-        started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        manifest={"path": str(manifest_path), "sha256": _sha256(manifest_path)},
-        versions=versions(available),
-        shard=str(options.shard) if options.shard else None,
-    )
-    run.planned = work.total
-    journal = _open_journal(options, run, universe)
-    to_run = sum(len(j.cases) for j in work.jobs)
-    progress = Progress(to_run, quiet=options.quiet, skipped=len(work.skipped))
-    for case in work.skipped:
-        _record(run, progress, case, journal, show=False)
-    progress.skipped(work.skipped)
-    if work.jobs:
-        progress.started(len(work.jobs), min(options.jobs, len(work.jobs)))
-    t0 = time.monotonic()
+    return work, universe, available
+
+
+def _execute(run: RunResult, work: Plan, options: RunOptions, progress: Progress,
+             journal: Journal | None, signals: Signals) -> None:
+    """The jobs on the worker pool, each event recorded as it comes, then the failing
+    cases' crash replays and localisation on the same pool. A signal ends it with the
+    interrupted notice; the pool is closed whatever happens."""
     pool: WorkerPool | None = None
     try:
         signals.arm()  # a signal during the set-up stops the run here
@@ -157,17 +186,6 @@ def _run(manifest: Manifest, manifest_path: Path, options: RunOptions,
         signals.shutting_down()
         if pool is not None:
             pool.close()
-    run.duration_s = time.monotonic() - t0
-    decision = apply(run, options.policy, universe)
-    run.gate = decision
-    if options.cache_dir is not None:
-        progress.message(_cache_line(run, options.cache_dir))
-    progress.final(run)
-    write_all(run, options.reports)
-    if journal is not None:
-        journal.end(run)
-        journal.close()
-    return run, decision
 
 
 def policy_record(policy: GatePolicy) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from parity_gate.cli import main
-from parity_gate.compare.generation import compare_step, judge, rule_step
+from parity_gate.compare.generation import Setup, compare_step, judge, rule_step
 from parity_gate.model.comparison import Tolerance
 
 pytest.importorskip("transformers")
@@ -45,7 +45,7 @@ def test_a_flip_on_a_tie_parts_the_sequences_legitimately() -> None:
     onnx = np.array([[1.0, up, 3.0, 0.0]], dtype=np.float32)
     step = compare_step(3, 7, eager, onnx, TOL, "float32")
     assert step.passed and not step.tokens_agree and step.tie
-    gen = judge("p", 5, 4, TOL, [[1, 1, 2, 0]], [[1, 1, 1, 3]],
+    gen = judge(Setup("p", 5, 4, TOL), [[1, 1, 2, 0]], [[1, 1, 1, 3]],
                 [compare_step(1, 0, eager[:, [3, 0, 1, 2]], eager[:, [3, 0, 1, 2]], TOL,
                               "float32"),
                  compare_step(2, 5, eager[:, [3, 0, 1, 2]], eager[:, [3, 0, 1, 2]], TOL,
@@ -60,7 +60,7 @@ def test_a_real_flip_fails_at_its_step_even_within_tolerance() -> None:
     wide = Tolerance(atol=5.0, rtol=0.0)  # the logits pass; the greedy token does not
     step = compare_step(2, 6, eager, onnx, wide, "float32")
     assert step.passed and not step.tokens_agree and not step.tie
-    gen = judge("p", 6, 2, wide, [[1, 1]], [[1, 2]],
+    gen = judge(Setup("p", 6, 2, wide), [[1, 1]], [[1, 2]],
                 [compare_step(1, 0, eager, eager, wide, "float32"), step])
     assert not gen.passed and gen.first_failing_step == 2
     assert "step 2 (past length 6: the token at position 6)" in gen.describe()

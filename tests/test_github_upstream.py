@@ -13,7 +13,7 @@ from github_server import FakeGitHub, Item
 
 from parity_gate.gate.merge import read_results
 from parity_gate.github import upstream, upstream_pass
-from parity_gate.github.client import GitHubClient
+from parity_gate.github.client import ClientSettings, GitHubClient
 from parity_gate.model.findings import Example, OpCase
 from parity_gate.model.gate import GateDecision
 from parity_gate.model.keys import CaseKey
@@ -44,7 +44,7 @@ def gh() -> Iterator[FakeGitHub]:
 def client(gh: FakeGitHub, token: str | None = TOKEN, **kw: object) -> GitHubClient:
     opts = {"backoff_s": 0.01, "write_interval_s": 0.0, "timeout_s": 2.0,
             "search_per_minute": 60000, **kw}
-    return GitHubClient(gh.url, token, **opts)  # type: ignore[arg-type]
+    return GitHubClient(gh.url, token, ClientSettings(**opts))  # type: ignore[arg-type]
 
 
 def op_case(variant: str, aten: str, outcome: Outcome = Outcome.MISMATCH,

@@ -24,7 +24,7 @@ from github_server import FakeGitHub
 from parity_gate.gate.merge import read_results
 from parity_gate.github import comment, drafts, post, upstream, upstream_pass
 from parity_gate.github.annotations import annotate
-from parity_gate.github.client import GitHubClient
+from parity_gate.github.client import ClientSettings, GitHubClient
 from parity_gate.github.paths import Paths
 from parity_gate.model.comparison import Comparison, Verdict
 from parity_gate.model.findings import Example, Finding, OpCase
@@ -227,8 +227,8 @@ def gh() -> Iterator[FakeGitHub]:
 
 
 def _client(gh: FakeGitHub) -> GitHubClient:
-    return GitHubClient(gh.url, TOKEN, backoff_s=0.01, write_interval_s=0.0, timeout_s=2.0,
-                        search_per_minute=60000)
+    return GitHubClient(gh.url, TOKEN, ClientSettings(backoff_s=0.01, write_interval_s=0.0,
+                                                      timeout_s=2.0, search_per_minute=60000))
 
 
 def test_pr_comment_of_crafted_results_is_inert(gh: FakeGitHub,

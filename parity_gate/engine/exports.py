@@ -15,7 +15,7 @@ import numpy as np
 from parity_gate.engine.cache import hand_off
 from parity_gate.engine.evidence import export_evidence
 from parity_gate.engine.exporting import ExportedModel, ExportFailure, export_module
-from parity_gate.engine.fixtures import FixtureError, generate
+from parity_gate.engine.fixtures import Draw, FixtureError, generate
 from parity_gate.engine.state import EagerRef, JobContext, TypedModule
 from parity_gate.engine.tensors import to_torch
 from parity_gate.hazards.context import HazardContext
@@ -44,7 +44,7 @@ def export_from_good_set(ctx: JobContext, mod: TypedModule,
             try:
                 examples.append((name, generate(
                     name, job.fixtures[name], [i.name for i in job.module.inputs],
-                    export_batch, dtype, 0, seed=job.seed, base_dir=job.base_dir)))
+                    Draw(export_batch, dtype), seed=job.seed, base_dir=job.base_dir)))
             except FixtureError as exc:
                 last = exc
     examples.sort(key=lambda e: (isinstance(job.fixtures[e[0]], EdgeFixture),

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from parity_gate.compare.reference import judge_against_float64
+from parity_gate.compare.reference import OutputRules, judge_against_float64
 from parity_gate.engine.discrete import discrete_outputs
 from parity_gate.engine.exporting import ExportedModel
 from parity_gate.engine.referee import range_disagreement, tie_elements
@@ -164,8 +164,8 @@ def judge_float64(job: ModuleJob, result: CaseResult, ref: EagerRef,
         return Reference(Ruling.UNVERIFIED, error="samples differ in shape")
     eager, onnx, true = ([a for a in side if a is not None] for side in stacked)
     failing = {c.name for c in result.comparisons if not c.passed}
-    return judge_against_float64(
-        eager, onnx, true, ref.names,
-        [tolerance_for(job, result.key.dtype, specs.get(n)) for n in ref.names],
-        [getattr(specs.get(n), "task", None) == "classification" for n in ref.names],
-        [i for i, n in enumerate(ref.names) if n in failing], discrete)
+    rules = OutputRules(
+        ref.names, [tolerance_for(job, result.key.dtype, specs.get(n)) for n in ref.names],
+        [getattr(specs.get(n), "task", None) == "classification" for n in ref.names], discrete)
+    return judge_against_float64(eager, onnx, true, rules,
+                                 [i for i, n in enumerate(ref.names) if n in failing])

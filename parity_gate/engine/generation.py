@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from parity_gate.compare.generation import compare_step, judge
+from parity_gate.compare.generation import Setup, compare_step, judge
 from parity_gate.engine import stages
-from parity_gate.engine.fixtures import generate
+from parity_gate.engine.fixtures import Draw, generate
 from parity_gate.engine.kvcache import Layout, build_cache, returned_cache
 from parity_gate.engine.tensors import to_numpy, to_torch
 from parity_gate.model.comparison import Tolerance
@@ -39,7 +39,7 @@ def prompt_inputs(job: Any, fixture_id: str, batch: int, dtype: str) -> Prompt:
     names = list(getattr(fixture, "inputs", None) or getattr(fixture, "keys", None)
                  or ["input_ids"])
     return Prompt(fixture_id.split("@", 1)[0],
-                  generate(fixture_id, fixture, names, batch, dtype, 0, seed=job.seed,
+                  generate(fixture_id, fixture, names, Draw(batch, dtype), seed=job.seed,
                            base_dir=job.base_dir))
 
 
@@ -95,10 +95,22 @@ def eager_greedy(model: Any, lay: Layout, prompt: Prompt, steps: int, device: st
     return Run([list(row) for row in zip(*tokens, strict=True)], logits)
 
 
-def float64_steps(source: Any, lay: Layout, prompt: Prompt, gen: Generation, tol: Tolerance,
-                  eager: Run, onnx: Run, states: np.ndarray | None, device: str) -> Generation:
+@dataclass(frozen=True)
+class EagerRun:
+    """Eager's side for one batch size, shared by every provider's cases: the prompt,
+    the greedy run, the encoder states both sides decode from (None for a decoder),
+    and the seconds it took."""
+
+    prompt: Prompt
+    run: Run
+    states: np.ndarray | None
+    seconds: float
+
+
+def float64_steps(mod: Any, eager: EagerRun, onnx: Run, gen: Generation,
+                  setup: Setup) -> Generation:
     """The generation with its failing steps judged against a float64 run of the same
-    weights on the same tokens (and the same encoder states)."""
+    weights (`mod.source.model`) on the same tokens (and the same encoder states)."""
     import copy
 
     import torch
@@ -106,18 +118,18 @@ def float64_steps(source: Any, lay: Layout, prompt: Prompt, gen: Generation, tol
     from parity_gate.compare.generation import rule_step
 
     compared = len(gen.per_step)
+    states = eager.states
     try:
-        wide = copy.deepcopy(source).to(torch.float64).to(device).eval()
-        truth = eager_greedy(wide, lay, prompt, compared, device,
-                             forced=[row[:compared] for row in eager.tokens],
+        wide = copy.deepcopy(mod.source.model).to(torch.float64).to(mod.device).eval()
+        truth = eager_greedy(wide, mod.typed.layout, eager.prompt, compared, mod.device,
+                             forced=[row[:compared] for row in eager.run.tokens],
                              states=states.astype(np.float64) if states is not None else None)
     except Exception as exc:  # e.g. an op with no float64 kernel: the steps stay as they are
         return replace(gen, float64_error=f"float64 run failed: {type(exc).__name__}: "
                        f"{str(exc)[:200]}")
-    steps = [rule_step(s, eager.logits[i], onnx.logits[i], truth.logits[i], tol)
+    steps = [rule_step(s, eager.run.logits[i], onnx.logits[i], truth.logits[i], setup.tol)
              if s.failed else s for i, s in enumerate(gen.per_step)]
-    return judge(gen.prompt, gen.prompt_length, gen.steps, tol, gen.eager_tokens,
-                 gen.onnx_tokens, steps, gen.encoder_decoder)
+    return judge(setup, gen.eager_tokens, gen.onnx_tokens, steps)
 
 
 def encoder_states(model: Any, prompt: Prompt, device: str) -> np.ndarray:
@@ -165,18 +177,16 @@ def onnx_greedy(session: Any, lay: Layout, prompt: Prompt, steps: int, dtype: An
     return Run([list(row) for row in zip(*tokens, strict=True)], logits)
 
 
-def compare_runs(prompt: Prompt, prompt_length: int, steps: int, eager: Run, onnx: Run,
-                 tol: Tolerance, dtype: str, encoder_decoder: bool) -> Generation:
+def compare_runs(setup: Setup, eager: Run, onnx: Run, dtype: str) -> Generation:
     """Steps compared while both sides have chosen the same tokens so far."""
     per_step: list[GenerationStep] = []
-    for s in range(steps):
-        result = compare_step(s + 1, prompt_length + s - 1 if s else 0, eager.logits[s],
-                              onnx.logits[s], tol, dtype)
+    for s in range(setup.steps):
+        result = compare_step(s + 1, setup.prompt_length + s - 1 if s else 0, eager.logits[s],
+                              onnx.logits[s], setup.tol, dtype)
         per_step.append(result)
         if not result.tokens_agree:
             break  # the next step reads different tokens on the two sides
-    return judge(prompt.name, prompt_length, steps, tol, eager.tokens, onnx.tokens, per_step,
-                 encoder_decoder)
+    return judge(setup, eager.tokens, onnx.tokens, per_step)
 
 
 def timed(fn: Any, *args: Any) -> tuple[Any, float]:
@@ -211,12 +221,39 @@ def prepare(ctx: Any, module: Any) -> Any:
 JUDGED = ("float32", "float16", "bfloat16")
 
 
+@dataclass(frozen=True)
+class Rules:
+    """How this dtype's generation cases are judged and labelled: the logits' tolerance,
+    whether it is the manifest's contract (float64 never waives it), and the provenance
+    every result carries."""
+
+    tol: Tolerance
+    contract: bool
+    provenance: Any
+
+
 def run_cases(ctx: Any, mod: Any, exported: Any, keys: list[Any], tol: Tolerance,
               contract: bool, cached: bool, open_session: Callable[..., Any]) -> None:
     """Every generation case of one dtype on the module's export, provider by provider;
     `contract`: the logits' tolerance is the manifest's own, which float64 never waives.
     `open_session`: the worker's own (module_worker._open_session), so a crash while
     loading is replayed here as for any case."""
+    rules = Rules(tol, contract, ctx.provenance(mod.device, exported, cached))
+    eager: dict[int, EagerRun] = {}  # by batch size: every provider's cases share it
+    for provider in dict.fromkeys(k.provider for k in keys):
+        pkeys = [k for k in keys if k.provider == provider]
+        opened = open_session(ctx, exported, mod.dtype, provider, pkeys, rules.provenance)
+        if opened is None:
+            continue
+        for key in pkeys:
+            ctx.result(_run_case(ctx, mod, opened[0], key, eager, rules))
+
+
+def _run_case(ctx: Any, mod: Any, session: Any, key: Any, eager: dict[int, EagerRun],
+              rules: Rules) -> Any:
+    """One generation case: eager's run for its batch size (made once, kept in `eager`),
+    ONNX Runtime's, the steps compared, failing ones re-judged against float64. A stage
+    that fails, or any error while generating, is the case's result with its cause."""
     import torch
 
     from parity_gate.engine.stages import StageFailure
@@ -224,51 +261,42 @@ def run_cases(ctx: Any, mod: Any, exported: Any, keys: list[Any], tol: Tolerance
     from parity_gate.model.outcomes import Outcome
     from parity_gate.model.results import CaseResult
 
-    job = ctx.job
-    spec = job.module.generation
-    step_module = mod.typed
-    model, lay = step_module.model, step_module.layout
-    provenance = ctx.provenance(mod.device, exported, cached)
+    steps = ctx.job.module.generation.steps
+    lay = mod.typed.layout
     past_dtype = to_numpy(torch.zeros(1, dtype=getattr(torch, mod.dtype))).dtype
-    eager: dict[int, tuple[Prompt, Run, np.ndarray | None, float]] = {}
-    for provider in dict.fromkeys(k.provider for k in keys):
-        pkeys = [k for k in keys if k.provider == provider]
-        opened = open_session(ctx, exported, mod.dtype, provider, pkeys, provenance)
-        if opened is None:
-            continue
-        session = opened[0]
-        for key in pkeys:
-            ctx.step(Stage.RUNNING, key.id, f"{spec.steps} greedy steps")
-            try:
-                if key.batch_size not in eager:
-                    prompt = prompt_inputs(job, key.inputs, key.batch_size, mod.dtype)
-                    t0 = time.perf_counter()
-                    run = eager_greedy(model, lay, prompt, spec.steps, mod.device)
-                    enc = encoder_states(model, prompt, mod.device) \
-                        if lay.kind == "encoder_decoder" else None
-                    eager[key.batch_size] = (prompt, run, enc, time.perf_counter() - t0)
-                prompt, ref, enc, eager_s = eager[key.batch_size]
-                got, run_s = timed(onnx_greedy, session, lay, prompt, spec.steps, past_dtype,
-                                   enc)
-            except StageFailure as failure:
-                ctx.result(CaseResult(key, failure.outcome, failure.reason, failure.detail,
-                                      provenance=provenance))
-                continue
-            except Exception as exc:
-                import traceback
+    ctx.step(Stage.RUNNING, key.id, f"{steps} greedy steps")
+    try:
+        if key.batch_size not in eager:
+            eager[key.batch_size] = _eager_run(ctx.job, mod, key, steps)
+        ref = eager[key.batch_size]
+        got, run_s = timed(onnx_greedy, session, lay, ref.prompt, steps, past_dtype, ref.states)
+    except StageFailure as failure:
+        return CaseResult(key, failure.outcome, failure.reason, failure.detail,
+                          provenance=rules.provenance)
+    except Exception as exc:
+        import traceback
 
-                ctx.result(CaseResult(key, Outcome.EAGER_ERROR,
-                                      f"generation failed: {type(exc).__name__}: {exc}"[:300],
-                                      traceback.format_exc()[-4000:], provenance=provenance))
-                continue
-            length = 1 if enc is not None else prompt.inputs["input_ids"].shape[1]
-            gen = compare_runs(prompt, length, spec.steps, ref, got, tol, mod.dtype,
-                               enc is not None)
-            if not gen.passed and mod.dtype in JUDGED and not contract:
-                ctx.step(Stage.RECHECKING, key.id, "against float64")
-                gen = float64_steps(mod.source.model, lay, prompt, gen, tol, ref, got, enc,
-                                    mod.device)
-            ctx.result(CaseResult(
-                key, Outcome.PASS if gen.passed else Outcome.MISMATCH, gen.describe(),
-                timings={"eager_s": eager_s, "run_s": run_s}, provenance=provenance,
-                samples=1, generation=gen))
+        return CaseResult(key, Outcome.EAGER_ERROR,
+                          f"generation failed: {type(exc).__name__}: {exc}"[:300],
+                          traceback.format_exc()[-4000:], provenance=rules.provenance)
+    length = 1 if ref.states is not None else ref.prompt.inputs["input_ids"].shape[1]
+    setup = Setup(ref.prompt.name, length, steps, rules.tol, ref.states is not None)
+    gen = compare_runs(setup, ref.run, got, mod.dtype)
+    if not gen.passed and mod.dtype in JUDGED and not rules.contract:
+        ctx.step(Stage.RECHECKING, key.id, "against float64")
+        gen = float64_steps(mod, ref, got, gen, setup)
+    return CaseResult(
+        key, Outcome.PASS if gen.passed else Outcome.MISMATCH, gen.describe(),
+        timings={"eager_s": ref.seconds, "run_s": run_s}, provenance=rules.provenance,
+        samples=1, generation=gen)
+
+
+def _eager_run(job: Any, mod: Any, key: Any, steps: int) -> EagerRun:
+    """Eager's greedy run on the key's prompt (generated as any fixture is), and the
+    encoder's states for an encoder-decoder, timed together."""
+    model, lay = mod.typed.model, mod.typed.layout
+    prompt = prompt_inputs(job, key.inputs, key.batch_size, mod.dtype)
+    t0 = time.perf_counter()
+    run = eager_greedy(model, lay, prompt, steps, mod.device)
+    enc = encoder_states(model, prompt, mod.device) if lay.kind == "encoder_decoder" else None
+    return EagerRun(prompt, run, enc, time.perf_counter() - t0)

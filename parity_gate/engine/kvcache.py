@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from parity_gate.manifest.models import InputSpec, ModuleSpec, TensorSpec
+from parity_gate.manifest.models import CacheSpec, InputSpec, ModuleSpec, TensorSpec
 from parity_gate.plan.cases import GENERATE, ModuleJob
 
 PAST = "past"            # the past length's dim symbol
@@ -70,28 +70,13 @@ def layout(model: Any, module: ModuleSpec) -> tuple[Layout | None, list[str]]:
     declaration: a model with no cache, a past length (or a generation) beyond its
     maximum positions, a generation check on a model that cannot generate."""
     spec = module.cache
-    problems: list[str] = []
     if spec is None:
-        return None, problems
-    config = getattr(model, "config", None)
+        return None, []
     owner = type(model).__name__
-    try:
-        params = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        params = {}  # type: ignore[assignment]
-    can_generate = bool(getattr(model, "can_generate", lambda: False)())
-    arg = next((n for n in CACHE_ARGS if n in params), "")
-    if config is None or not arg or not can_generate:
-        why = ("has no transformers config" if config is None else
-               "takes no cache (no `cache` or `past_key_values` parameter)" if not arg else
-               "is not a generative decoder (can_generate() is False: an encoder)")
-        problems.append(f"{module.locate('cache')}: {owner} {why}, so it has no KV cache to "
-                        "declare (expected a decoder such as *ForCausalLM or an "
-                        "encoder-decoder *ForConditionalGeneration)")
-        if module.generation is not None:
-            problems.append(f"{module.locate('generation')}: {owner} cannot generate "
-                            "(expected a decoder with an LM head)")
+    arg, problems = _cache_argument(model, module, owner)
+    if problems:
         return None, problems
+    config = model.config
     enc_dec = bool(getattr(config, "is_encoder_decoder", False))
     if enc_dec != (spec.kind == "encoder_decoder"):
         want = "encoder_decoder" if enc_dec else "decoder"
@@ -99,23 +84,64 @@ def layout(model: Any, module: ModuleSpec) -> tuple[Layout | None, list[str]]:
                         f"{'an encoder-decoder' if enc_dec else 'a decoder-only model'} "
                         f"(expected kind: {want})")
         return None, problems
-    if enc_dec:
-        layers = _first(config, "num_decoder_layers", "decoder_layers", "num_layers")
-        heads = _first(config, "decoder_attention_heads", "num_heads", "num_attention_heads")
-        kv_heads = heads
-        head_dim = _first(config, "d_kv") or (_first(config, "d_model", "hidden_size")
-                                              // heads)
-        max_pos = _first(config, "max_target_positions")
-    else:
-        layers = _first(config, "num_hidden_layers", "n_layer")
-        heads = _first(config, "num_attention_heads", "n_head")
-        kv_heads = _first(config, "num_key_value_heads") or heads
-        head_dim = _first(config, "head_dim") or (_first(config, "hidden_size", "n_embd")
-                                                  // heads)
-        max_pos = _first(config, "max_position_embeddings", "n_positions")
+    layers, kv_heads, head_dim, max_pos = _dimensions(config, enc_dec)
     names = [i.name for i in module.inputs]
     mask = spec.mask if spec.mask is not None else (
         "attention_mask" if not enc_dec and "attention_mask" in names else None)
+    problems += _declaration_problems(module, spec, owner, mask, max_pos)
+    start = _first(config, "decoder_start_token_id", "bos_token_id") or 0
+    return Layout(spec.kind, int(layers), int(kv_heads), int(head_dim),
+                  int(max_pos) if max_pos else None, mask, int(start), arg), problems
+
+
+def _cache_argument(model: Any, module: ModuleSpec, owner: str) -> tuple[str, list[str]]:
+    """The forward() parameter the cache is passed as; or, for a model that has no KV
+    cache to declare (no transformers config, no cache parameter, or not a generative
+    decoder), the located problems with its `cache` (and `generation`) declaration."""
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        params = {}  # type: ignore[assignment]
+    can_generate = bool(getattr(model, "can_generate", lambda: False)())
+    arg = next((n for n in CACHE_ARGS if n in params), "")
+    config = getattr(model, "config", None)
+    if config is not None and arg and can_generate:
+        return arg, []
+    why = ("has no transformers config" if config is None else
+           "takes no cache (no `cache` or `past_key_values` parameter)" if not arg else
+           "is not a generative decoder (can_generate() is False: an encoder)")
+    problems = [f"{module.locate('cache')}: {owner} {why}, so it has no KV cache to "
+                "declare (expected a decoder such as *ForCausalLM or an "
+                "encoder-decoder *ForConditionalGeneration)"]
+    if module.generation is not None:
+        problems.append(f"{module.locate('generation')}: {owner} cannot generate "
+                        "(expected a decoder with an LM head)")
+    return arg, problems
+
+
+def _dimensions(config: Any, enc_dec: bool) -> tuple[Any, Any, Any, Any]:
+    """Decoder layers, KV heads, head size and maximum positions, read under each
+    family's config names (an encoder-decoder's are its decoder's; a decoder's KV heads
+    may be fewer than its query heads)."""
+    if enc_dec:
+        heads = _first(config, "decoder_attention_heads", "num_heads", "num_attention_heads")
+        return (_first(config, "num_decoder_layers", "decoder_layers", "num_layers"), heads,
+                _first(config, "d_kv") or (_first(config, "d_model", "hidden_size") // heads),
+                _first(config, "max_target_positions"))
+    heads = _first(config, "num_attention_heads", "n_head")
+    return (_first(config, "num_hidden_layers", "n_layer"),
+            _first(config, "num_key_value_heads") or heads,
+            _first(config, "head_dim") or (_first(config, "hidden_size", "n_embd") // heads),
+            _first(config, "max_position_embeddings", "n_positions"))
+
+
+def _declaration_problems(module: ModuleSpec, spec: CacheSpec, owner: str, mask: str | None,
+                          max_pos: Any) -> list[str]:
+    """Located problems of a declaration the model can hold: input names the cache step
+    cannot pass by keyword, a mask that is no input, past lengths or a generation that
+    run past the model's positions."""
+    problems: list[str] = []
+    names = [i.name for i in module.inputs]
     for j, name in enumerate(names):
         if not name.isidentifier():
             problems.append(f"{module.locate(f'inputs[{j}].name')}: {name!r} is not a Python "
@@ -134,9 +160,7 @@ def layout(model: Any, module: ModuleSpec) -> tuple[Layout | None, list[str]]:
         if gen is not None and gen.steps >= max_pos:
             problems.append(f"{module.locate('generation.steps')}: {gen.steps} steps run past "
                             f"{owner}'s {max_pos} positions (expected fewer)")
-    start = _first(config, "decoder_start_token_id", "bos_token_id") or 0
-    return Layout(spec.kind, int(layers), int(kv_heads), int(head_dim),
-                  int(max_pos) if max_pos else None, mask, int(start), arg), problems
+    return problems
 
 
 def cached_module(model: Any, lay: Layout, declared: list[str]) -> Any:

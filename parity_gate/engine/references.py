@@ -12,7 +12,7 @@ import numpy as np
 
 from parity_gate import compare as cmp
 from parity_gate.engine.binding import output_names
-from parity_gate.engine.fixtures import FixtureError, generate
+from parity_gate.engine.fixtures import Draw, FixtureError, generate
 from parity_gate.engine.runtime import first_line, memory_failure
 from parity_gate.engine.state import EagerRef, JobContext, TypedModule, output_spec, tolerance_for
 from parity_gate.engine.tensors import leaves, to_numpy, to_torch
@@ -31,7 +31,7 @@ def eager_reference(ctx: JobContext, torch: Any, mod: TypedModule, fixture_name:
     t0 = time.perf_counter()
     samples: list[dict[str, np.ndarray]] = []
     try:
-        samples = [generate(fixture_name, fixture, names, batch, mod.dtype, sample,
+        samples = [generate(fixture_name, fixture, names, Draw(batch, mod.dtype, sample),
                             seed=job.seed, base_dir=job.base_dir)
                    for sample in range(fixture.samples)]
         key = (ctx.cache.reference_key(job, mod.dtype, mod.device, samples)

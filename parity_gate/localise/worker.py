@@ -29,13 +29,13 @@ from typing import Any
 import numpy as np
 
 from parity_gate import compare as cmp
-from parity_gate.compare.reference import judge_against_float64
+from parity_gate.compare.reference import OutputRules, judge_against_float64
 from parity_gate.engine import stages
 from parity_gate.engine.binding import Binding, bind, output_names
 from parity_gate.engine.cache import handed_off
 from parity_gate.engine.discrete import discrete_outputs
 from parity_gate.engine.exporting import export_module
-from parity_gate.engine.fixtures import generate
+from parity_gate.engine.fixtures import Draw, generate
 from parity_gate.engine.module_worker import build_module, export_batch_size, tolerance_for
 from parity_gate.engine.protocol import CaseStream, Emit
 from parity_gate.engine.referee import range_disagreement
@@ -165,7 +165,7 @@ def _prepare(job: LocaliseJob) -> _Prepared:
             return prep
     batch = export_batch_size(mj)
     plain = sorted(mj.fixtures, key=lambda n: isinstance(mj.fixtures[n], EdgeFixture))
-    example = generate(plain[0], mj.fixtures[plain[0]], names, batch, job.dtype, 0,
+    example = generate(plain[0], mj.fixtures[plain[0]], names, Draw(batch, job.dtype),
                        seed=mj.seed, base_dir=mj.base_dir)
     tensors = {n: to_torch(example[n]) for n in binding.order}
     with torch.inference_mode():
@@ -278,8 +278,9 @@ def _failing_sample(job: LocaliseJob, prep: _Prepared, key: CaseKey) -> _Sample:
     tol = tolerance_for(mj, job.dtype, None)
     first: _Sample | None = None
     for index in range(fixture.samples):
-        inputs = generate(key.inputs, fixture, prep.input_names, key.batch_size or 0, job.dtype,
-                          index, seed=mj.seed, base_dir=mj.base_dir)
+        inputs = generate(key.inputs, fixture, prep.input_names,
+                          Draw(key.batch_size or 0, job.dtype, index), seed=mj.seed,
+                          base_dir=mj.base_dir)
         eager = prep.call(prep.module, inputs)
         onnx = _ort(session, inputs)
         sample = _Sample(inputs, eager, onnx)
@@ -399,8 +400,8 @@ def _conditioning(prep: _Prepared, sample: _Sample, tol: cmp.Tolerance,
     names = [f"output{i}" for i in range(len(eager))]
     failing = [i for i, (e, o) in enumerate(zip(eager, onnx, strict=False))
                if not cmp.compare(e, o, tol).passed]
-    judged = judge_against_float64(eager, onnx, truth, names, [tol] * len(eager),
-                                   [False] * len(eager), failing, _discrete(prep.model))
+    rules = OutputRules(names, [tol] * len(eager), [False] * len(eager), _discrete(prep.model))
+    judged = judge_against_float64(eager, onnx, truth, rules, failing)
     if judged.ruling is Ruling.UNVERIFIED:
         return f"skipped: {judged.describe()}"
     if not judged.ruling.defect:  # the gate's own rule: float64 must compute the same function
@@ -693,10 +694,9 @@ def _repro(job: LocaliseJob, prep: _Prepared, result: CaseResult, sample: _Sampl
         return "skipped: no artifacts folder"
     folder = Path(job.artifacts) / repro.folder_name(result.id)
     names = prep.output_names
-    repro.write(folder, case_id=result.id, model=prep.model, inputs=sample.inputs,
+    repro.write(folder, _repro_case(job, result, tol), model=prep.model, inputs=sample.inputs,
                 expected=dict(zip(names, sample.eager, strict=False)),
-                got=dict(zip(names, sample.onnx, strict=False)), atol=tol.atol,
-                rtol=tol.rtol, providers=[_ep(result.key.provider)], version=job.version)
+                got=dict(zip(names, sample.onnx, strict=False)))
     code, _ = repro.run_script(folder)
     notes = []
     if code == 1:
@@ -729,11 +729,11 @@ def _node_repro(job: LocaliseJob, result: CaseResult, sample: _Sample, tol: cmp.
         if made is not None:
             call, used = made
             args = {n: to_numpy(t) for n, t in used.items()}
-    repro.write_node(folder, case_id=result.id, scope=loc.culprit.scope if loc.culprit else "",
-                     aten=loc.culprit.aten if loc.culprit else "", model=found.cut.model,
-                     feeds=found.feeds, output=found.cut.output, eager=found.eager,
-                     reference=found.verdict.ref, call=call, args=args, atol=tol.atol,
-                     rtol=tol.rtol, provider=_ep(result.key.provider), version=job.version)
+    repro.write_node(folder, _repro_case(job, result, tol), repro.NodeParts(
+        scope=loc.culprit.scope if loc.culprit else "",
+        aten=loc.culprit.aten if loc.culprit else "", model=found.cut.model,
+        feeds=found.feeds, output=found.cut.output, eager=found.eager,
+        reference=found.verdict.ref, call=call, args=args))
     code, printed = repro.run_script(folder)
     if code == 1:
         loc.node_repro = str(folder)
@@ -741,6 +741,12 @@ def _node_repro(job: LocaliseJob, result: CaseResult, sample: _Sample, tol: cmp.
     remove(folder)
     return (f"the node-level repro exits {code}, not 1 ({first_line(printed) or 'no output'}): "
             "not presented; the model-level repro stands")
+
+
+def _repro_case(job: LocaliseJob, result: CaseResult, tol: cmp.Tolerance) -> repro.ReproCase:
+    """The case both repros re-check, on the case's own execution provider."""
+    return repro.ReproCase(result.id, tol.atol, tol.rtol, [_ep(result.key.provider)],
+                           job.version)
 
 
 def _ep(provider: str) -> str:

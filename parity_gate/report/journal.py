@@ -201,6 +201,29 @@ def read(path: Path) -> Replay:
     """The run a journal describes, or a located UserError. A torn last line (the gate
     was killed mid-write) is dropped; the run is interrupted unless the journal ended
     complete or holds every planned case."""
+    docs = _documents(path)
+    head = docs[0][1]
+    if head.get("journal") != VERSION or not isinstance(head.get("run"), dict):
+        raise UserError(f"{path}:1: not a parity-gate journal header (expected "
+                        f'{{"journal": {VERSION}, "run": ...}} first)')
+    run = RunResult.from_dict({**head["run"], "cases": [], "findings": []}, f"{path}:1")
+    universe = [str(u) for u in head.get("universe") or []]
+    ended, t = _replay(path, docs[1:], set(universe), run)
+    planned = run.planned if run.planned is not None else len(run.cases)
+    if ended is not None:
+        run.interrupted = bool(ended.get("interrupted"))
+        run.duration_s = float(ended.get("duration_s") or t)
+    else:
+        run.interrupted = len(run.cases) < planned
+        run.duration_s = t
+    policy = head.get("policy") if isinstance(head.get("policy"), dict) else {}
+    return Replay(run, policy or {}, universe, ended is not None)
+
+
+def _documents(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """Every line's JSON object with its line number. Only the last line may be torn
+    (the gate killed mid-write: every complete line before it counts); any other bad
+    line is a located UserError."""
     lines = read_text(path, WHAT).split("\n")
     if not lines or not lines[0].strip():
         raise UserError(f"{path}:1: empty journal (expected {WHAT})")
@@ -218,19 +241,21 @@ def read(path: Path) -> Replay:
         if not isinstance(doc, dict):
             raise UserError(f"{path}:{i + 1}: expected a JSON object (expected {WHAT})")
         docs.append((i + 1, doc))
-    line, head = docs[0]
-    if head.get("journal") != VERSION or not isinstance(head.get("run"), dict):
-        raise UserError(f"{path}:1: not a parity-gate journal header (expected "
-                        f'{{"journal": {VERSION}, "run": ...}} first)')
-    run = RunResult.from_dict({**head["run"], "cases": [], "findings": []}, f"{path}:1")
-    universe = [str(u) for u in head.get("universe") or []]
-    planned_ids = set(universe)
+    return docs
+
+
+def _replay(path: Path, docs: list[tuple[int, dict[str, Any]]], planned_ids: set[str],
+            run: RunResult) -> tuple[dict[str, Any] | None, float]:
+    """The body's case, finding and end lines replayed into `run` (its cases and
+    findings); returns the end line (None: the run never ended) and the last case's
+    time. A case the header did not plan, or one whose outcome a later line changes,
+    is flagged as a journal finding (the failure is kept)."""
     cases: dict[str, CaseResult] = {}
     first_line: dict[str, int] = {}  # the line each kept case came from
     ended: dict[str, Any] | None = None
     flags: list[Finding] = []
     t = 0.0
-    for line, doc in docs[1:]:
+    for line, doc in docs:
         where = f"{path}:{line}"
         if "case" in doc:
             case = _record(CaseResult, doc["case"], where)
@@ -259,15 +284,7 @@ def read(path: Path) -> Replay:
                             "(expected case, finding or end)")
     run.cases = list(cases.values())
     run.findings += [f for f in flags if f not in run.findings]
-    planned = run.planned if run.planned is not None else len(run.cases)
-    if ended is not None:
-        run.interrupted = bool(ended.get("interrupted"))
-        run.duration_s = float(ended.get("duration_s") or t)
-    else:
-        run.interrupted = len(run.cases) < planned
-        run.duration_s = t
-    policy = head.get("policy") if isinstance(head.get("policy"), dict) else {}
-    return Replay(run, policy or {}, universe, ended is not None)
+    return ended, t
 
 
 def _may_follow(earlier: CaseResult, later: CaseResult) -> bool:
