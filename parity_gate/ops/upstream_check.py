@@ -261,10 +261,12 @@ def _read_cache(path: Path | None) -> dict[str, Any]:
             where = (key,)
             (_Lowering if key.startswith("lowering:") else _Answer).model_validate(entry)
     except (OSError, ValidationError) as err:
-        why = err.errors()[0] if isinstance(err, ValidationError) else {"loc": (), "msg": err}
-        loc = ".".join(str(p) for p in (*where, *why["loc"]))
+        first = err.errors()[0] if isinstance(err, ValidationError) else None
+        inner: tuple[Any, ...] = tuple(first["loc"]) if first else ()
+        msg = first["msg"] if first else str(err)
+        loc = ".".join(str(p) for p in (*where, *inner))
         print(f"parity-gate: warning: {path}: malformed repro-check cache "
-              f"({loc + ': ' if loc else ''}{why['msg']}); checking every repro again",
+              f"({loc + ': ' if loc else ''}{msg}); checking every repro again",
               file=sys.stderr)
         return {}
     return data
