@@ -514,14 +514,16 @@ def test_a_culprit_cites_the_known_finding_of_its_own_trigger_and_symptom(
 def test_no_known_finding_is_cited_when_trigger_or_symptom_differ() -> None:
     """The same exported nodes with the other symptom, or attention without a mask: no
     known finding covers them, so none is cited."""
+    import importlib.util
+
     import torch
 
-    sys.path.insert(0, str(KNOWN_SDPA))
-    try:
-        import models as sdpa_models
-    finally:
-        sys.path.remove(str(KNOWN_SDPA))
     from parity_gate.localise import known
+
+    spec = importlib.util.spec_from_file_location("known_sdpa_models", KNOWN_SDPA / "models.py")
+    assert spec is not None and spec.loader is not None
+    sdpa_models = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sdpa_models)
 
     def sdpa_nodes(module: torch.nn.Module) -> list[Any]:
         program = torch.export.export(module, (torch.randn(2, 16),))
