@@ -32,6 +32,7 @@ from parity_gate.model.outcomes import Outcome
 from parity_gate.model.performance import PerformanceFlag
 from parity_gate.model.precision import rounding_level
 from parity_gate.model.results import CaseResult, RunResult
+from parity_gate.model.text import one_line
 
 ALL_SKIPPED = ("every case was skipped, so nothing was checked: blocking (expected at least "
                "one case to run; pass --allow-all-skipped, or the Action input "
@@ -198,7 +199,12 @@ def worsened(entry: Entry, outcome: Outcome, figures: Figures, factor: float) ->
 
 def notices(decision: GateDecision) -> list[str]:
     """Console lines: nothing checked; for a baseline run regressions, then fixed, then
-    stale entries."""
+    stale entries. Each is `one_line`: ids and reasons come from results files (`merge`,
+    `ops --from`), and a line must not start a workflow command or carry control bytes."""
+    return [one_line(line) for line in _notices(decision)]
+
+
+def _notices(decision: GateDecision) -> list[str]:
     lines = [f"parity-gate: {ALL_SKIPPED}"] if decision.unchecked else []
     if decision.unreported:
         lines.append(f"parity-gate: {UNREPORTED.format(n=decision.unreported)}")
