@@ -188,7 +188,8 @@ def _add_cache_parser(sub: Any) -> None:
 def _add_gate_args(p: argparse.ArgumentParser, merging: bool = False) -> None:
     """Flags shared by `run` and `merge`: what blocks, against which baseline."""
     p.add_argument("--baseline", type=Path, metavar="PATH",
-                   help="re-decide with this baseline (default: the shards' own decisions)"
+                   help="re-decide with this baseline (default: the one the shards were gated "
+                   "against; every case is re-decided, shards' rulings are never reused)"
                    if merging else "known failures (default: parity-baseline.yml beside the "
                    "manifest, used if present)")
     p.add_argument("--fail-on", choices=FAIL_ON, default=None,
@@ -418,27 +419,32 @@ def _cmd_baseline(args: argparse.Namespace) -> int:
 
 def _cmd_merge(args: argparse.Namespace) -> int:
     from parity_gate.gate import baseline as baseline_file
-    from parity_gate.gate.decision import apply, combine, decide, notices
+    from parity_gate.gate.decision import apply, notices
     from parity_gate.gate.deltas import combine as combine_deltas
-    from parity_gate.gate.merge import merge_files
+    from parity_gate.gate.merge import merge_files, recorded, recorded_baseline
     from parity_gate.report.write import ReportPaths, check_outputs, write_all
 
-    run, shards = merge_files(args.files)
-    if args.worsen_factor is not None and args.baseline is None:
-        raise UserError("--worsen-factor: only with --baseline when merging (expected "
-                        "--baseline PATH; without it the shards' own rulings are kept)")
-    if args.baseline is not None:
-        decision = apply(run, _gate_policy(args, baseline_file.load(args.baseline)))
-    else:
-        policy = _gate_policy(args, None)
-        gates = [s.gate for s in shards if s.gate is not None]
-        decision = (combine(run, gates, fail_on=args.fail_on, strict=args.strict,
-                            allow_all_skipped=args.allow_all_skipped)
-                    if len(gates) == len(shards)
-                    else decide(run, args.fail_on or "any-failure", strict=bool(args.strict),
-                                allow_all_skipped=bool(args.allow_all_skipped)))
-        decision.compare_to = (apply(run, policy).compare_to if policy.compare_to
-                               else combine_deltas([g.compare_to for g in gates]))
+    run, loaded = merge_files(args.files)
+    ran = recorded(loaded)
+    # Every case is re-decided from its outcome, as `ops --from` does: the shards give
+    # the settings and the baseline's path, never which case blocks.
+    path = args.baseline or recorded_baseline(loaded, ran)
+    baseline = baseline_file.load(path) if path is not None else None
+    policy = _gate_policy(args, baseline)
+    policy.fail_on = args.fail_on or ran.fail_on
+    policy.strict = bool(ran.strict if args.strict is None else args.strict)
+    policy.allow_all_skipped = bool(ran.allow_all_skipped if args.allow_all_skipped is None
+                                    else args.allow_all_skipped)
+    if args.worsen_factor is None and args.baseline is None:
+        policy.worsen_factor = ran.worsen_factor
+    decision = apply(run, policy)
+    if args.baseline is None and ran.stale is not None:
+        # Stale means "matches no planned case": a case of the manifest no shard selected
+        # still protects its entry, which only the shards (who saw the manifest) know.
+        decision.stale = [s for s in decision.stale if s.entry in ran.stale]
+    if policy.compare_to is None:
+        decision.compare_to = combine_deltas([r.gate.compare_to if r.gate else None
+                                              for _, r in loaded])
     run.gate = decision
     reports = ReportPaths.in_folder(args.out, args.json, args.junit, args.summary)
     check_outputs(reports, journal=False)

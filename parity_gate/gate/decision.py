@@ -4,7 +4,8 @@ Without a baseline every failure is a regression (the original any-failure gate)
 With one, a known failure blocks only when it got worse: a more severe outcome,
 or an error figure beyond its record times the worsen factor. The decision is
 a pure function of a RunResult and a Baseline, so shard merging re-decides it
-and tests build it from RunResult objects without running anything.
+(never reusing a shard's recorded rulings) and tests build it from RunResult
+objects without running anything.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from parity_gate.model.outcomes import Outcome
 from parity_gate.model.performance import PerformanceFlag
 from parity_gate.model.precision import rounding_level
 from parity_gate.model.results import CaseResult, RunResult
+from parity_gate.model.text import one_line
 
 ALL_SKIPPED = ("every case was skipped, so nothing was checked: blocking (expected at least "
                "one case to run; pass --allow-all-skipped, or the Action input "
@@ -195,28 +197,14 @@ def worsened(entry: Entry, outcome: Outcome, figures: Figures, factor: float) ->
     return ""
 
 
-def combine(run: RunResult, gates: list[GateDecision], *, fail_on: str | None = None,
-            strict: bool | None = None, allow_all_skipped: bool | None = None
-            ) -> GateDecision:
-    """One decision from the shards' recorded ones (merge without --baseline).
-
-    Each shard ruled its own cases; an entry is stale only if every shard found it stale.
-    """
-    first = gates[0]
-    rulings = [r for g in gates for r in g.rulings]
-    common = set.intersection(*({s.entry for s in g.stale} for g in gates))
-    stale = [s for s in first.stale if s.entry in common]
-    return finish(run, rulings, stale, fail_on or first.fail_on,
-                  first.strict if strict is None else strict, first.baseline,
-                  first.worsen_factor or DEFAULT_WORSEN_FACTOR,
-                  first.allow_all_skipped if allow_all_skipped is None else allow_all_skipped,
-                  sorted((f for g in gates for f in g.performance),
-                         key=lambda f: (not f.blocks, f.id, f.rule)))
-
-
 def notices(decision: GateDecision) -> list[str]:
     """Console lines: nothing checked; for a baseline run regressions, then fixed, then
-    stale entries."""
+    stale entries. Each is `one_line`: ids and reasons come from results files (`merge`,
+    `ops --from`), and a line must not start a workflow command or carry control bytes."""
+    return [one_line(line) for line in _notices(decision)]
+
+
+def _notices(decision: GateDecision) -> list[str]:
     lines = [f"parity-gate: {ALL_SKIPPED}"] if decision.unchecked else []
     if decision.unreported:
         lines.append(f"parity-gate: {UNREPORTED.format(n=decision.unreported)}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -25,6 +26,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import requests
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from parity_gate import __version__
 
@@ -246,13 +248,20 @@ class GitHubClient:
         return self.settings.cache_dir / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
 
     def _disk_read(self, key: str) -> dict[str, Any] | None:
+        """The stored answer to `key`, validated as a whole; a malformed file is one
+        warning and a miss (the request is made again and the file rewritten)."""
         path = self._disk_path(key)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8")) if path else None
-        except (OSError, ValueError):
+        if path is None or not path.exists():
             return None
-        ok = isinstance(data, dict) and data.get("key") == key and "body" in data
-        return data if ok else None
+        try:
+            entry = _DiskEntry.model_validate_json(path.read_bytes())
+        except (OSError, ValidationError) as err:
+            why = (f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}"
+                   if isinstance(err, ValidationError) and (e := err.errors()[0]) else str(err))
+            print(f"parity-gate: warning: {path}: malformed GitHub answer cache ({why}); "
+                  "asking again", file=sys.stderr)
+            return None
+        return entry.model_dump() if entry.key == key else None  # a hash collision
 
     def _disk_write(self, key: str, response: Response) -> None:
         path = self._disk_path(key)
@@ -268,6 +277,16 @@ class GitHubClient:
             os.replace(tmp, path)
         except OSError:  # a cache that cannot be written is only a slower next run
             pass
+
+
+class _DiskEntry(BaseModel):
+    """One cached GitHub answer, as `_disk_write` stores it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    key: str
+    fetched_at: float
+    etag: str | None
+    body: Any
 
 
 def search_rate(env: Mapping[str, str]) -> float | None:

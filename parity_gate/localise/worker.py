@@ -245,7 +245,7 @@ def _localise(job: LocaliseJob, prep: _Prepared, result: CaseResult) -> Localisa
         (Check.CAPTURE, lambda: _capture(job, prep, sample, tol, loc)),
         (Check.CONDITIONING, lambda: _conditioning(prep, sample, tol, loc)),
         (Check.LAYER, lambda: _layer(job, prep, sample, tol, loc, result.key.provider)),
-        (Check.OP, lambda: _op(job, prep, sample, loc, result.key)),
+        (Check.OP, lambda: _op(job, prep, sample, loc, result)),
         (Check.OWNER, lambda: _owner(job, prep, sample, tol, loc, result.key.provider)),
         (Check.REPRO, lambda: _repro(job, prep, result, sample, tol, loc)),
     ]
@@ -635,7 +635,8 @@ def _op_types(traced: _Traced, fx_name: str) -> list[str]:
 
 
 def _op(job: LocaliseJob, prep: _Prepared, sample: _Sample, loc: Localisation,
-        key: CaseKey) -> str:
+        result: CaseResult) -> str:
+    key = result.key
     found = sample.found
     if found is None or (loc.culprit is None and loc.layer is None):
         return "skipped: no culprit to look at"
@@ -649,8 +650,10 @@ def _op(job: LocaliseJob, prep: _Prepared, sample: _Sample, loc: Localisation,
         candidates = [found.traced.fx[n.name] for n in found.traced.graph.inside(scope)]
         where = loc.layer.module
     edge = isinstance(job.module.fixtures[key.inputs], EdgeFixture)
+    shown = {s for c in result.comparisons if not c.passed
+             if (s := known_ops.symptom(c.verdict)) is not None}
     loc.known_op = known_ops.match(candidates, prep.known,
-                                   ("specials", "normal") if edge else ("normal",))
+                                   ("specials", "normal") if edge else ("normal",), shown)
     if loc.known_op is None:
         return f"no known op-sweep finding covers {len(candidates)} ATen call(s) at {where}"
     return loc.known_op.describe(where, job.version_line)
