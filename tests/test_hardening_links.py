@@ -30,9 +30,9 @@ MANIFEST = """version: 1
 python_path: [.]
 defaults: {batch_sizes: [2]}
 fixtures:
-  vec: {kind: random, inputs: {x: {shape: [batch, 4]}}}
+  vec: {kind: random, inputs: {input: {shape: [batch, 4]}}}
 modules:
-  - {name: lin, factory: "lin:make", inputs: [{name: x}], fixtures: [vec]}
+  - {name: lin, factory: "lin:make", inputs: [{name: input}], fixtures: [vec]}
 """
 MODEL = "import torch\n\ndef make():\n    return torch.nn.Linear(4, 3)\n"
 
