@@ -9,6 +9,7 @@ import json
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -126,7 +127,7 @@ SANDBOX = Path(__file__).parent / "data" / "replay_sandbox"
 
 
 @pytest.fixture(scope="module")
-def sandboxed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def sandboxed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """tests/data/replay_sandbox, run as a user runs it: from the project's folder with the
     default, relative --out, GITHUB_TOKEN in the gate's environment."""
     import os
@@ -144,9 +145,11 @@ def sandboxed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                           text=True, timeout=600)
     took = time.monotonic() - t0
     results = json.loads((work / "parity-reports" / "results.json").read_text())
-    return {"done": done, "took": took, "work": work,
-            "cases": {c["key"]["module"]: c for c in results["cases"]},
-            "records": [json.loads(line) for line in record.read_text().splitlines()]}
+    records = [json.loads(line) for line in record.read_text().splitlines()]
+    yield {"done": done, "took": took, "work": work, "records": records,
+           "cases": {c["key"]["module"]: c for c in results["cases"]}}
+    for pid in (pid for r in records for pid in r["children"] if not _gone(pid)):
+        os.kill(pid, signal.SIGKILL)  # a failed test leaves no process behind
 
 
 def _gone(pid: int) -> bool:
@@ -178,7 +181,7 @@ def test_the_replay_runs_in_the_workers_sandbox(sandboxed: dict[str, Any]) -> No
     worker, replayed = sandboxed["records"]  # the worker's crash and the replay's
     assert [r["token"] for r in (worker, replayed)] == [False, False]
     assert [r["data_limit"] for r in (worker, replayed)] == [3 << 30, 3 << 30]
-    assert all(_gone(pid) for pid in replayed["children"]), replayed
+    assert len(replayed["children"]) == 2 and all(_gone(p) for p in replayed["children"])
     assert _gone(worker["children"][0])  # in the worker's group
     hung = sandboxed["cases"]["hangs_on_replay"]
     assert hung["outcome"] == "crash" and hung["crash"]["signal"] == "timeout"

@@ -1,8 +1,8 @@
 """Models that crash while the exporter traces them, as a bad extension would, and leave a
 record of the process they crashed in: whether it held GITHUB_TOKEN, its memory limit,
-and the processes they started, one of them in a session of its own (PG_REPLAY_RECORD
-names the file; one JSON line per crash). `hangs_on_replay` crashes the first time and
-hangs the next (the gate's replay), until it is killed."""
+and the processes they started, in the replay one in a session of its own too
+(PG_REPLAY_RECORD names the file; one JSON line per crash). `hangs_on_replay` crashes
+the first time and hangs the next (the gate's replay), until it is killed."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import json
 import os
 import resource
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -33,8 +34,9 @@ class Leaky(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if _exporting():
-            children = [subprocess.Popen(["sleep", "600"]),
-                        subprocess.Popen(["sleep", "600"], start_new_session=True)]
+            children = [subprocess.Popen(["sleep", "600"])]
+            if sys.argv[0].endswith("repro.py"):  # the replay: one that leaves the group too
+                children.append(subprocess.Popen(["sleep", "600"], start_new_session=True))
             _record(pid=os.getpid(), token="GITHUB_TOKEN" in os.environ,
                     data_limit=resource.getrlimit(resource.RLIMIT_DATA)[0],
                     cwd=os.getcwd(), children=[c.pid for c in children])
