@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from parity_gate import __version__
 from parity_gate.engine.environment import usable_cores
 from parity_gate.errors import EXIT_FAIL, EXIT_INTERNAL, EXIT_PASS, EXIT_USAGE, UserError
-from parity_gate.model.files import kind_of
+from parity_gate.model.files import kind_of, own_folder_problem
 from parity_gate.model.policy import FAIL_ON
 from parity_gate.model.units import DEFAULT_PRUNE_AGE, parse_age, parse_size
 
@@ -278,7 +278,8 @@ def checked_cache_dir(given: Path | None) -> Path:
     from parity_gate.report.write import folder_problem
 
     folder, label = cache_dir_given(given)
-    problem = folder_problem(folder, purpose="for the export cache")
+    problem = own_folder_problem(folder, Path.cwd()) or folder_problem(
+        folder, purpose="for the export cache")
     if problem:
         raise UserError(f"{label}: {problem}")
     return folder.absolute()
@@ -341,6 +342,9 @@ def _localise_policy(args: argparse.Namespace, manifest: Any) -> Any:
         raise UserError(f"{'--artifacts' if args.artifacts else '--out'}: {artifacts} is "
                         f"{kind_of(artifacts)} (expected a folder for the repro folders, or a "
                         "path that does not exist yet; parity-gate never writes through a link)")
+    linked = own_folder_problem(artifacts, Path.cwd())
+    if linked:
+        raise UserError(f"{'--artifacts' if args.artifacts else '--out'}: {linked}")
     return LocalisePolicy(cap=cap, step_timeout_s=settings.step_timeout_s,
                           artifacts=artifacts,
                           version=__version__, version_line=line,
@@ -509,6 +513,9 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 def _cache_root(given: Path | None) -> Path | None:
     """The cache's folder; None when it does not exist yet. A file there is a usage error."""
     root, label = cache_dir_given(given)
+    linked = own_folder_problem(root, Path.cwd())
+    if linked:  # what prune removes is below it: never through a link
+        raise UserError(f"{label}: {linked}")
     if os.path.lexists(root) and not root.is_dir():
         raise UserError(f"{label}: {root} is not a folder (expected the export cache's folder)")
     return root if root.is_dir() else None

@@ -49,12 +49,18 @@ class RunOptions:
 
 
 def _replay_crashes(run: RunResult, policy: LocalisePolicy, journal: Journal | None,
-                    progress: Progress) -> None:
+                    progress: Progress, jobs: list[ModuleJob], pool: WorkerPool) -> None:
     """Each crash inside ONNX Runtime replayed in a repro folder (localise.crash), while the
-    workers' folder still holds its evidence."""
+    workers' folder still holds its evidence; each under its module's timeout and memory
+    limit, as its worker ran."""
     assert policy.artifacts is not None
+    modules = {job.name: job for job in jobs}
     for i, case in enumerate(run.cases):
-        replayed = replay(case, policy.artifacts, policy.version_line)
+        job = modules.get(case.key.module)
+        if job is None:
+            continue
+        replayed = replay(case, policy.artifacts, policy.version_line, job.timeout_s,
+                          job.memory_limit or pool.memory_limit)
         if replayed is not case and replayed.crash is not None:
             run.cases[i] = replayed
             if journal is not None:
@@ -168,7 +174,7 @@ def _execute(run: RunResult, work: Plan, options: RunOptions, progress: Progress
             else:
                 _note(run, progress, event, journal)
         if options.localise is not None and options.localise.artifacts is not None:
-            _replay_crashes(run, options.localise, journal, progress)  # before the pool
+            _replay_crashes(run, options.localise, journal, progress, work.jobs, pool)
         if options.localise is not None:  # follow-up checks on the failing cases
 
             def localised(case: CaseResult) -> None:

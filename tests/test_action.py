@@ -27,6 +27,7 @@ import yaml
 
 import parity_gate
 from parity_gate.compare import Comparison, Verdict
+from parity_gate.engine.cache import ExportCache
 from parity_gate.errors import UserError
 from parity_gate.gate.decision import decide
 from parity_gate.gate.merge import read_results
@@ -593,14 +594,13 @@ def test_the_export_cache_is_pruned_after_the_run(tmp_path: Path, max_age: str) 
     workspace.mkdir()
     (workspace / "parity.yml").write_text("version: 1\nmodules: 5\n", encoding="utf-8")
     entries = {}
-    for name, age_days in (("old", 40.0), ("day", 1.0), ("new", 0.0)):
-        entry = workspace / ".parity-cache" / "export" / name[:2] / f"{name}-key"
-        entry.mkdir(parents=True)
-        (entry / "model.onnx").write_bytes(b"x" * 1000)
-        (entry / "entry.json").write_text("{}")
+    store = ExportCache(workspace / ".parity-cache")
+    for digit, name, age_days in (("1", "old", 40.0), ("2", "day", 1.0), ("3", "new", 0.0)):
+        stored = store.put("export", digit * 64, {"model.onnx": b"x" * 1000})
+        assert stored is not None
         when = time.time() - age_days * 86400
-        os.utime(entry / "entry.json", (when, when))
-        entries[name] = entry
+        os.utime(stored.file("entry.json"), (when, when))
+        entries[name] = stored.folder
     env = runner_env(tmp_path, workspace, export_cache_max_age=max_age)
     proc = run_entrypoint(env, workspace)
     assert proc.returncode == 2, proc.stderr  # the gate stopped at the manifest

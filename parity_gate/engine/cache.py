@@ -29,6 +29,7 @@ import hashlib
 import inspect
 import json
 import os
+import re
 import stat
 import tempfile
 import time
@@ -41,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from parity_gate.errors import UserError
-from parity_gate.model.files import copy_file, link_problem, remove
+from parity_gate.model.files import NO_LINKS, copy_file, link_problem, remove
 from parity_gate.model.secrets import Masker
 
 DEFAULT_DIR = ".parity-cache"
@@ -359,14 +360,14 @@ class ExportCache:
         """Every whole entry (staging folders aside): its entry.json and its bytes."""
         return [(folder / "entry.json",
                  sum(os.lstat(f).st_size for f in folder.iterdir() if _regular(f)))
-                for folder in self._walk() if _regular(folder / "entry.json")]
+                for folder in self._walk() if _ours(folder)]
 
     def _walk(self, links: list[Path] | None = None, tidy: bool = False) -> Iterator[Path]:
         """The entry folders (`kind/xx/key`), in order, never through a link: links found
         where the layout has folders are collected in `links`; `tmp` and removal leftovers
         (`.name.gone`, removed when `tidy`) are not entries."""
-        for kind in _subfolders(self.root, links, tidy, skip=("tmp",)):
-            for prefix in _subfolders(kind, links, tidy):
+        for kind in _subfolders(self.root, links, False, skip=("tmp",)):
+            for prefix in _subfolders(kind, links, False):
                 yield from _subfolders(prefix, links, tidy)
 
     def usage(self) -> dict[str, tuple[int, int]]:
@@ -383,7 +384,12 @@ class ExportCache:
         """Remove entries unused for `older_than_s`, then the least recently used until the
         cache is under `max_bytes`; returns (entries removed, bytes freed). Staging folders
         older than an hour and removals a kill left halfway go too; a link in the cache's
-        layout is removed itself (listed in `unlinked`), never followed."""
+        layout is removed itself (listed in `unlinked`), never followed. Only what the
+        cache can prove its own is removed (`_ours`, `_STAGING`, `_GONE`): a folder it did
+        not write stays, whatever its age."""
+        if os.path.islink(self.root):
+            raise UserError(f"{self.root} is a symbolic link (expected the export cache's "
+                            f"folder; {NO_LINKS})")
         now = time.time() if now is None else now
         entries = sorted((os.lstat(meta).st_mtime, size, meta.parent)
                          for meta, size in self._entries())
@@ -402,7 +408,8 @@ class ExportCache:
             links.append(tmp)
         elif tmp.is_dir():
             for child in tmp.iterdir():
-                if now - os.lstat(child).st_mtime > 3600:
+                if (_STAGING.fullmatch(child.name) and _real_folder(child)
+                        and now - os.lstat(child).st_mtime > 3600):
                     remove(child)
         for _ in self._walk(links, tidy=True):
             pass
@@ -495,6 +502,37 @@ def _own(name: Any) -> bool:
             and "/" not in name and "\\" not in name and "\0" not in name)
 
 
+# What prune may prove its own: an entry (`kind/xx/KEY` holding an entry.json that names
+# its key and kind), a staging folder (`tmp/`, made by tempfile.mkdtemp with the key's first
+# 12 digits as prefix) and an entry moved aside for removal (`_remove`).
+_KEY = re.compile(r"[0-9a-f]{16,128}")
+_STAGING = re.compile(r"[0-9a-f]{12}-[a-z0-9_]{8}")
+_GONE = re.compile(r"\.[0-9a-f]{16,128}\.[0-9a-f]{32}\.gone")
+
+
+def _ours(folder: Path) -> bool:
+    """An entry this cache wrote: a key-shaped name in its key's prefix folder, and the
+    entry.json the gate writes, naming that key and kind (a folder that merely holds an
+    entry.json is not one)."""
+    name = folder.name
+    if not (_KEY.fullmatch(name) and folder.parent.name == name[:2]
+            and _regular(folder / "entry.json")):
+        return False
+    try:
+        meta = json.loads(_read(folder / "entry.json").decode("utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (isinstance(meta, dict) and meta.get("key") == name
+            and meta.get("kind") == folder.parent.parent.name)
+
+
+def _real_folder(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def _subfolders(folder: Path, links: list[Path] | None, tidy: bool,
                 skip: tuple[str, ...] = ()) -> list[Path]:
     """The real folders in `folder`, sorted; links among them are noted in `links`;
@@ -511,7 +549,7 @@ def _subfolders(folder: Path, links: list[Path] | None, tidy: bool,
             if links is not None:
                 links.append(Path(entry.path))
         elif entry.name.startswith(".") and entry.name.endswith(".gone"):
-            if tidy:
+            if tidy and _GONE.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False):
                 remove(Path(entry.path))
         elif entry.is_dir(follow_symlinks=False):
             out.append(Path(entry.path))
