@@ -158,3 +158,18 @@ def test_readme_minimal_manifest_is_valid(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "parity_gate", "check", "parity.yml"],
                           cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_exit_code_page_lists_every_exit_code() -> None:
+    """docs/reference/exit-codes.md has a row for each code of errors.py and the signals'."""
+    import signal
+
+    from parity_gate import errors
+
+    text = (ROOT / "docs" / "reference" / "exit-codes.md").read_text(encoding="utf-8")
+    rows = {cell.strip() for line in text.splitlines() if line.startswith("| ")
+            for cell in line.split("|")[1].split("/")}
+    codes = {getattr(errors, n) for n in dir(errors) if n.startswith("EXIT_")}
+    codes |= {128 + signal.SIGINT, 128 + signal.SIGTERM}
+    missing = sorted(c for c in codes if str(c) not in rows)
+    assert not missing, f"exit codes without a row in docs/reference/exit-codes.md: {missing}"
