@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""Cut a parity-gate release: `python scripts/release.py X.Y.Z [--dry-run]` (docs/releasing.md).
+"""Cut a parity-gate release: `python scripts/release.py X.Y.Z [--dry-run]`
+(docs/maintainers/releasing.md).
 
 Steps, each skipped when already done (so a release whose version bump and changelog were
 merged beforehand is only tagged):
   1. parity_gate/__init__.py's __version__ becomes X.Y.Z (pyproject.toml reads it from there);
   2. CHANGELOG.md's [Unreleased] entries become `## [X.Y.Z] - DATE`, under a fresh empty
      [Unreleased], and the compare links at the bottom follow;
-  3. a new major version rewrites the Action pins `parity-gate/parity-gate@vN` in README.md and
-     examples/workflows/ to the new major tag;
+  3. a new major version rewrites the Action pins `parity-gate/parity-gate@vN` in README.md,
+     docs/ and examples/workflows/ to the new major tag;
   4. one commit, `Release vX.Y.Z`;
   5. the annotated tag vX.Y.Z, and the major tag vX moved onto it (what `uses: ...@vX` follows).
 Nothing is pushed: the script prints the push commands. --dry-run prints the edits as diffs and
@@ -29,8 +30,8 @@ from packaging.version import InvalidVersion, Version
 ROOT = Path(__file__).resolve().parent.parent
 VERSION_FILE = "parity_gate/__init__.py"
 CHANGELOG = "CHANGELOG.md"
-PINNED = ["README.md", *sorted(str(p.relative_to(ROOT))
-                               for p in (ROOT / "examples" / "workflows").glob("*.yml"))]
+PINNED = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in [
+    *(ROOT / "docs").rglob("*.md"), *(ROOT / "examples" / "workflows").glob("*.yml")])]
 REPO_URL = "https://github.com/parity-gate/parity-gate"
 _VERSION_RE = re.compile(r'^__version__ = "([^"]+)"$', re.M)
 _PIN_RE = re.compile(r"(parity-gate/parity-gate@|\bref: )v\d+\b")

@@ -188,7 +188,7 @@ def _repo(tmp: Path) -> Path:
     this working tree."""
     clone = tmp / "clone"
     for rel in ["scripts/release.py", "parity_gate/__init__.py", "CHANGELOG.md", "README.md",
-                *_tracked("examples/workflows")]:
+                *_tracked("examples/workflows", "docs")]:
         (clone / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(REPO / rel, clone / rel)
     for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "base"]):
@@ -266,5 +266,7 @@ def test_release_script_dry_run_then_release(tmp_path: Path) -> None:
     workflows = "".join(p.read_text() for p in (repo / "examples/workflows").glob("*.yml"))
     assert "parity-gate/parity-gate@v1 " in workflows and "@v0" not in workflows
     assert "ref: v1\n" in workflows
+    pages = "".join(p.read_text() for p in [repo / "README.md", *(repo / "docs").rglob("*.md")])
+    assert "parity-gate/parity-gate@v1" in pages and "parity-gate/parity-gate@v0" not in pages
     assert _git(repo, "rev-parse", "v0^{commit}") == release_commit
     assert _git(repo, "rev-parse", "v1^{commit}") == _git(repo, "rev-parse", "HEAD")

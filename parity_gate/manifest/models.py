@@ -149,7 +149,7 @@ class Settings(_Strict):
     )
     tolerances: ToleranceTable | None = Field(
         None, description="per-dtype tolerance, merged over the built-in defaults; one set "
-        "here is a contract the float64 check does not waive (README: Tolerances)"
+        "here is a contract the float64 check does not waive (docs/explanation/tolerances.md)"
     )
     export: ExportSettings | None = Field(
         None, description="how torch.onnx.export is called (merged key by key)"
