@@ -73,9 +73,9 @@ def eager_greedy(model: Any, lay: Layout, prompt: Prompt, steps: int, device: st
         else:
             ids = inputs["input_ids"]
             batch = ids.shape[0]
-        cache = build_cache(model, lay, [torch.zeros(batch, lay.kv_heads, 0, lay.head_dim,
+        cache = build_cache(model, lay, [torch.zeros(lay.past_shape(n, batch, 0),
                                                      dtype=model.dtype, device=device)
-                                         for _ in lay.past_names])
+                                         for n in lay.past_names])
         seen = ids.shape[1]
         for step in range(steps):
             if lay.kind == "encoder_decoder":
@@ -145,8 +145,7 @@ def onnx_greedy(session: Any, lay: Layout, prompt: Prompt, steps: int, dtype: An
         batch = ids.shape[0]
         fixed = {}
         ids_name = "input_ids"
-    past = {n: np.zeros((batch, lay.kv_heads, 0, lay.head_dim), dtype=dtype)
-            for n in lay.past_names}
+    past = {n: np.zeros(lay.past_shape(n, batch, 0), dtype=dtype) for n in lay.past_names}
     seen = ids.shape[1]
     tokens: list[list[int]] = []
     logits: list[np.ndarray] = []
@@ -192,11 +191,15 @@ def prepare(ctx: Any, module: Any) -> Any:
     """A module with a declared cache, behind its flat-tensor step (the job rewritten to
     feed it); None when the declaration is wrong (every case fails with the located
     problem, which is also a `declaration` finding: the run exits 2)."""
-    from parity_gate.engine.kvcache import cached_module, layout, rewrite
+    from parity_gate.engine.kvcache import (cached_module, layout, observed, rewrite,
+                                            window_problems)
     from parity_gate.model.outcomes import Outcome
 
     job = ctx.job
     lay, problems = layout(module, job.module)
+    if lay is not None and not problems:
+        lay = observed(module, lay)
+        problems = window_problems(lay, job.module, type(module).__name__)
     if problems or lay is None:
         for text in problems:
             ctx.note("declaration", text, "error")
