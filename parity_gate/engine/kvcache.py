@@ -401,3 +401,27 @@ def _with_cache(fixture: Any, lay: Layout, past: int) -> Any:
         tensors[name] = TensorSpec(shape=["batch", heads, length, dim])
     return fixture.model_copy(update={"inputs": tensors})
 
+
+
+def declared_problems(manifest: Any, manifest_path: Any) -> list[str]:
+    """Every `cache:` declaration checked against its model, as `parity-gate check` does:
+    only the model can say it keeps no KV cache (an encoder, a state-space model) or where
+    its window lies. Builds each such module from its factory (seeded, on the CPU); a
+    factory that fails is left to `run`, which reports it as the module's outcome."""
+    from parity_gate.engine.factory import build_module
+    from parity_gate.plan.cases import plan
+    from parity_gate.plan.providers import EXECUTION_PROVIDERS
+
+    problems: list[str] = []
+    for job in plan(manifest, manifest_path, list(EXECUTION_PROVIDERS.values())).jobs:
+        if job.module.cache is None:
+            continue
+        try:
+            model = build_module(job).eval()
+        except Exception:
+            continue
+        lay, found = layout(model, job.module)
+        if lay is not None and not found:
+            found = window_problems(observed(model, lay), job.module, type(model).__name__)
+        problems += found
+    return problems
