@@ -265,8 +265,7 @@ def prepare(ctx: Any, module: Any) -> Any:
     """A module with a declared cache, behind its flat-tensor step (the job rewritten to
     feed it); None when the declaration is wrong (every case fails with the located
     problem, which is also a `declaration` finding: the run exits 2)."""
-    from parity_gate.engine.kvcache import (cached_module, layout, observed, rewrite,
-                                            window_problems)
+    from parity_gate.engine.kvcache import cached_module, layout, observed, rewrite, window_problems
     from parity_gate.model.outcomes import Outcome
 
     job = ctx.job

@@ -328,7 +328,7 @@ def build_cache(model: Any, lay: Layout, past: list[Any], total: Any = None) -> 
     cache = DynamicCache(config=model.config)
     if total is not None:
         window = _window_layer()
-        cache.layers = [window(sliding_window=layer.sliding_window)
+        cache.layers = [window(sliding_window=getattr(layer, "sliding_window", 0))
                         if getattr(layer, "is_sliding", False) else layer
                         for layer in cache.layers]
     for i in range(lay.layers):
@@ -336,7 +336,7 @@ def build_cache(model: Any, lay: Layout, past: list[Any], total: Any = None) -> 
     if total is not None:
         for layer in cache.layers:
             if getattr(layer, "is_sliding", False):
-                layer.cumulative_length = total
+                layer.cumulative_length = total  # type: ignore[union-attr]
     if lay.kind == "encoder_decoder":
         return EncoderDecoderCache(cache, DynamicCache(config=model.config))
     return cache
@@ -349,9 +349,9 @@ def _window_layer() -> Any:
     sides of the window instead of specialising to one."""
     from transformers.cache_utils import DynamicSlidingWindowLayer
 
-    class FlatWindowLayer(DynamicSlidingWindowLayer):  # type: ignore[misc]
+    class FlatWindowLayer(DynamicSlidingWindowLayer):
         def get_mask_sizes(self, query_length: int) -> tuple[Any, Any]:
-            kept = self.keys.shape[-2] if self.is_initialized else 0
+            kept = self.keys.shape[-2] if self.keys is not None and self.is_initialized else 0
             return kept + query_length, self.cumulative_length - kept
 
     return FlatWindowLayer

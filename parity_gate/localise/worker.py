@@ -48,7 +48,6 @@ from parity_gate.manifest.models import EdgeFixture
 from parity_gate.model.files import remove
 from parity_gate.model.findings import Stage
 from parity_gate.model.keys import CaseKey
-from parity_gate.plan.cases import GENERATE
 from parity_gate.model.localisation import (
     EXPENSIVE,
     LEVELS,
@@ -62,6 +61,7 @@ from parity_gate.model.localisation import (
 from parity_gate.model.precision import Ruling
 from parity_gate.model.results import CaseResult
 from parity_gate.model.upstream import Owner
+from parity_gate.plan.cases import GENERATE
 
 SESSION_BYTES = 256 << 20  # what the job's kept sessions may hold of the model's weights
 
