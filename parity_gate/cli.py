@@ -480,6 +480,12 @@ def _cmd_check(args: argparse.Namespace) -> int:
     path = default_manifest(args.manifest, args.example)
     manifest = load_manifest(path)
     read = _fixture_files(manifest, path, sizes_only=False)
+    if any(m.cache is not None for m in manifest.modules):  # only the model can say
+        from parity_gate.engine.kvcache import declared_problems
+
+        problems = declared_problems(manifest, Path(path))
+        if problems:
+            raise UserError(problems)
     files = f", {read} fixture file(s) read" if read is not None else ""
     print(f"{path}: OK ({len(manifest.modules)} modules, "
           f"{len(manifest.fixtures)} fixture sets{files})")

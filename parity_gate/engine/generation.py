@@ -49,6 +49,7 @@ class Run:
 
     tokens: list[list[int]]
     logits: list[np.ndarray]
+    failure: Any = None  # a StageFailure that ended the run early: at step len(logits) + 1
 
 
 def eager_greedy(model: Any, lay: Layout, prompt: Prompt, steps: int, device: str,
@@ -73,9 +74,9 @@ def eager_greedy(model: Any, lay: Layout, prompt: Prompt, steps: int, device: st
         else:
             ids = inputs["input_ids"]
             batch = ids.shape[0]
-        cache = build_cache(model, lay, [torch.zeros(batch, lay.kv_heads, 0, lay.head_dim,
+        cache = build_cache(model, lay, [torch.zeros(lay.past_shape(n, batch, 0),
                                                      dtype=model.dtype, device=device)
-                                         for _ in lay.past_names])
+                                         for n in lay.past_names])
         seen = ids.shape[1]
         for step in range(steps):
             if lay.kind == "encoder_decoder":
@@ -95,22 +96,59 @@ def eager_greedy(model: Any, lay: Layout, prompt: Prompt, steps: int, device: st
     return Run([list(row) for row in zip(*tokens, strict=True)], logits)
 
 
-@dataclass(frozen=True)
-class EagerRun:
-    """Eager's side for one batch size, shared by every provider's cases: the prompt,
-    the greedy run, the encoder states both sides decode from (None for a decoder),
-    and the seconds it took."""
+def step_inputs(model: Any, lay: Layout, prompt: Prompt, tokens: list[list[int]], step: int,
+                device: str, dtype: Any) -> dict[str, np.ndarray]:
+    """The cached step module's inputs at generation step `step` (1: the prefill) as eager
+    reaches it on `tokens` ([row][step], the tokens both sides chose): that step's new
+    tokens, the mask over past and new, and eager's own cache after the steps before, so
+    the step that first diverged can be rerun, localised and reproduced alone."""
+    import torch
 
-    prompt: Prompt
-    run: Run
-    states: np.ndarray | None
-    seconds: float
+    inputs = {k: to_torch(v, device) for k, v in prompt.inputs.items()}
+    feeds: dict[str, Any] = {}
+    with torch.inference_mode():
+        if lay.kind == "encoder_decoder":
+            enc = model.get_encoder()(**inputs).last_hidden_state
+            batch = enc.shape[0]
+            ids = torch.full((batch, 1), lay.start_token, dtype=torch.int64, device=device)
+            feeds["encoder_hidden_states"] = enc
+            extra = {"attention_mask": inputs["attention_mask"]} \
+                if "attention_mask" in inputs else {}
+            name = "decoder_input_ids"
+        else:
+            ids = inputs["input_ids"]
+            batch = ids.shape[0]
+            extra, name = {}, "input_ids"
+        cache = build_cache(model, lay, [torch.zeros(lay.past_shape(n, batch, 0),
+                                                     dtype=model.dtype, device=device)
+                                         for n in lay.past_names])
+        seen = ids.shape[1]
+        for s in range(step - 1):
+            if lay.kind == "encoder_decoder":
+                out = model(encoder_outputs=(enc,), decoder_input_ids=ids, use_cache=True,
+                            **extra, **{lay.arg: cache})
+            else:
+                mask = {lay.mask: torch.ones(batch, seen, dtype=torch.int64, device=device)} \
+                    if lay.mask else {}
+                out = model(input_ids=ids, use_cache=True, **mask, **{lay.arg: cache})
+            cache = returned_cache(out)
+            ids = torch.tensor([[row[s]] for row in tokens], dtype=torch.int64, device=device)
+            seen += 1
+        feeds[name] = ids
+        if lay.mask is not None and lay.kind == "decoder":
+            feeds[lay.mask] = torch.ones(batch, seen, dtype=torch.int64, device=device)
+        own = getattr(cache, "self_attention_cache", cache)
+        for i in range(lay.layers):
+            feeds[f"past_{i}_key"] = own.layers[i].keys
+            feeds[f"past_{i}_value"] = own.layers[i].values
+    return {k: to_numpy(v) if k in ("input_ids", "decoder_input_ids") or k == lay.mask
+            else to_numpy(v).astype(dtype) for k, v in feeds.items()}
 
 
-def float64_steps(mod: Any, eager: EagerRun, onnx: Run, gen: Generation,
-                  setup: Setup) -> Generation:
+def float64_steps(source: Any, lay: Layout, prompt: Prompt, gen: Generation, tol: Tolerance,
+                  eager: Run, onnx: Run, states: np.ndarray | None, device: str) -> Generation:
     """The generation with its failing steps judged against a float64 run of the same
-    weights (`mod.source.model`) on the same tokens (and the same encoder states)."""
+    weights on the same tokens (and the same encoder states)."""
     import copy
 
     import torch
@@ -118,18 +156,18 @@ def float64_steps(mod: Any, eager: EagerRun, onnx: Run, gen: Generation,
     from parity_gate.compare.generation import rule_step
 
     compared = len(gen.per_step)
-    states = eager.states
     try:
-        wide = copy.deepcopy(mod.source.model).to(torch.float64).to(mod.device).eval()
-        truth = eager_greedy(wide, mod.typed.layout, eager.prompt, compared, mod.device,
-                             forced=[row[:compared] for row in eager.run.tokens],
+        wide = copy.deepcopy(source).to(torch.float64).to(device).eval()
+        truth = eager_greedy(wide, lay, prompt, compared, device,
+                             forced=[row[:compared] for row in eager.tokens],
                              states=states.astype(np.float64) if states is not None else None)
     except Exception as exc:  # e.g. an op with no float64 kernel: the steps stay as they are
         return replace(gen, float64_error=f"float64 run failed: {type(exc).__name__}: "
                        f"{str(exc)[:200]}")
-    steps = [rule_step(s, eager.run.logits[i], onnx.logits[i], truth.logits[i], setup.tol)
+    steps = [rule_step(s, eager.logits[i], onnx.logits[i], truth.logits[i], tol)
              if s.failed else s for i, s in enumerate(gen.per_step)]
-    return judge(setup, gen.eager_tokens, gen.onnx_tokens, steps)
+    return judge(Setup(gen.prompt, gen.prompt_length, gen.steps, tol, gen.encoder_decoder),
+                 gen.eager_tokens, gen.onnx_tokens, steps)
 
 
 def encoder_states(model: Any, prompt: Prompt, device: str) -> np.ndarray:
@@ -157,8 +195,7 @@ def onnx_greedy(session: Any, lay: Layout, prompt: Prompt, steps: int, dtype: An
         batch = ids.shape[0]
         fixed = {}
         ids_name = "input_ids"
-    past = {n: np.zeros((batch, lay.kv_heads, 0, lay.head_dim), dtype=dtype)
-            for n in lay.past_names}
+    past = {n: np.zeros(lay.past_shape(n, batch, 0), dtype=dtype) for n in lay.past_names}
     seen = ids.shape[1]
     tokens: list[list[int]] = []
     logits: list[np.ndarray] = []
@@ -166,8 +203,13 @@ def onnx_greedy(session: Any, lay: Layout, prompt: Prompt, steps: int, dtype: An
         feeds = {ids_name: ids, **fixed, **past}
         if lay.mask:
             feeds[lay.mask] = np.ones((batch, seen), dtype=np.int64)
-        got = dict(zip(names, stages.run(session, {k: v for k, v in feeds.items()
-                                                   if k in wanted}, label=""), strict=True))
+        try:
+            got = dict(zip(names, stages.run(session, {k: v for k, v in feeds.items()
+                                                       if k in wanted}, label=""),
+                           strict=True))
+        except stages.StageFailure as failure:  # the steps before it are still compared
+            return Run([list(row) for row in zip(*tokens, strict=True)] if tokens
+                       else [[] for _ in range(batch)], logits, failure)
         last = got["logits"][:, -1]
         logits.append(last)
         ids = np.argmax(last.astype(np.float32), axis=-1)[:, None].astype(np.int64)
@@ -177,16 +219,37 @@ def onnx_greedy(session: Any, lay: Layout, prompt: Prompt, steps: int, dtype: An
     return Run([list(row) for row in zip(*tokens, strict=True)], logits)
 
 
-def compare_runs(setup: Setup, eager: Run, onnx: Run, dtype: str) -> Generation:
+def compare_runs(prompt: Prompt, prompt_length: int, steps: int, eager: Run, onnx: Run,
+                 tol: Tolerance, dtype: str, encoder_decoder: bool) -> Generation:
     """Steps compared while both sides have chosen the same tokens so far."""
     per_step: list[GenerationStep] = []
-    for s in range(setup.steps):
-        result = compare_step(s + 1, setup.prompt_length + s - 1 if s else 0, eager.logits[s],
-                              onnx.logits[s], setup.tol, dtype)
+    for s in range(min(steps, len(eager.logits), len(onnx.logits))):
+        result = compare_step(s + 1, prompt_length + s - 1 if s else 0, eager.logits[s],
+                              onnx.logits[s], tol, dtype)
         per_step.append(result)
         if not result.tokens_agree:
             break  # the next step reads different tokens on the two sides
-    return judge(setup, eager.tokens, onnx.tokens, per_step)
+    return judge(Setup(prompt.name, prompt_length, steps, tol, encoder_decoder), eager.tokens,
+                 onnx.tokens, per_step)
+
+
+def with_failure(gen: Generation, failure: Any, prompt_length: int) -> Generation:
+    """The generation with the step at which ONNX Runtime raised, after the steps
+    before it were compared (a divergence among those stays the verdict)."""
+    if failure is None:
+        return gen
+    step = len(gen.onnx_tokens[0]) + 1 if gen.onnx_tokens else 1
+    return replace(gen, error_step=step, error=failure.reason,
+                   error_past_length=prompt_length + step - 2 if step > 1 else 0)
+
+
+def outcome_of(gen: Generation, failure: Any) -> Any:
+    """A divergence before an ONNX Runtime error is the verdict; else the error is."""
+    from parity_gate.model.outcomes import Outcome
+
+    if gen.first_failing_step is not None:
+        return Outcome.MISMATCH
+    return failure.outcome if failure is not None else Outcome.PASS
 
 
 def timed(fn: Any, *args: Any) -> tuple[Any, float]:
@@ -202,11 +265,14 @@ def prepare(ctx: Any, module: Any) -> Any:
     """A module with a declared cache, behind its flat-tensor step (the job rewritten to
     feed it); None when the declaration is wrong (every case fails with the located
     problem, which is also a `declaration` finding: the run exits 2)."""
-    from parity_gate.engine.kvcache import cached_module, layout, rewrite
+    from parity_gate.engine.kvcache import cached_module, layout, observed, rewrite, window_problems
     from parity_gate.model.outcomes import Outcome
 
     job = ctx.job
     lay, problems = layout(module, job.module)
+    if lay is not None and not problems:
+        lay = observed(module, lay)
+        problems = window_problems(lay, job.module, type(module).__name__)
     if problems or lay is None:
         for text in problems:
             ctx.note("declaration", text, "error")
@@ -221,39 +287,12 @@ def prepare(ctx: Any, module: Any) -> Any:
 JUDGED = ("float32", "float16", "bfloat16")
 
 
-@dataclass(frozen=True)
-class Rules:
-    """How this dtype's generation cases are judged and labelled: the logits' tolerance,
-    whether it is the manifest's contract (float64 never waives it), and the provenance
-    every result carries."""
-
-    tol: Tolerance
-    contract: bool
-    provenance: Any
-
-
 def run_cases(ctx: Any, mod: Any, exported: Any, keys: list[Any], tol: Tolerance,
               contract: bool, cached: bool, open_session: Callable[..., Any]) -> None:
     """Every generation case of one dtype on the module's export, provider by provider;
     `contract`: the logits' tolerance is the manifest's own, which float64 never waives.
     `open_session`: the worker's own (module_worker._open_session), so a crash while
     loading is replayed here as for any case."""
-    rules = Rules(tol, contract, ctx.provenance(mod.device, exported, cached))
-    eager: dict[int, EagerRun] = {}  # by batch size: every provider's cases share it
-    for provider in dict.fromkeys(k.provider for k in keys):
-        pkeys = [k for k in keys if k.provider == provider]
-        opened = open_session(ctx, exported, mod.dtype, provider, pkeys, rules.provenance)
-        if opened is None:
-            continue
-        for key in pkeys:
-            ctx.result(_run_case(ctx, mod, opened[0], key, eager, rules))
-
-
-def _run_case(ctx: Any, mod: Any, session: Any, key: Any, eager: dict[int, EagerRun],
-              rules: Rules) -> Any:
-    """One generation case: eager's run for its batch size (made once, kept in `eager`),
-    ONNX Runtime's, the steps compared, failing ones re-judged against float64. A stage
-    that fails, or any error while generating, is the case's result with its cause."""
     import torch
 
     from parity_gate.engine.stages import StageFailure
@@ -261,42 +300,53 @@ def _run_case(ctx: Any, mod: Any, session: Any, key: Any, eager: dict[int, Eager
     from parity_gate.model.outcomes import Outcome
     from parity_gate.model.results import CaseResult
 
-    steps = ctx.job.module.generation.steps
-    lay = mod.typed.layout
+    job = ctx.job
+    spec = job.module.generation
+    step_module = mod.typed
+    model, lay = step_module.model, step_module.layout
+    provenance = ctx.provenance(mod.device, exported, cached)
     past_dtype = to_numpy(torch.zeros(1, dtype=getattr(torch, mod.dtype))).dtype
-    ctx.step(Stage.RUNNING, key.id, f"{steps} greedy steps")
-    try:
-        if key.batch_size not in eager:
-            eager[key.batch_size] = _eager_run(ctx.job, mod, key, steps)
-        ref = eager[key.batch_size]
-        got, run_s = timed(onnx_greedy, session, lay, ref.prompt, steps, past_dtype, ref.states)
-    except StageFailure as failure:
-        return CaseResult(key, failure.outcome, failure.reason, failure.detail,
-                          provenance=rules.provenance)
-    except Exception as exc:
-        import traceback
+    eager: dict[int, tuple[Prompt, Run, np.ndarray | None, float]] = {}
+    for provider in dict.fromkeys(k.provider for k in keys):
+        pkeys = [k for k in keys if k.provider == provider]
+        opened = open_session(ctx, exported, mod.dtype, provider, pkeys, provenance)
+        if opened is None:
+            continue
+        session = opened[0]
+        for key in pkeys:
+            ctx.step(Stage.RUNNING, key.id, f"{spec.steps} greedy steps")
+            try:
+                if key.batch_size not in eager:
+                    prompt = prompt_inputs(job, key.inputs, key.batch_size, mod.dtype)
+                    t0 = time.perf_counter()
+                    run = eager_greedy(model, lay, prompt, spec.steps, mod.device)
+                    enc = encoder_states(model, prompt, mod.device) \
+                        if lay.kind == "encoder_decoder" else None
+                    eager[key.batch_size] = (prompt, run, enc, time.perf_counter() - t0)
+                prompt, ref, enc, eager_s = eager[key.batch_size]
+                got, run_s = timed(onnx_greedy, session, lay, prompt, spec.steps, past_dtype,
+                                   enc)
+            except StageFailure as failure:
+                ctx.result(CaseResult(key, failure.outcome, failure.reason, failure.detail,
+                                      provenance=provenance))
+                continue
+            except Exception as exc:
+                import traceback
 
-        return CaseResult(key, Outcome.EAGER_ERROR,
-                          f"generation failed: {type(exc).__name__}: {exc}"[:300],
-                          traceback.format_exc()[-4000:], provenance=rules.provenance)
-    length = 1 if ref.states is not None else ref.prompt.inputs["input_ids"].shape[1]
-    setup = Setup(ref.prompt.name, length, steps, rules.tol, ref.states is not None)
-    gen = compare_runs(setup, ref.run, got, mod.dtype)
-    if not gen.passed and mod.dtype in JUDGED and not rules.contract:
-        ctx.step(Stage.RECHECKING, key.id, "against float64")
-        gen = float64_steps(mod, ref, got, gen, setup)
-    return CaseResult(
-        key, Outcome.PASS if gen.passed else Outcome.MISMATCH, gen.describe(),
-        timings={"eager_s": ref.seconds, "run_s": run_s}, provenance=rules.provenance,
-        samples=1, generation=gen)
-
-
-def _eager_run(job: Any, mod: Any, key: Any, steps: int) -> EagerRun:
-    """Eager's greedy run on the key's prompt (generated as any fixture is), and the
-    encoder's states for an encoder-decoder, timed together."""
-    model, lay = mod.typed.model, mod.typed.layout
-    prompt = prompt_inputs(job, key.inputs, key.batch_size, mod.dtype)
-    t0 = time.perf_counter()
-    run = eager_greedy(model, lay, prompt, steps, mod.device)
-    enc = encoder_states(model, prompt, mod.device) if lay.kind == "encoder_decoder" else None
-    return EagerRun(prompt, run, enc, time.perf_counter() - t0)
+                ctx.result(CaseResult(key, Outcome.EAGER_ERROR,
+                                      f"generation failed: {type(exc).__name__}: {exc}"[:300],
+                                      traceback.format_exc()[-4000:], provenance=provenance))
+                continue
+            length = 1 if enc is not None else prompt.inputs["input_ids"].shape[1]
+            gen = compare_runs(prompt, length, spec.steps, ref, got, tol, mod.dtype,
+                               enc is not None)
+            if not gen.passed and mod.dtype in JUDGED and not contract:
+                ctx.step(Stage.RECHECKING, key.id, "against float64")
+                gen = float64_steps(mod.source.model, lay, prompt, gen, tol, ref, got, enc,
+                                    mod.device)
+            gen = with_failure(gen, got.failure, length)
+            ctx.result(CaseResult(
+                key, outcome_of(gen, got.failure), gen.describe(),
+                got.failure.detail if got.failure is not None else "",
+                timings={"eager_s": eager_s, "run_s": run_s}, provenance=provenance,
+                samples=1, generation=gen))

@@ -61,6 +61,7 @@ from parity_gate.model.localisation import (
 from parity_gate.model.precision import Ruling
 from parity_gate.model.results import CaseResult
 from parity_gate.model.upstream import Owner
+from parity_gate.plan.cases import GENERATE
 
 SESSION_BYTES = 256 << 20  # what the job's kept sessions may hold of the model's weights
 
@@ -127,7 +128,8 @@ def run(job: LocaliseJob, emit: Emit) -> None:
     stream = CaseStream(job, emit)
     stream.step(Stage.BUILDING, job.module.name, "for localisation")
     try:
-        prepared = _prepare(job)
+        job, prepared = _cached(job)
+        prepared = _prepare(job, prepared)
     except Exception as exc:
         note = f"could not rebuild and export the module: {first_line(repr(exc))}"
         for result in job.failing:
@@ -144,12 +146,31 @@ def run(job: LocaliseJob, emit: Emit) -> None:
         stream.result(replace(result, localisation=loc))
 
 
-def _prepare(job: LocaliseJob) -> _Prepared:
-    import torch
-
+def _cached(job: LocaliseJob) -> tuple[LocaliseJob, Any]:
+    """A module with a KV cache behind the gate's own cache step (the same layout and
+    flat inputs the gate exported), the job rewritten to feed it; else as it is."""
     mj = job.module
     module = build_module(mj)
     module.eval()
+    if mj.module.cache is None:
+        return job, module
+    from parity_gate.engine.kvcache import cached_module, layout, observed, rewrite
+
+    lay, problems = layout(module, mj.module)
+    if problems or lay is None:
+        raise ValueError(problems[0] if problems else "cache: no layout")
+    lay = observed(module, lay)
+    step = cached_module(module, lay, [i.name for i in mj.module.inputs])
+    return replace(job, module=rewrite(mj, lay)), step
+
+
+def _prepare(job: LocaliseJob, module: Any = None) -> _Prepared:
+    import torch
+
+    mj = job.module
+    if module is None:
+        job, module = _cached(job)
+        mj = job.module
     binding, problems = bind(module, mj.module)
     if problems:
         raise ValueError(problems[0])
@@ -164,7 +185,8 @@ def _prepare(job: LocaliseJob) -> _Prepared:
         if prep is not None:
             return prep
     batch = export_batch_size(mj)
-    plain = sorted(mj.fixtures, key=lambda n: isinstance(mj.fixtures[n], EdgeFixture))
+    plain = sorted((n for n in mj.fixtures if GENERATE not in n),
+                   key=lambda n: isinstance(mj.fixtures[n], EdgeFixture))
     example = generate(plain[0], mj.fixtures[plain[0]], names, Draw(batch, job.dtype),
                        seed=mj.seed, base_dir=mj.base_dir)
     tensors = {n: to_torch(example[n]) for n in binding.order}
@@ -237,7 +259,8 @@ def _fx_named_outputs(proto: Any, program: Any) -> bool:
 
 def _localise(job: LocaliseJob, prep: _Prepared, result: CaseResult) -> Localisation:
     loc = Localisation()
-    sample = _failing_sample(job, prep, result.key)
+    sample = (_generation_sample(job, prep, result) if result.generation is not None
+              else _failing_sample(job, prep, result.key))
     tol = tolerance_for(job.module, job.dtype, None)
     checks: list[tuple[Check, Callable[[], str]]] = [
         (Check.OPTIMIZER, lambda: _optimizer(job, prep, result.key, sample, loc)),
@@ -289,6 +312,22 @@ def _failing_sample(job: LocaliseJob, prep: _Prepared, key: CaseKey) -> _Sample:
             return sample
     assert first is not None
     return first
+
+
+def _generation_sample(job: LocaliseJob, prep: _Prepared, result: CaseResult) -> _Sample:
+    """A generation case's first failing step, as the cached step's inputs: its new tokens
+    and eager's cache after the steps before (the tokens both sides chose so far)."""
+    from parity_gate.engine.generation import prompt_inputs, step_inputs
+
+    gen = result.generation
+    assert gen is not None
+    step = gen.first_failing_step or gen.first_divergent_step or 1
+    model, lay = prep.module.model, prep.module.layout
+    prompt = prompt_inputs(job.module, result.key.inputs, result.key.batch_size or 1, job.dtype)
+    dtype = to_numpy(next(iter(model.parameters()))).dtype
+    inputs = step_inputs(model, lay, prompt, gen.eager_tokens, step, "cpu", dtype)
+    session = prep.session(result.key.provider, job.module.providers[result.key.provider].options)
+    return _Sample(inputs, prep.call(prep.module, inputs), _ort(session, inputs))
 
 
 def _ort(session: Any, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
