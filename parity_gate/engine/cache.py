@@ -24,6 +24,7 @@ whose files hold a secret value is not stored at all.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import inspect
@@ -88,10 +89,45 @@ def module_fingerprint(module: Any, extra: Any = None,
                if cls.__module__.split(".")[0] not in ("torch", "builtins")}
     for cls in sorted(classes, key=lambda c: (c.__module__, c.__qualname__)):
         h.update(f"{cls.__module__}.{cls.__qualname__}|{_code_of(cls)}|".encode())
-    for path in user_files(user_roots):
-        h.update(f"{path}|{_sha256(path)}|".encode())
+    roots = [Path(r).resolve() for r in user_roots]
+    for path in user_files(roots):
+        # Relative to the root it lies under: the same checkout in another folder (another
+        # runner, another clone) is the same source and reuses its exports.
+        h.update(f"{_relative(path, roots)}|{_sha256(path)}|".encode())
     h.update(json.dumps(extra, sort_keys=True, default=repr).encode())
     return h.hexdigest()
+
+
+def _relative(path: Path, roots: list[Path]) -> str:
+    root = next((r for r in roots if path.is_relative_to(r)), None)
+    return path.relative_to(root).as_posix() if root is not None else path.as_posix()
+
+
+@functools.lru_cache(maxsize=1)
+def package_dirs() -> tuple[Path, ...]:
+    """Where this interpreter installs packages: its site-packages (purelib, platlib), the
+    user's, and any folder on sys.path that is a site-packages or dist-packages folder (a
+    `.pth` may add another environment's). What lies below is an installed distribution,
+    keyed by its version; anything else is the project's own source, keyed by content."""
+    import site
+    import sys
+    import sysconfig
+
+    dirs = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+    with contextlib.suppress(AttributeError):
+        dirs.update(site.getsitepackages())
+    with contextlib.suppress(AttributeError):
+        dirs.add(site.getusersitepackages())
+    dirs.update(p for p in sys.path if Path(p).name in ("site-packages", "dist-packages"))
+    return tuple(sorted({Path(d).resolve() for d in dirs if d and Path(d).is_dir()}))
+
+
+def installed(file: str | Path) -> bool:
+    """Whether `file` belongs to an installed distribution: it lies in one of the
+    interpreter's package folders (never a substring of its path: a checkout at
+    `…/ml-packages/…` is the project's source)."""
+    path = Path(file).resolve()
+    return any(path.is_relative_to(d) for d in package_dirs())
 
 
 def user_files(roots: Iterable[Path]) -> list[Path]:
@@ -103,7 +139,7 @@ def user_files(roots: Iterable[Path]) -> list[Path]:
     found = set()
     for mod in list(sys.modules.values()):
         file = getattr(mod, "__file__", None)
-        if not file or "-packages" in file:
+        if not file or installed(file):
             continue
         path = Path(file).resolve()
         if any(path.is_relative_to(r) for r in resolved) and path.is_file():
@@ -164,7 +200,7 @@ def _code_of(obj: Any) -> str:
     module = inspect.getmodule(obj)
     path = getattr(module, "__file__", None)
     top = (getattr(module, "__name__", "") or "").split(".")[0]
-    if path and "-packages" in path:
+    if path and installed(path):
         return f"{top}=={_version(top)}"
     if path and Path(path).is_file():
         return _sha256(Path(path))
