@@ -10,6 +10,7 @@ objects without running anything.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from parity_gate.gate.baseline import Baseline, Entry
@@ -30,7 +31,7 @@ from parity_gate.model.gate import (
 )
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.performance import PerformanceFlag
-from parity_gate.model.precision import rounding_level
+from parity_gate.model.precision import ROUNDOFF, rounding_level
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.model.text import one_line
 
@@ -146,7 +147,7 @@ def rule(case: CaseResult, baseline: Baseline | None, factor: float) -> Ruling |
 
     if not case.failed:
         return ruling(FIXED, f"now passes: remove it from the baseline ({where})")
-    worse = worsened(entry, case.outcome, significant(case), factor)
+    worse = worsened(entry, case.outcome, significant(case), factor, growth_floor(case))
     if worse:
         return ruling(REGRESSION, f"known failure got worse: {worse} ({where})")
     if worsened(entry, case.outcome, figures, factor):
@@ -161,6 +162,24 @@ def rule(case: CaseResult, baseline: Baseline | None, factor: float) -> Ruling |
 # error must be before its growth counts: below it, figures move with the machine
 # (vector width, summation order, an ORT upgrade), not with the exporter.
 ABOVE_ROUNDING = 1.0
+
+
+# How many roundings of the output's dtype, at the worst element's scale, the needed
+# tolerance must grow by before a known failure counts as worse (the same CPU kind with
+# another vector width or summation order moves it by one or two).
+GROWTH_STEPS = 4
+
+
+def growth_floor(case: CaseResult, steps: int = GROWTH_STEPS) -> float:
+    """`steps` roundings of the worst output's dtype at the scale of its worst element
+    (the larger of eager's and ONNX's value there; 1 where none is recorded)."""
+    worst = case.worst()
+    if worst is None:
+        return 0.0
+    values = [abs(v) for v in (worst.ref_value, worst.got_value)
+              if v is not None and math.isfinite(v)]
+    scale = max(values) if values else 1.0
+    return steps * ROUNDOFF.get(worst.dtype_ref, 0.0) * max(scale, 1e-30)
 
 
 def significant(case: CaseResult, above: float = ABOVE_ROUNDING) -> Figures:
@@ -180,15 +199,23 @@ def significant(case: CaseResult, above: float = ABOVE_ROUNDING) -> Figures:
     return figures
 
 
-def worsened(entry: Entry, outcome: Outcome, figures: Figures, factor: float) -> str:
-    """How a known failure got worse than its record, or '' if it did not."""
+def worsened(entry: Entry, outcome: Outcome, figures: Figures, factor: float,
+             floor: float = 0.0) -> str:
+    """How a known failure got worse than its record, or '' if it did not. `floor`: the
+    absolute growth of the needed tolerance that counts at all (a few roundings of the
+    output's dtype at the output's scale, `growth_floor`). Where both sides have a max_abs,
+    it decides alone: a max_rel that grows while max_abs does not is a near-zero element
+    (one rounding step on another CPU), not a worse export."""
     if entry.outcome is not None and outcome.severity > entry.outcome.severity:
         return f"outcome {entry.outcome.value} → {outcome.value}"
     if entry.outcome is not None and outcome is not entry.outcome:
         return ""  # a milder outcome: its figures measure something else
+    absolute = entry.figures.max_abs is not None and figures.max_abs is not None
     for name in FIGURES:
         recorded, now = getattr(entry.figures, name), getattr(figures, name)
-        if recorded is None or now is None:
+        if recorded is None or now is None or (name == "max_rel" and absolute):
+            continue
+        if name == "max_abs" and now - recorded <= floor:
             continue
         if now > recorded * factor and now > recorded:
             times = "∞" if recorded == 0 else f"{now / recorded:.3g}"

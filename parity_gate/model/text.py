@@ -139,8 +139,14 @@ def md_cell(text: object, limit: int = 160) -> str:
 
 
 def md_code(text: object, limit: int = 200) -> str:
-    """`text` as inline code that a table cell can hold (a `|` or backtick in it included)."""
-    return f"<code>{md_cell(text, limit)}</code>"
+    """`text` as inline code that a table cell can hold: a code span, kept as typed (GitHub
+    links no mention, reference or URL inside code, so an id such as `text@seq=8` pastes
+    back into `--select` as it reads); text holding a `|` (which a table cell cannot carry
+    inside a code span outside GFM's own escape) as escaped HTML code instead."""
+    line = clip(text, limit)
+    if "|" in line or not line.strip():
+        return f"<code>{md_text(line)}</code>"
+    return code_span(line, table=True)
 
 
 def code_span(text: object, table: bool = False) -> str:

@@ -224,7 +224,7 @@ def _case_row(case: CaseResult, view: ModuleView, gate: bool) -> str:
     ruling = view.rulings.get(case.id) if gate else None
     cell = f" {md_cell(f'{ruling.category}: {ruling.why}', 200)} |" if ruling else (
         " — |" if gate else "")
-    return (f"| {md_code(case.key.junit_name)} | **{case.outcome.value}** | {figures} | "
+    return (f"| {md_code(case.id)} | **{case.outcome.value}** | {figures} | "
             f"{md_cell(why, 400)} |" + cell)
 
 
