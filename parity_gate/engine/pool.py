@@ -376,6 +376,20 @@ def _release_memory() -> None:
 STARTUP_S = 120.0
 
 
+def _accept(worker: _Worker, result: CaseResult) -> bool:
+    """A planned case still pending, or a probe (`shapes: auto`, chosen by the worker after
+    its export, so not planned) of this job reported for the first time."""
+    if result.key in worker.pending:
+        worker.pending.remove(result.key)
+        return True
+    job = worker.job
+    if result.probe and job is not None and result.key.module == job.name \
+            and result.key not in worker.probed:
+        worker.probed.add(result.key)
+        return True
+    return False
+
+
 class _End(enum.Enum):
     """How a worker's job stopped, when it did (see WorkerPool._end)."""
 
@@ -456,6 +470,7 @@ class _Worker:
     deadline: float = 0.0
     step: Step = field(default_factory=lambda: Step(Stage.STARTING))
     pending: list[CaseKey] = field(default_factory=list)
+    probed: set[CaseKey] = field(default_factory=set)  # `shapes: auto` cases it reported
     log_start: int = 0  # where this job's output begins in the worker's log
     mark: float = 0.0  # when the worker last reported (a step or a result)
     untimed: list[CaseResult] = field(default_factory=list)
@@ -595,6 +610,7 @@ class WorkerPool:
     def _assign(self, worker: _Worker, job: Job) -> None:
         worker.job = job
         worker.pending = list(job.cases)
+        worker.probed = set()
         worker.step = Step(Stage.STARTING)
         worker.untimed = []
         worker.done = None
@@ -628,14 +644,12 @@ class WorkerPool:
             if message is None:
                 break
             if isinstance(message, CaseResult) and not message.timings:
-                if message.key in worker.pending:  # timed when its batch is complete
-                    worker.pending.remove(message.key)
+                if _accept(worker, message):  # timed when its batch is complete
                     worker.untimed.append(message)
                 continue
             events += self._timed(worker)
             if isinstance(message, CaseResult):
-                if message.key in worker.pending:
-                    worker.pending.remove(message.key)
+                if _accept(worker, message):
                     events.append(message)
                 worker.mark = time.monotonic()
             elif isinstance(message, Finding):

@@ -80,6 +80,7 @@ class CaseResult(Record):
     performance: Performance | None = None  # latency vs eager, placement, memory
     generation: Generation | None = None  # generation cases: N greedy steps, step by step
     checks: list[CheckRun] = field(default_factory=list)  # follow-up checks run, in order
+    probe: str = ""  # `shapes: auto`: the probe's sizes and the assumption it tests
 
     @computed_field  # type: ignore[prop-decorator]
     @property
