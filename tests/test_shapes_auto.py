@@ -78,6 +78,19 @@ def test_an_onnx_answer_where_eager_refuses_is_a_hazard(probed: Any) -> None:
 
 
 @pytest.mark.process
+def test_a_probe_that_kills_the_worker_is_reported(tmp_path: Path) -> None:
+    """Probes are not planned, so the pool cannot list them as pending: the one the
+    worker was running when it died is reported from its last step, as a crash."""
+    proc = _cli("run", str(MANIFEST), "--out", str(tmp_path), "--no-cache", "--no-localise",
+                "--select", "crash/**")
+    cases = {c["id"]: c for c in json.loads((tmp_path / "results.json").read_text())["cases"]}
+    assert proc.returncode == 1
+    assert cases["crash/float32/seq/b2/cpu"]["outcome"] == "pass"
+    crashed = cases["crash/float32/seq@t=9/b2/cpu"]
+    assert crashed["outcome"] == "crash" and "t one above its export size 8" in crashed["probe"]
+
+
+@pytest.mark.process
 def test_check_explain_lists_the_probes_before_any_run() -> None:
     proc = _cli("check", str(MANIFEST), "--explain")
     assert proc.returncode == 0, proc.stderr
@@ -100,6 +113,13 @@ def test_probes_stay_in_range_and_skip_declared_sizes() -> None:
                     declared={("t", 9)})
     sizes = [p.changed["t"] for p in probes]
     assert 9 not in sizes and all(6 <= s <= 10 for s in sizes) and 7 in sizes
+
+
+def test_a_specialised_dim_is_probed_off_its_size() -> None:
+    """A range of one point: torch.export fixed the dim; the sizes beside it are probed."""
+    probes = derive([], {"t": 8}, {"t": Range(8, 8)}, ProbeSettings(("t",), cap=4))
+    assert [p.changed["t"] for p in probes[:2]] == [9, 7]
+    assert all("t == 8 (specialised during tracing)" in p.breaks for p in probes[:2])
 
 
 def test_resize_splits_a_set_dim_shared_by_two_symbols() -> None:

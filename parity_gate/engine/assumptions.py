@@ -39,7 +39,7 @@ def _read(program: Any, inputs: Sequence[Any]) -> tuple[list[Assumption], dict[s
     env = _shape_env(program)
     if env is None:
         return [], {}
-    import sympy
+    import sympy  # type: ignore[import-untyped]
 
     names = _symbol_names(env, inputs)
     if not names:
@@ -55,6 +55,8 @@ def _read(program: Any, inputs: Sequence[Any]) -> tuple[list[Assumption], dict[s
         if expr in (sympy.true, sympy.false):
             continue
         text = _python(expr.xreplace({s: sympy.Symbol(names[s], integer=True) for s in free}))
+        if text in ("True", "False"):
+            continue
         op, where = sources.get(expr, ("", ""))
         if text not in seen:
             seen[text] = Assumption(text, tuple(sorted({names[s] for s in free})), op, where)
@@ -108,9 +110,16 @@ def _sources(program: Any) -> dict[Any, tuple[str, str]]:
     for node in program.graph.nodes:
         trace = node.meta.get("stack_trace") or ""
         expr = getattr(getattr(node.meta.get("val"), "node", None), "expr", None)
-        if expr is not None and trace and expr not in out:
-            out[expr] = (_op_of(trace), source_of(trace))
+        where = source_of(trace)
+        if expr is not None and trace and expr not in out and not _library(where):
+            out[expr] = (_op_of(trace), where)
     return out
+
+
+def _library(source: str) -> bool:
+    """A line of torch's own (a pass's, written relative: `torch/fx/passes/...`)."""
+    path = source.rsplit(":", 1)[0]
+    return in_library(path) or path.startswith(("torch/", "onnxscript/", "onnx/"))
 
 
 _FRAME = re.compile(r'^\s*File "([^"]+)", line \d+')

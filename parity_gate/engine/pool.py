@@ -47,6 +47,7 @@ from typing import Any
 
 from parity_gate.engine.environment import usable_cores
 from parity_gate.engine.protocol import (
+    PROBE_STEP,
     Corrupted,
     Done,
     Fatal,
@@ -390,6 +391,18 @@ def _accept(worker: _Worker, result: CaseResult) -> bool:
     return False
 
 
+def _probe_in_flight(worker: _Worker) -> CaseKey | None:
+    """The probe case the worker was running when it stopped, when it was one."""
+    step, job = worker.step, worker.job
+    if job is None or step.stage is not Stage.RUNNING or not step.detail.startswith(PROBE_STEP):
+        return None
+    parts = step.subject.split("/")
+    if len(parts) != 5 or parts[0] != job.name or not parts[3][1:].isdigit():
+        return None
+    key = CaseKey(parts[0], parts[1], parts[2], int(parts[3][1:]), parts[4])
+    return None if key in worker.probed else key
+
+
 class _End(enum.Enum):
     """How a worker's job stopped, when it did (see WorkerPool._end)."""
 
@@ -695,6 +708,10 @@ class WorkerPool:
             yield CaseResult(key, outcome, reason=reason, detail=detail, lost=lost,
                              timings=dict(share))
         worker.pending = []
+        probe = _probe_in_flight(worker)
+        if probe is not None:  # not planned, so not pending: said here or lost unseen
+            yield CaseResult(probe, outcome, reason=reason, detail=detail, lost=lost,
+                             timings=dict(share), probe=worker.step.detail[len(PROBE_STEP):-1])
 
     def _dump_stacks(self, worker: _Worker, wait_s: float = 2.0) -> None:
         """Ask a hung worker for its Python stacks (faulthandler, SIGUSR1) before the kill,

@@ -11,6 +11,7 @@ an ONNX Runtime error at a size that breaks an assumption is the export refusing
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -19,6 +20,7 @@ import numpy as np
 from parity_gate.engine.fixtures import FixtureError, generate
 from parity_gate.engine.followups import CaseState, ProviderRun, run_follow_ups
 from parity_gate.engine.judging import run_case
+from parity_gate.engine.protocol import PROBE_STEP
 from parity_gate.engine.references import eager_reference
 from parity_gate.engine.stages import StageFailure, run
 from parity_gate.engine.state import EagerRef, JobContext
@@ -55,12 +57,17 @@ def plan_probes(ctx: JobContext, exported: Any, example: dict[str, np.ndarray],
     from parity_gate.engine.assumptions import export_sizes
 
     sizes = export_sizes(example, job.module.inputs)
-    planned = {k: v for k, v in job.fixtures.items() if GENERATE not in k and "@" not in k}
-    chosen = sorted(planned, key=lambda n: (isinstance(planned[n], FileFixture),
-                                            isinstance(planned[n], EdgeFixture)))
+    exported_at = set(sizes.items())
+    planned = {k: v for k, v in job.fixtures.items()
+               if GENERATE not in k and k not in ctx.probe_sets}
+    # The set (or size of it) the export was made at: a probe moves one thing at a time.
+    chosen = sorted(planned, key=lambda n: (
+        isinstance(planned[n], FileFixture),
+        not fixture_sizes(planned[n], job.module.inputs, export_batch) <= exported_at,
+        isinstance(planned[n], EdgeFixture)))
     name = chosen[0] if chosen and not isinstance(planned[chosen[0]], FileFixture) else ""
     declared: set[tuple[str, int]] = set()
-    for fixture in job.fixtures.values():
+    for fixture in planned.values():
         for batch in batch_sizes_for(fixture, job.settings.batch_sizes or []):
             declared |= fixture_sizes(fixture, job.module.inputs, batch)
     high = _memory_caps(example, sizes, int(job.settings.max_case_bytes or 0),
@@ -85,6 +92,8 @@ def run_probes(ctx: JobContext, shared: ProviderRun, planned: tuple[str, list[Pr
 
     job, mod = ctx.job, shared.mod
     name, probes = planned
+    # Not timed against eager: a probe asks whether a size works, not how fast it runs.
+    shared = dataclasses.replace(shared, measurer=None)
     batch_symbol = next((s for spec in job.module.inputs for i, s in spec.dynamic.items()
                          if i == 0 and s == "batch"), None)
     base = job.fixtures.get(name) if name else None
@@ -101,10 +110,11 @@ def run_probes(ctx: JobContext, shared: ProviderRun, planned: tuple[str, list[Pr
             ctx.result(CaseResult(key, Outcome.SKIPPED, f"probe {said}; {resized}",
                                   probe=said, provenance=shared.run.provenance))
             continue
-        job.fixtures[label] = resized[0]
-        ctx.step(Stage.EAGER, f"{mod.dtype}/{label}/b{batch} (probe)")
+        if label != name:  # a batch-only probe runs the set itself at another batch
+            job.fixtures[label] = resized[0]
+            ctx.probe_sets = ctx.probe_sets | {label}
+        ctx.step(Stage.RUNNING, key.id, f"{PROBE_STEP}{said})")  # a crash is pinned on it
         ref = eager_reference(ctx, torch, mod, label, batch)
-        ctx.step(Stage.RUNNING, key.id)
         if ref.error is not None:
             result = _eager_rejects(ctx, shared, key, ref, probe, said)
         else:

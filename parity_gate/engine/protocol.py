@@ -103,6 +103,9 @@ def entry_point(job: Job) -> Callable[[Any, Emit], None]:
     return fn
 
 
+PROBE_STEP = "(probe "  # starts the detail of the step a probe case runs under
+
+
 class CaseStream:
     """Worker side: each planned case is reported exactly once, as it ends.
 

@@ -192,7 +192,7 @@ class RunResult(Record):
     def verdict(self) -> RunVerdict:
         gate = self.gate or GateDecision(blocking=[c.id for c in self.failures])
         failing = len(self.failures)
-        finished, planned = len(self.cases), self.planned
+        finished, planned = sum(not c.probe for c in self.cases), self.planned
         if self.interrupted:
             result, why = "interrupted", (f"interrupted: {finished} of "
                                           f"{planned if planned is not None else '?'} planned "

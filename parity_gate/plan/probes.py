@@ -42,7 +42,7 @@ class Assumption:
         """`h % 4 == 0, assumed at models.py:12 (near adaptive_avg_pool2d)`: the line is the
         user's line torch recorded; the call is the one torch filed the condition under."""
         if ":" not in self.source:
-            return f"{self.text} (near {self.op})" if self.op else self.text
+            return f"{self.text} ({self.op})" if self.op else self.text
         path, line = self.source.rsplit(":", 1)
         near = f" (near {self.op})" if self.op else ""
         return f"{self.text}, assumed at {os.path.basename(path)}:{line}{near}"
@@ -105,14 +105,18 @@ def derive(assumptions: Sequence[Assumption], sizes: Mapping[str, int],
         return []
     relevant = [a for a in assumptions if set(a.symbols) & set(symbols)
                 and set(a.symbols) <= set(sizes)]
+    # A dim torch.export fixed to its example size (a range of one point) assumes that size.
+    fixed = {s: r.low for s, r in ranges.items() if s in symbols and r.high == r.low}
+    relevant += [Assumption(f"{s} == {v}", (s,), "specialised during tracing")
+                 for s, v in fixed.items()]
     out: dict[tuple[tuple[str, int], ...], Probe] = {}
 
     def lowest(symbol: str) -> int:
         floor = 0 if symbol in settings.small else 2
-        return max(ranges.get(symbol, Range()).low, floor)
+        return floor if symbol in fixed else max(ranges.get(symbol, Range()).low, floor)
 
     def highest(symbol: str) -> int | None:
-        high = ranges.get(symbol, Range()).high
+        high = None if symbol in fixed else ranges.get(symbol, Range()).high
         cap = settings.high.get(symbol)
         return min(h for h in (high, cap) if h is not None) if (high, cap) != (None, None) \
             else None
@@ -134,8 +138,9 @@ def derive(assumptions: Sequence[Assumption], sizes: Mapping[str, int],
         if a.holds(sizes) is not True:
             continue  # not true as exported: nothing the export relied on
         broken = _search(a, sizes, mine, allowed, want=False)
-        if broken:
-            add(broken, f"breaks {a.describe()}", "relation")
+        if not broken:
+            continue  # true at every size probed (`batch != 1` from 2 up): restricts nothing
+        add(broken, f"breaks {a.describe()}", "relation")
         kept = _search(a, sizes, mine, allowed, want=True)
         if kept:
             add(kept, f"keeps {a.describe()}", "relation")
@@ -149,7 +154,7 @@ def derive(assumptions: Sequence[Assumption], sizes: Mapping[str, int],
             add({s: r.low}, f"the lower bound of {s}'s range [{r.low}, "
                 f"{r.high if r.high is not None else 'inf'}]", "bound")
         top = highest(s)
-        if r.high is not None and top is not None and allowed(s, top):
+        if r.high is not None and top is not None and allowed(s, top) and s not in fixed:
             add({s: top}, f"the upper bound of {s}'s range"
                 + (f" (capped at {top} by max_case_bytes)" if top < r.high else ""), "bound")
         if s in settings.small:

@@ -3,6 +3,8 @@ is exported at one size; `shapes: auto` probes the sizes around what it assumed.
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -71,6 +73,16 @@ class CheckedEven(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         torch._check(x.shape[1] % 2 == 0)
         return x * 2
+
+
+class CrashOnNine(nn.Module):
+    """Kills its process at length 9 in eager (never while exporting): a probe that
+    crashes the worker must still be reported."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not torch.compiler.is_exporting() and x.shape[1] == 9:
+            os._exit(3)
+        return x + 1
 
 
 def build(name: str) -> nn.Module:
