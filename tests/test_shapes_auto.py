@@ -14,7 +14,15 @@ from typing import Any
 import pytest
 
 from parity_gate.manifest.models import InputSpec, RandomFixture
-from parity_gate.plan.probes import Assumption, ProbeSettings, Range, derive, resize
+from parity_gate.plan.probes import (
+    Assumption,
+    Probe,
+    ProbeSettings,
+    Range,
+    derive,
+    probe_label,
+    resize,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFEST = ROOT / "tests" / "data" / "shapes" / "parity.yml"
@@ -45,7 +53,9 @@ def test_a_probe_finds_the_size_the_declared_cases_miss(probed: Any) -> None:
     assert cases["pool/float32/img20/b2/cpu"]["outcome"] == "pass"
     probe = cases["pool/float32/img20@h=19/b2/cpu"]
     assert probe["outcome"] == "shape_mismatch"
-    assert "h // 4 == 5, assumed at models.py:22" in probe["probe"]
+    lines = (MANIFEST.parent / "models.py").read_text().splitlines()
+    line = lines.index("        return self.pool(self.conv(x)).flatten(1)") + 1
+    assert f"h // 4 == 5, assumed at models.py:{line}" in probe["probe"]
     assert cases["pool/float32/img20@h=21/b2/cpu"]["outcome"] == "mismatch"
 
 
@@ -120,6 +130,12 @@ def test_a_specialised_dim_is_probed_off_its_size() -> None:
     probes = derive([], {"t": 8}, {"t": Range(8, 8)}, ProbeSettings(("t",), cap=4))
     assert [p.changed["t"] for p in probes[:2]] == [9, 7]
     assert all("t == 8 (specialised during tracing)" in p.breaks for p in probes[:2])
+
+
+def test_a_probe_id_replaces_the_size_its_set_names() -> None:
+    probe = Probe((("batch", 3), ("seq", 9)), "")
+    assert probe_label("text@seq=8", probe, "batch") == "text@seq=9"
+    assert probe_label("text@seq=8", Probe((("h", 9),), ""), "batch") == "text@seq=8@h=9"
 
 
 def test_resize_splits_a_set_dim_shared_by_two_symbols() -> None:

@@ -35,6 +35,7 @@ from parity_gate.plan.cases import GENERATE, batch_sizes_for
 from parity_gate.plan.probes import (
     Probe,
     ProbeSettings,
+    Range,
     auto_symbols,
     derive,
     fixture_sizes,
@@ -74,7 +75,10 @@ def plan_probes(ctx: JobContext, exported: Any, example: dict[str, np.ndarray],
                         [k for k, r in exported.ranges.items() if r.high is not None])
     settings = ProbeSettings(symbols, int(job.settings.max_probes or 0),
                              tuple(job.settings.small_dims or ()), high)
-    return name, derive(exported.assumptions, sizes, exported.ranges, settings, declared)
+    # A dim torch.export fixed to the example's size (no symbol left): a range of one point.
+    ranges = {**exported.ranges,
+              **{sym: Range(v, v) for _, _, sym, v in exported.baked_dims}}
+    return name, derive(exported.assumptions, sizes, ranges, settings, declared)
 
 
 def _memory_caps(example: dict[str, np.ndarray], sizes: dict[str, int], limit: int,

@@ -113,6 +113,8 @@ class CaseResult(Record):
         if self.op is not None and self.op.low_precision is not None and self.outcome.failed:
             out.append(self.op.low_precision.describe())
         out += loc[2:]
+        if self.probe and self.probe not in self.reason:  # a passing probe says what it tried
+            out.insert(0, f"probe {self.probe}")
         return out
 
     @property

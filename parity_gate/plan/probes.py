@@ -11,6 +11,7 @@ manifest says they occur. `resize` makes a fixture set at a probe's sizes.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -212,8 +213,16 @@ def resize(fixture: Any, inputs: Sequence[Any], changed: Mapping[str, int]
 
 
 def probe_label(fixture_name: str, probe: Probe, batch_symbol: str | None) -> str:
-    """The fixture id of a probe case: the set's, then each changed non-batch dim."""
-    return fixture_name + "".join(f"@{k}={v}" for k, v in probe.sizes if k != batch_symbol)
+    """The fixture id of a probe case: the set's, with each changed non-batch dim's size
+    (in place of the size a `text@seq=8` id already names)."""
+    label = fixture_name
+    for k, v in probe.sizes:
+        if k == batch_symbol:
+            continue
+        label, n = re.subn(rf"@{re.escape(k)}=\d+(?=@|$)", f"@{k}={v}", label)
+        if not n:
+            label += f"@{k}={v}"
+    return label
 
 
 def auto_symbols(module: Any, settings: Any) -> tuple[str, ...]:
