@@ -113,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="validate a manifest without running anything")
     check.add_argument("manifest", nargs="?", default=None)
     _add_example_arg(check)
+    check.add_argument("--explain", action="store_true",
+                       help="also list the probe sizes `shapes: auto` derives (exports each "
+                       "such module once per dtype, on the CPU)")
 
     schema = sub.add_parser("schema", help="print a JSON Schema (default: the manifest's)")
     schema.add_argument("which", nargs="?", choices=("manifest", "results"), default="manifest",
@@ -489,7 +492,26 @@ def _cmd_check(args: argparse.Namespace) -> int:
     files = f", {read} fixture file(s) read" if read is not None else ""
     print(f"{path}: OK ({len(manifest.modules)} modules, "
           f"{len(manifest.fixtures)} fixture sets{files})")
+    if getattr(args, "explain", False):
+        _explain_probes(manifest, path)
     return 0
+
+
+def _explain_probes(manifest: Manifest, path: Path) -> None:
+    """The `shapes: auto` probes of every module that asks for them, before any run."""
+    from parity_gate.engine.probing import explain
+    from parity_gate.engine.runtime import available_providers
+    from parity_gate.plan.cases import plan
+
+    jobs = plan(manifest, Path(path), available_providers()).jobs
+    for job in jobs:
+        try:
+            lines = explain(job)
+        except Exception as exc:  # the run would report it on its cases
+            lines = [f"{job.name}: no probes derived: {type(exc).__name__}: "
+                     f"{str(exc).splitlines()[0][:200] if str(exc) else ''}"]
+        for line in lines:
+            print(line)
 
 
 def _fixture_files(manifest: Manifest, path: Path, *, sizes_only: bool) -> int | None:

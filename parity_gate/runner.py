@@ -120,6 +120,9 @@ def _run(manifest: Manifest, manifest_path: Path, options: RunOptions,
     run.gate = decision
     if options.cache_dir is not None:
         progress.message(_cache_line(run, options.cache_dir))
+    probes = probe_share(run)
+    if probes:
+        progress.message(probes)
     progress.final(run)
     write_all(run, options.reports)
     if journal is not None:
@@ -230,6 +233,18 @@ def _note(run: RunResult, progress: Progress, finding: Finding,
         if journal is not None:
             journal.finding(finding)
         progress.message(f"finding [{finding.module}] {finding.kind}: {finding.message}")
+
+
+def probe_share(run: RunResult) -> str:
+    """`shapes: auto`'s cost: its cases and their share of the run's time ("" when none)."""
+    probes = [c for c in run.cases if c.probe]
+    if not probes:
+        return ""
+    took = sum(c.timings.get("probe_s", 0.0) for c in probes)
+    failing = sum(c.failed for c in probes)
+    return (f"shapes: auto: {len(probes)} probe case(s), {failing} failing; "
+            f"{took:.1f}s of the run's {run.duration_s:.1f}s "
+            f"({100 * took / max(run.duration_s, 1e-9):.0f}%, on the modules' own exports)")
 
 
 def _cache_line(run: RunResult, folder: Path) -> str:

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from parity_gate.engine.assumptions import read_assumptions
 from parity_gate.engine.cache import hand_off
 from parity_gate.engine.evidence import export_evidence
 from parity_gate.engine.exporting import ExportedModel, ExportFailure, export_module
@@ -139,6 +140,8 @@ def cached_export(ctx: JobContext, mod: TypedModule, example: dict[str, np.ndarr
     if purpose == "gate":
         hazards = run_checks(hazard_context(ctx, mod, example, export_batch, exported),
                              job.settings.hazards)
+        exported.assumptions, exported.ranges = read_assumptions(exported.program, [
+            spec for n in mod.binding.order for spec in job.module.inputs if spec.name == n])
     if cache is not None:
         cache.store_export(key, exported, hazards)
     return exported, hazards, False

@@ -27,6 +27,7 @@ from parity_gate.engine.factory import build, build_module, seed_everything
 from parity_gate.engine.fixtures import derive_seed
 from parity_gate.engine.followups import CaseState, ProviderRun, run_follow_ups
 from parity_gate.engine.judging import Session, run_case
+from parity_gate.engine.probing import plan_probes, run_probes
 from parity_gate.engine.protocol import Emit
 from parity_gate.engine.references import eager_reference
 from parity_gate.engine.runtime import first_line
@@ -47,6 +48,7 @@ from parity_gate.model.keys import CaseKey
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, Provenance
 from parity_gate.plan.cases import ModuleJob, batch_sizes_for, is_generation
+from parity_gate.plan.probes import Probe
 
 __all__ = ["build_module", "export_batch_size", "run_job", "tolerance_for"]
 
@@ -158,8 +160,10 @@ def _run_dtype(ctx: JobContext, mod: TypedModule, keys: list[CaseKey]) -> None:
     done = _export_and_check(ctx, mod, refs, live + gen_keys)
     if done is None:
         return
+    probes = plan_probes(ctx, done.exported, done.example, done.export_batch)
     for provider in dict.fromkeys(k.provider for k in live):
-        _run_provider(ctx, done, provider, [k for k in live if k.provider == provider], refs)
+        _run_provider(ctx, done, provider, [k for k in live if k.provider == provider], refs,
+                      probes)
     if gen_keys:
         generation.run_cases(ctx, mod, done.exported, gen_keys,
                              tolerance_for(job, dtype, output_spec(job, "logits")),
@@ -217,8 +221,9 @@ def _export_and_check(ctx: JobContext, mod: TypedModule, refs: Refs,
 
 
 def _run_provider(ctx: JobContext, done: DtypeExport, provider: str, keys: list[CaseKey],
-                  refs: Refs) -> None:
-    """Every case of one provider on one session: run and compare, then the follow-ups."""
+                  refs: Refs, probes: tuple[str, list[Probe]] | None = None) -> None:
+    """Every case of one provider on one session: run and compare, then the follow-ups;
+    then the `shapes: auto` probes on the same session."""
     mod = done.mod
     provenance = ctx.provenance(mod.device, done.exported, done.cached)
     opened = open_session(ctx, done.exported, mod.dtype, provider, keys, provenance)
@@ -236,6 +241,8 @@ def _run_provider(ctx: JobContext, done: DtypeExport, provider: str, keys: list[
                  evidence=evidence_inputs(evidence, key, ref, set(run.feed_names)))
         result, got = run_case(ctx.job, run, key, ref, dict(timings))
         ctx.result(run_follow_ups(CaseState(shared, ref, result, got, result.outcome)))
+    if probes is not None:
+        run_probes(ctx, shared, probes, done.export_batch)
 
 
 def open_session(ctx: JobContext, exported: ExportedModel, dtype: str, provider: str,

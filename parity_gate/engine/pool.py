@@ -48,6 +48,7 @@ from typing import Any
 
 from parity_gate.engine.environment import usable_cores
 from parity_gate.engine.protocol import (
+    PROBE_STEP,
     Corrupted,
     Done,
     Fatal,
@@ -249,6 +250,32 @@ def _release_memory() -> None:
 STARTUP_S = 120.0
 
 
+def _accept(worker: _Worker, result: CaseResult) -> bool:
+    """A planned case still pending, or a probe (`shapes: auto`, chosen by the worker after
+    its export, so not planned) of this job reported for the first time."""
+    if result.key in worker.pending:
+        worker.pending.remove(result.key)
+        return True
+    job = worker.job
+    if result.probe and job is not None and result.key.module == job.name \
+            and result.key not in worker.probed:
+        worker.probed.add(result.key)
+        return True
+    return False
+
+
+def _probe_in_flight(worker: _Worker) -> CaseKey | None:
+    """The probe case the worker was running when it stopped, when it was one."""
+    step, job = worker.step, worker.job
+    if job is None or step.stage is not Stage.RUNNING or not step.detail.startswith(PROBE_STEP):
+        return None
+    parts = step.subject.split("/")
+    if len(parts) != 5 or parts[0] != job.name or not parts[3][1:].isdigit():
+        return None
+    key = CaseKey(parts[0], parts[1], parts[2], int(parts[3][1:]), parts[4])
+    return None if key in worker.probed else key
+
+
 class _End(enum.Enum):
     """How a worker's job stopped, when it did (see WorkerPool._end)."""
 
@@ -329,6 +356,7 @@ class _Worker:
     deadline: float = 0.0
     step: Step = field(default_factory=lambda: Step(Stage.STARTING))
     pending: list[CaseKey] = field(default_factory=list)
+    probed: set[CaseKey] = field(default_factory=set)  # `shapes: auto` cases it reported
     log_start: int = 0  # where this job's output begins in the worker's log
     mark: float = 0.0  # when the worker last reported (a step or a result)
     untimed: list[CaseResult] = field(default_factory=list)
@@ -468,6 +496,7 @@ class WorkerPool:
     def _assign(self, worker: _Worker, job: Job) -> None:
         worker.job = job
         worker.pending = list(job.cases)
+        worker.probed = set()
         worker.step = Step(Stage.STARTING)
         worker.untimed = []
         worker.done = None
@@ -501,14 +530,12 @@ class WorkerPool:
             if message is None:
                 break
             if isinstance(message, CaseResult) and not message.timings:
-                if message.key in worker.pending:  # timed when its batch is complete
-                    worker.pending.remove(message.key)
+                if _accept(worker, message):  # timed when its batch is complete
                     worker.untimed.append(message)
                 continue
             events += self._timed(worker)
             if isinstance(message, CaseResult):
-                if message.key in worker.pending:
-                    worker.pending.remove(message.key)
+                if _accept(worker, message):
                     events.append(message)
                 worker.mark = time.monotonic()
             elif isinstance(message, Finding):
@@ -554,6 +581,10 @@ class WorkerPool:
             yield CaseResult(key, outcome, reason=reason, detail=detail, lost=lost,
                              timings=dict(share))
         worker.pending = []
+        probe = _probe_in_flight(worker)
+        if probe is not None:  # not planned, so not pending: said here or lost unseen
+            yield CaseResult(probe, outcome, reason=reason, detail=detail, lost=lost,
+                             timings=dict(share), probe=worker.step.detail[len(PROBE_STEP):-1])
 
     def _dump_stacks(self, worker: _Worker, wait_s: float = 2.0) -> None:
         """Ask a hung worker for its Python stacks (faulthandler, SIGUSR1) before the kill,

@@ -67,6 +67,7 @@ class JobContext(CaseStream):
     training: tuple[str, ...] = ()    # submodules in training mode, read before .eval()
     hazards: list[Hazard] | None = None
     cache: WorkerCache | None = None  # the export cache, when the run has one
+    probe_sets: frozenset[str] = frozenset()  # fixture ids `shapes: auto` added to the job
 
     def hazard(self, found: list[Hazard]) -> None:
         self.hazards = [*(self.hazards or []), *found]

@@ -125,7 +125,7 @@ def unreported(run: RunResult) -> int:
     """Planned cases without an outcome, in a run no signal stopped (else 0)."""
     if run.interrupted or run.planned is None:
         return 0
-    return max(0, run.planned - len({c.id for c in run.cases}))
+    return max(0, run.planned - len({c.id for c in run.cases if not c.probe}))
 
 
 def rule(case: CaseResult, baseline: Baseline | None, factor: float) -> Ruling | None:

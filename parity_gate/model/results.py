@@ -80,6 +80,7 @@ class CaseResult(Record):
     performance: Performance | None = None  # latency vs eager, placement, memory
     generation: Generation | None = None  # generation cases: N greedy steps, step by step
     checks: list[CheckRun] = field(default_factory=list)  # follow-up checks run, in order
+    probe: str = ""  # `shapes: auto`: the probe's sizes and the assumption it tests
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -112,6 +113,8 @@ class CaseResult(Record):
         if self.op is not None and self.op.low_precision is not None and self.outcome.failed:
             out.append(self.op.low_precision.describe())
         out += loc[2:]
+        if self.probe and self.probe not in self.reason:  # a passing probe says what it tried
+            out.insert(0, f"probe {self.probe}")
         return out
 
     @property
@@ -191,7 +194,7 @@ class RunResult(Record):
     def verdict(self) -> RunVerdict:
         gate = self.gate or GateDecision(blocking=[c.id for c in self.failures])
         failing = len(self.failures)
-        finished, planned = len(self.cases), self.planned
+        finished, planned = sum(not c.probe for c in self.cases), self.planned
         if self.interrupted:
             result, why = "interrupted", (f"interrupted: {finished} of "
                                           f"{planned if planned is not None else '?'} planned "

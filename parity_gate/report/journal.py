@@ -214,7 +214,7 @@ def read(path: Path) -> Replay:
         run.interrupted = bool(ended.get("interrupted"))
         run.duration_s = float(ended.get("duration_s") or t)
     else:
-        run.interrupted = len(run.cases) < planned
+        run.interrupted = sum(not c.probe for c in run.cases) < planned
         run.duration_s = t
     policy = head.get("policy") if isinstance(head.get("policy"), dict) else {}
     return Replay(run, policy or {}, universe, ended is not None)
@@ -260,7 +260,7 @@ def _replay(path: Path, docs: list[tuple[int, dict[str, Any]]], planned_ids: set
         if "case" in doc:
             case = _record(CaseResult, doc["case"], where)
             t = float(doc.get("t") or t)
-            if planned_ids and case.id not in planned_ids:
+            if planned_ids and case.id not in planned_ids and not case.probe:  # probes: extra
                 flags.append(_flag(case, f"{where}: case {case.id} was not planned by this run "
                                    "(not among the header's planned ids); left out"))
                 continue
