@@ -10,7 +10,7 @@ from typing import Any
 import junitparser
 import pytest
 
-from parity_gate import cli
+from parity_gate import __version__, cli
 
 pytestmark = pytest.mark.process  # real worker runs, exports or subprocesses
 
@@ -138,7 +138,8 @@ def test_different_manifest_or_tool_version_is_refused(runs: dict[str, Any], tmp
     assert lines[0].endswith("(expected shards of one run of the same manifest)")
     newer = edited(s2, tmp_path / "newer.json", tool_version="9.9.9")
     assert refused([s1, newer], capsys, tmp_path) == [
-        f"{newer}: parity-gate 9.9.9 differs from {s1}'s 0.1.0 (expected one tool version)"]
+        f"{newer}: parity-gate 9.9.9 differs from {s1}'s {__version__} (expected one tool "
+        "version)"]
 
 
 def test_unreadable_results_are_named(runs: dict[str, Any], tmp_path: Path,
