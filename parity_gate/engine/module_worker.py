@@ -211,13 +211,16 @@ def _export_and_check(ctx: JobContext, mod: TypedModule, refs: Refs,
     ctx.step(Stage.CHECKING, mod.dtype)
     t0 = time.perf_counter()
     try:
-        stages.check(exported.source)
+        disagreement = stages.check(exported.source)
     except StageFailure as failure:
         ctx.fail_all(keys, failure.outcome, failure.reason, failure.detail,
                      provenance=ctx.provenance(mod.device, exported, cached))
         return None
+    check_s = time.perf_counter() - t0
+    if disagreement is not None:  # ONNX Runtime decides: a model it rejects fails loading
+        ctx.note("shape-inference", f"{mod.dtype}: {disagreement.describe()}")
     return DtypeExport(mod, exported, example, cached, export_batch,
-                       {"export_s": export_s, "check_s": time.perf_counter() - t0})
+                       {"export_s": export_s, "check_s": check_s})
 
 
 def _run_provider(ctx: JobContext, done: DtypeExport, provider: str, keys: list[CaseKey],
