@@ -117,7 +117,7 @@ def test_summary_leads_with_regressions_then_fixed_known_stale(
     from cmarkgfm.cmark import Options
 
     shown = cmarkgfm.github_flavored_markdown_to_html(summary, options=Options.CMARK_OPT_UNSAFE)
-    assert "remove baseline entry `healed/*/cpu`" in shown
+    assert "remove baseline entry <code>healed/*/cpu</code>" in shown
     assert summary.count("steady/float32") <= 1  # a known failure is listed once
 
 

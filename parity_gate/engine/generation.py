@@ -74,18 +74,13 @@ def eager_greedy(model: Any, lay: Layout, prompt: Prompt, steps: int, device: st
         else:
             ids = inputs["input_ids"]
             batch = ids.shape[0]
+            enc, extra = None, {}
         cache = build_cache(model, lay, [torch.zeros(lay.past_shape(n, batch, 0),
                                                      dtype=model.dtype, device=device)
                                          for n in lay.past_names])
         seen = ids.shape[1]
         for step in range(steps):
-            if lay.kind == "encoder_decoder":
-                out = model(encoder_outputs=(enc,), decoder_input_ids=ids, use_cache=True,
-                            **extra, **{lay.arg: cache})
-            else:
-                mask = {lay.mask: torch.ones(batch, seen, dtype=torch.int64, device=device)} \
-                    if lay.mask else {}
-                out = model(input_ids=ids, use_cache=True, **mask, **{lay.arg: cache})
+            out = _decode(model, lay, ids, cache, seen, (enc, extra), device)
             cache = returned_cache(out)
             last = out.logits[:, -1]
             logits.append(to_numpy(last))
@@ -94,6 +89,22 @@ def eager_greedy(model: Any, lay: Layout, prompt: Prompt, steps: int, device: st
             tokens.append([int(t) for t in ids[:, 0]])
             seen += 1
     return Run([list(row) for row in zip(*tokens, strict=True)], logits)
+
+
+def _decode(model: Any, lay: Layout, ids: Any, cache: Any, seen: int,
+            encoder: tuple[Any, dict[str, Any]], device: str) -> Any:
+    """One forward of the model on `ids` with its cache: an encoder-decoder's decoder on the
+    encoder's states (`encoder`: the states and the mask), a decoder with its mask over the
+    `seen` positions."""
+    import torch
+
+    enc, extra = encoder
+    if lay.kind == "encoder_decoder":
+        return model(encoder_outputs=(enc,), decoder_input_ids=ids, use_cache=True,
+                     **extra, **{lay.arg: cache})
+    mask = {lay.mask: torch.ones(ids.shape[0], seen, dtype=torch.int64, device=device)} \
+        if lay.mask else {}
+    return model(input_ids=ids, use_cache=True, **mask, **{lay.arg: cache})
 
 
 def step_inputs(model: Any, lay: Layout, prompt: Prompt, tokens: list[list[int]], step: int,
@@ -118,19 +129,13 @@ def step_inputs(model: Any, lay: Layout, prompt: Prompt, tokens: list[list[int]]
         else:
             ids = inputs["input_ids"]
             batch = ids.shape[0]
-            extra, name = {}, "input_ids"
+            enc, extra, name = None, {}, "input_ids"
         cache = build_cache(model, lay, [torch.zeros(lay.past_shape(n, batch, 0),
                                                      dtype=model.dtype, device=device)
                                          for n in lay.past_names])
         seen = ids.shape[1]
         for s in range(step - 1):
-            if lay.kind == "encoder_decoder":
-                out = model(encoder_outputs=(enc,), decoder_input_ids=ids, use_cache=True,
-                            **extra, **{lay.arg: cache})
-            else:
-                mask = {lay.mask: torch.ones(batch, seen, dtype=torch.int64, device=device)} \
-                    if lay.mask else {}
-                out = model(input_ids=ids, use_cache=True, **mask, **{lay.arg: cache})
+            out = _decode(model, lay, ids, cache, seen, (enc, extra), device)
             cache = returned_cache(out)
             ids = torch.tensor([[row[s]] for row in tokens], dtype=torch.int64, device=device)
             seen += 1
