@@ -297,8 +297,12 @@ def main() -> int:
     check([(n["level"], n["title"]) for n in b.notes] == [
         ("error", "parity-gate: broken/float32/vec/b2/cpu eager_error"),
         ("warning", "parity-gate: noisy/float32/vec/b2/cpu mismatch (not blocking)"),
+        ("warning", "parity-gate: noisy: culprit aten.rand_like.default (not blocking)"),
         ("warning", "parity-gate: noisy constants-in-forward")],
-        "an error annotation for the regression, a warning for the known failure", b.proc.stdout)
+        "an error annotation for the regression, warnings for the known failure and its culprit",
+        b.proc.stdout)
+    check(b.notes[2]["file"] == "gate/bad_models.py" and b.notes[2]["line"] == "8",
+          "the culprit annotation points at the source line of the random op", b.proc.stdout)
     check(b.notes[0]["file"] == "gate/parity.yml" and "100% broken" in b.notes[0]["message"],
           "the error points at the manifest and says the cause")
     check(b.summary.count("## ❌ parity-gate:") == 1, "the summary says fail, once", b.summary)
