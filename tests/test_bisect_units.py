@@ -214,7 +214,7 @@ def test_judge_by_signature() -> None:
     want = {CASE: failure_signature(BAD)}
     assert judge(want, {CASE: BAD})[0] is Verdict.BAD
     assert judge(want, {CASE: PASS})[0] is Verdict.GOOD
-    verdict, sig, why = judge(want, {CASE: _export_error("KeyError")})
+    verdict, _, why = judge(want, {CASE: _export_error("KeyError")})
     assert verdict is Verdict.SKIP and "not the bad run's mismatch" in why
     assert judge(want, {})[0] is Verdict.SKIP
     skipped = CaseResult(BAD.key, Outcome.SKIPPED, "no cuda")

@@ -67,7 +67,7 @@ def add_parser(sub: Any, commands: dict[str, Callable[[argparse.Namespace], int]
                    help="stop after N probes in all")
     p.add_argument("--max-minutes", type=float, default=None, metavar="M",
                    help="stop starting probes after M minutes of probing")
-    p.add_argument("--source", default="catalogue", metavar="S[,S]",
+    p.add_argument("--source", dest="ops_source", default="catalogue", metavar="S[,S]",
                    help="op-sweep cases: the sweep's --source (default: catalogue)")
     p.add_argument("--upstream", action="store_true",
                    help="list the pull requests merged between the last good and the first "
@@ -119,7 +119,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     if source is None:
         raise UserError("bisect: which cases failed? (expected --from RESULTS.json, the bad "
                         "run's results, or --bad as a results.json)")
-    run, _ = read_results(source)
+    run = read_results(source)[1]
     cases = failing_cases(run, args.select)
     ops = all(c.op is not None for c in cases)
     if not ops and args.manifest is None:
@@ -137,7 +137,7 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     runner = CaseRunner(out=out / "probes", cases=[c.id for c in cases],
                         manifest=args.manifest.absolute() if args.manifest else None,
-                        ops_args=["--source", args.source] if ops else [],
+                        ops_args=["--source", args.ops_source] if ops else [],
                         timeout=args.probe_timeout)
     prober = Prober(OverlayInstaller(root, index_args=args.pip_arg,
                                      timeout=args.probe_timeout),
@@ -189,7 +189,7 @@ def write(result: Any, out: Path, source: Path | None) -> None:
     (out / "bisect.md").write_text(bisect_md.markdown(result) + "\n")
     if source is None:
         return
-    run, _ = read_results(source)
+    run = read_results(source)[1]
     run.bisect = result
     source.write_text(json.dumps(run.to_dict(), indent=2) + "\n")
     summary = source.parent / "summary.md"

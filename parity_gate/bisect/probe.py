@@ -59,7 +59,7 @@ def installed(names: list[str] | tuple[str, ...]) -> dict[str, str]:
     """The versions of `names` installed where bisect runs (the overlay's base)."""
     from importlib import metadata
 
-    out = {}
+    out: dict[str, str] = {}
     for name in names:
         try:
             out[canonicalize_name(name)] = metadata.version(name)

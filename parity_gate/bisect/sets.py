@@ -42,7 +42,7 @@ def _lock(path: Path) -> dict[str, str]:
         import tomllib
     else:  # pragma: no cover
         try:
-            import tomli as tomllib
+            import tomli as tomllib  # type: ignore[import-not-found]
         except ImportError:
             raise UserError(f"{path}: reading a TOML lock file needs Python >= 3.11 "
                             "or tomli") from None
