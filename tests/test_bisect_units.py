@@ -307,3 +307,75 @@ def test_phase_of_each_probe_is_recorded() -> None:
     b, _ = _bisect(_broken_from("onnxscript", "0.5.6"), GOOD, BAD_SET, CANDS)
     assert b.probes[0].phase is Phase.CONFIRM and b.probes[0].package == ""
     assert {p.phase for p in b.probes[1:4]} == {Phase.ISOLATE}
+
+
+# ------------------------------------------------- upstream: PRs merged between the releases
+
+def test_likely_introduced_by_lists_prs_merged_between_the_releases(tmp_path: Path) -> None:
+    from github_server import FakeGitHub, Item
+
+    from parity_gate.bisect.upstream import merged_between
+    from parity_gate.github.client import GitHubClient
+
+    with FakeGitHub() as gh:
+        repo = "microsoft/onnxscript"
+        gh.items += [
+            Item(repo, 10, "[torchlib] Rewrite take_along_dim", pr=True, merged=True,
+                 merged_at="2025-02-15T00:00:00Z"),
+            Item(repo, 11, "[torchlib] take_along_dim docs", pr=True, merged=True,
+                 merged_at="2024-12-01T00:00:00Z"),   # before the last good release
+            Item(repo, 12, "[torchlib] Fix atan2", pr=True, merged=True,
+                 merged_at="2025-02-16T00:00:00Z"),   # another function
+            Item(repo, 13, "take_along_dim: try again", pr=True,
+                 merged_at="2025-02-17T00:00:00Z"),   # not merged
+        ]
+        client = GitHubClient(gh.url, None, sleep=lambda s: None, search_per_minute=6000)
+        prs, note = merged_between(client, "onnxscript", "2025-02-01T00:00:00Z",
+                                   "2025-03-01T00:00:00Z", "take_along_dim")
+    assert [p.number for p in prs] == [10] and note == ""
+    assert prs[0].url.endswith("/pull/10") and prs[0].touches == "take_along_dim"
+    b, _ = _bisect(_broken_from("onnxscript", "0.5.6"), GOOD, BAD_SET, CANDS)
+    from dataclasses import replace
+    b.packages = [replace(p, upstream=prs) if p.package == "onnxscript" else p
+                  for p in b.packages]
+    assert "Likely introduced by: [onnxscript#10]" in markdown(b)
+
+
+def test_no_upstream_search_without_a_function_or_a_repository() -> None:
+    from parity_gate.bisect.upstream import merged_between
+    from parity_gate.github.client import GitHubClient
+
+    client = GitHubClient("http://127.0.0.1:9", None)
+    assert merged_between(client, "numpy", "a", "b", "x")[1] == "no repository known for numpy"
+    assert "no function or kernel" in merged_between(client, "onnxscript", "a", "b", "")[1]
+
+
+# ----------------------------------------------------------- the Action: bisect on-regression
+
+def test_action_bisect_inputs_and_decisions() -> None:
+    from parity_gate.github.bisect_step import base_sha, lock_files, why_not
+    from parity_gate.github.inputs import InputError, parse_budget, read_inputs
+
+    assert parse_budget("16,45m") == (16, 45) and parse_budget("2h") == (None, 120)
+    assert read_inputs({"INPUT_BISECT": "on-regression"})["bisect_budget"] == "16,45m"
+    with pytest.raises(InputError, match=r"bisect_budget: got 'lots' \(expected probes"):
+        read_inputs({"INPUT_BISECT_BUDGET": "lots"})
+    with pytest.raises(InputError, match="bisect: got 'always'"):
+        read_inputs({"INPUT_BISECT": "always"})
+    assert lock_files(["src/a.py", "requirements-dev.txt", "ci/uv.lock", "poetry.lock",
+                       "requirements/base.in", "README.md"]) == \
+        ["requirements-dev.txt", "ci/uv.lock", "poetry.lock", "requirements/base.in"]
+    event = {"pull_request": {"base": {"sha": "abc123"}}}
+    assert base_sha(event) == "abc123" and base_sha({}) is None
+    regressed = RunResult(cases=[BAD])
+    from parity_gate.model.gate import GateDecision
+    regressed.gate = GateDecision(blocking=[CASE])
+    assert why_not(regressed, event, ["uv.lock"], "") == ""
+    assert why_not(regressed, event, ["src/a.py"], "") == \
+        "the pull request changes no requirements or lock file"
+    assert why_not(regressed, {}, None, "") .startswith("not a pull request event")
+    assert "fetch-depth" in why_not(regressed, event, None,
+                                    "git diff abc...HEAD failed; check out with "
+                                    "`fetch-depth: 0`")
+    assert why_not(RunResult(cases=[PASS], gate=GateDecision()), event, ["uv.lock"], "") \
+        == "no regression"

@@ -29,8 +29,10 @@ LOCK_FILES = ("requirements*.txt", "requirements*.in", "constraints*.txt", "*.lo
 
 def lock_files(changed: list[str]) -> list[str]:
     """The requirements and lock files among a pull request's changed paths."""
-    return [p for p in changed
-            if any(fnmatch.fnmatchcase(PurePosixPath(p).name, g) for g in LOCK_FILES)]
+    def bumps(path: PurePosixPath) -> bool:
+        return any(fnmatch.fnmatchcase(path.name, g) for g in LOCK_FILES) or (
+            "requirements" in path.parts[:-1] and path.suffix in (".txt", ".in"))
+    return [p for p in changed if bumps(PurePosixPath(p))]
 
 
 def base_sha(event: Mapping[str, object]) -> str | None:
