@@ -1,10 +1,12 @@
 """`parity-gate bisect` for real: onnxscript releases from the index, installed into probe
-environments, the op case run in each, the first bad release named.
+environments, the selected cases run in each, the first bad release named.
 
-The case: `torch.nn.functional.scaled_dot_product_attention` with a boolean mask that
-masks a whole row. GOOD computes what eager does; the releases after it return other
-values (the fully masked row). The bad run is made here in a probe environment holding BAD (whatever
-onnxscript the test environment has), so the test does not depend on it.
+The model (tests/data/bisect): self-attention over padded sequences, whose mask has a
+fully masked row for each padded query. onnxscript 0.6.0 exports it as eager computes
+it; from 0.6.1 the exported model gives other values there. The op sweep's
+`sdpa.bool_mask_fully_masked_row` case is the same defect at op level. The bad run is
+made here in a probe environment holding BAD, so the test does not depend on the
+onnxscript the test environment has.
 
 Needs the package index (PyPI); skipped with the reason when it cannot be reached.
 """
@@ -22,7 +24,9 @@ import requests
 
 from parity_gate.bisect.probe import CaseRunner, OverlayInstaller
 
-CASE = "op/sdpa.bool_mask_fully_masked_row/float32/normal/cpu"
+OP_CASE = "op/sdpa.bool_mask_fully_masked_row/float32/normal/cpu"
+MODEL_CASE = "padded_attention/float32/padded/b2/cpu"
+MANIFEST = Path(__file__).parent / "data" / "bisect" / "parity.yml"
 # 0.6.1 broke it (found by `parity-gate bisect` between 0.6.0 and 0.7.2): with 0.6.2 as the
 # bad end there is one release between, which the bisection must probe and find bad.
 GOOD, FIRST_BAD, BAD = "0.6.0", "0.6.1", "0.6.2"
@@ -48,35 +52,60 @@ def cache() -> Path:
     return folder
 
 
-def test_bisect_names_the_first_bad_onnxscript_release(tmp_path: Path, cache: Path) -> None:
+def _bad_run(tmp_path: Path, cache: Path, case: str, manifest: Path | None) -> Path:
+    """The selected case run with onnxscript BAD: the bad run's results.json."""
     why = _index_reachable()
     if why:
         pytest.skip(why)
     python, problem = OverlayInstaller(cache).prepare({"onnxscript": BAD})
     assert python is not None, problem
-    runner = CaseRunner(out=tmp_path, cases=[CASE], ops_args=["--source", "catalogue"],
-                        timeout=600)
+    runner = CaseRunner(out=tmp_path, cases=[case], manifest=manifest,
+                        ops_args=["--source", "catalogue"], timeout=600)
     cases, problem = runner.run(python, "bad-run")
     assert cases is not None, problem
-    assert cases[CASE].outcome.value == "mismatch", cases[CASE].reason  # the bad run fails
-    bad_results = tmp_path / "bad-run" / "results.json"
+    assert cases[case].outcome.value == "mismatch", cases[case].reason  # the bad run fails
+    return tmp_path / "bad-run" / "results.json"
+
+
+def _bisect(*args: str) -> tuple[int, str]:
+    done = subprocess.run([sys.executable, "-m", "parity_gate", "bisect", *args],
+                          capture_output=True, text=True, timeout=900, cwd=ROOT,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return done.returncode, done.stderr
+
+
+def test_bisect_names_the_onnxscript_release_that_broke_a_model(tmp_path: Path,
+                                                                 cache: Path) -> None:
+    bad_results = _bad_run(tmp_path, cache, MODEL_CASE, MANIFEST)
     out = tmp_path / "bisect"
-    done = subprocess.run(
-        [sys.executable, "-m", "parity_gate", "bisect", "--good", f"onnxscript=={GOOD}",
-         "--bad", f"onnxscript=={BAD}", "--from", str(bad_results), "--select", CASE,
-         "--cache-dir", str(cache), "--out", str(out)],
-        capture_output=True, text=True, timeout=900, cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)})
-    last = done.stderr.strip().splitlines()[-1]
-    assert done.returncode == 0, done.stderr[-2000:]
+    code, err = _bisect(str(MANIFEST), "--good", f"onnxscript=={GOOD}", "--bad",
+                        f"onnxscript=={BAD}", "--from", str(bad_results),
+                        "--cache-dir", str(cache), "--out", str(out))
+    assert code == 0, err[-2000:]
+    last = err.strip().splitlines()[-1]
+    assert f"first bad: onnxscript {FIRST_BAD} ({GOOD} good)" in last
     answer = json.loads((out / "bisect.json").read_text())
     [rec] = answer["packages"]
     assert (rec["package"], rec["last_good"], rec["first_bad"]) == \
         ("onnxscript", GOOD, FIRST_BAD), last
     assert rec["probes"] <= rec["bound"] == 3  # N = 2 candidates: ⌈log2 2⌉ + 2
-    assert f"first bad: onnxscript {FIRST_BAD} ({GOOD} good)" in last
-    # the answer joined the bad run's results.json (the summary and the comment read it)
+    # the answer joined the bad run's results.json and its summary (the PR comment's text)
     written = json.loads(bad_results.read_text())
     assert written["bisect"]["culprit"] == "onnxscript"
-    probes = [(p["version"], p["verdict"]) for p in written["bisect"]["probes"]]
-    assert probes == [("", "good"), (BAD, "bad"), (FIRST_BAD, "bad")]
+    assert [(p["version"], p["verdict"]) for p in written["bisect"]["probes"]] == \
+        [("", "good"), (BAD, "bad"), (FIRST_BAD, "bad")]
+    summary = (bad_results.parent / "summary.md").read_text()
+    assert f"**first bad: onnxscript {FIRST_BAD} ({GOOD} good)**" in summary
+
+
+def test_bisect_an_op_sweep_case_between_two_adjacent_releases(tmp_path: Path,
+                                                               cache: Path) -> None:
+    bad_results = _bad_run(tmp_path, cache, OP_CASE, None)
+    code, err = _bisect("--good", f"onnxscript=={GOOD}", "--bad", f"onnxscript=={FIRST_BAD}",
+                        "--from", str(bad_results), "--select", OP_CASE, "--cache-dir",
+                        str(cache), "--out", str(tmp_path / "bisect"), "--no-write")
+    assert code == 0, err[-2000:]
+    answer = json.loads((tmp_path / "bisect" / "bisect.json").read_text())
+    assert answer["packages"][0]["first_bad"] == FIRST_BAD
+    assert len(answer["probes"]) == 2  # N = 1: the good set and the bad release alone
+    assert json.loads(bad_results.read_text())["bisect"] is None  # --no-write
