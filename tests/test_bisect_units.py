@@ -183,8 +183,8 @@ def test_heavy_packages_are_refused_and_reported_not_probed() -> None:
                            refuse=lambda pins: refusal(pins, base, allow_heavy=False))
     assert b.culprit == "onnxscript"
     assert all(p["torch"] == "2.12.0" for p in installer.asked)  # never installed
-    assert "not probed: torch (refused: installing torch 2.13.0 (a multi-GB build); " \
-           "--allow-heavy allows it)" in b.answer()
+    assert "not probed: torch (2.12.0..2.13.0, 2 release(s): refused: installing torch " \
+           "2.13.0 (a multi-GB build); --allow-heavy allows it)" in b.answer()
     assert refusal({"torch": "2.13.0"}, base, allow_heavy=True) == ""
 
 

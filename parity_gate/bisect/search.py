@@ -99,8 +99,10 @@ def search(good: Mapping[str, str], bad: Mapping[str, str],
     for rec in records.values():
         rec_probes = 2
         result = run(Phase.ISOLATE, rec.package, rec.bad)
-        if isinstance(result, str):
-            records[rec.package] = replace(rec, not_probed=result, probes=1)
+        if isinstance(result, str):  # refused or over budget: the whole range is unprobed
+            records[rec.package] = replace(
+                rec, probes=1, not_probed=f"{rec.good}..{rec.bad}, {len(rec.candidates)} "
+                f"release(s): {result}")
             continue
         if result.verdict is Verdict.SKIP:
             records[rec.package] = replace(rec, probes=rec_probes,
