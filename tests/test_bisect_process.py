@@ -52,12 +52,13 @@ def cache() -> Path:
     return folder
 
 
-def _bad_run(tmp_path: Path, cache: Path, case: str, manifest: Path | None) -> Path:
-    """The selected case run with onnxscript BAD: the bad run's results.json."""
+def _bad_run(tmp_path: Path, cache: Path, case: str, manifest: Path | None,
+             version: str = BAD) -> Path:
+    """The selected case run with onnxscript `version`: the bad run's results.json."""
     why = _index_reachable()
     if why:
         pytest.skip(why)
-    python, problem = OverlayInstaller(cache).prepare({"onnxscript": BAD})
+    python, problem = OverlayInstaller(cache).prepare({"onnxscript": version})
     assert python is not None, problem
     runner = CaseRunner(out=tmp_path, cases=[case], manifest=manifest,
                         ops_args=["--source", "catalogue"], timeout=600)
@@ -109,3 +110,59 @@ def test_bisect_an_op_sweep_case_between_two_adjacent_releases(tmp_path: Path,
     assert answer["packages"][0]["first_bad"] == FIRST_BAD
     assert len(answer["probes"]) == 2  # N = 1: the good set and the bad release alone
     assert json.loads(bad_results.read_text())["bisect"] is None  # --no-write
+
+
+def test_the_action_bisects_a_pull_request_that_bumps_a_requirements_file(
+        tmp_path: Path, cache: Path) -> None:
+    """`bisect: on-regression`: the good set is requirements.txt at the PR's base commit,
+    the bad set the checked-out one; the answer lands in the run's results.json."""
+    from parity_gate.github import bisect_step
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    for name in ("parity.yml", "attention.py"):
+        (ws / name).write_text((MANIFEST.parent / name).read_text())
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ws, check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.com")
+    git("config", "user.name", "t")
+    (ws / "requirements.txt").write_text(f"onnxscript=={GOOD}\n")
+    git("add", "-A")
+    git("commit", "-qm", "base")
+    base = git("rev-parse", "HEAD")
+    (ws / "requirements.txt").write_text(f"onnxscript=={FIRST_BAD}\n")
+    git("commit", "-qam", "bump onnxscript")
+    results = _bad_run(tmp_path, cache, MODEL_CASE, ws / "parity.yml", version=FIRST_BAD)
+    # the gate's run blocked on a regression
+    doc = json.loads(results.read_text())
+    doc["gate"]["blocking"] = [MODEL_CASE]
+    results.write_text(json.dumps(doc))
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"pull_request": {"base": {"sha": base}}}))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GITHUB_EVENT_PATH": str(event),
+           "HOME": str(Path.home())}
+    inputs = {"manifest": "parity.yml", "bisect": "on-regression", "bisect_budget": "6,20m",
+              "upstream": "off"}
+    said = bisect_step.run(inputs, ws, results, tmp_path / "out", env,
+                           cache_dir=cache)
+    assert said.startswith("bisect finished (exit 0)"), said
+    answer = json.loads(results.read_text())["bisect"]
+    assert answer["culprit"] == "onnxscript"
+    assert answer["packages"][0]["first_bad"] == FIRST_BAD
+    assert answer["good"]["onnxscript"] == GOOD  # read from the base commit
+    # no lock file in the change: it says why it did not run
+    (ws / "attention.py").write_text((ws / "attention.py").read_text() + "\n")
+    git("commit", "-qam", "touch code")
+    event.write_text(json.dumps({"pull_request": {"base": {"sha": git("rev-parse",
+                                                                      "HEAD~1")}}}))
+    assert bisect_step.run(inputs, ws, results, tmp_path / "out", env) == \
+        "bisect skipped: the pull request changes no requirements or lock file"
+    event.write_text(json.dumps({"pull_request": {"base": {"sha": "0" * 40}}}))
+    said = bisect_step.run(inputs, ws, results, tmp_path / "out", env)
+    assert said.startswith("bisect skipped: cannot tell which files the pull request "
+                           "changes: git diff 000000000000...HEAD failed") and \
+        "fetch-depth: 0" in said

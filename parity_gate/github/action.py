@@ -246,7 +246,8 @@ def run_action(inputs: Mapping[str, str], paths: Paths, env: Mapping[str, str]) 
         from parity_gate.github import bisect_step
 
         print("::group::bisect", flush=True)
-        said = bisect_step.run(inputs, paths.workspace, paths.json, paths.out_dir, env)
+        said = bisect_step.run(inputs, paths.workspace, paths.json, paths.out_dir, env,
+                               paths.cache_dir / "bisect" if paths.cache_dir else None)
         print("::endgroup::", flush=True)
         print(f"parity-gate: {said}", flush=True)
     pruned = prune_export_cache(inputs, paths)

@@ -74,7 +74,7 @@ def changed_files(workspace: Path, base: str) -> tuple[list[str] | None, str]:
 
 
 def run(inputs: Mapping[str, str], workspace: Path, results: Path, out: Path,
-        env: Mapping[str, str]) -> str:
+        env: Mapping[str, str], cache_dir: Path | None = None) -> str:
     """Run `parity-gate bisect` for this pull request if it should; returns what happened
     in one line (printed by the caller; never changes the gate's exit code)."""
     from parity_gate.gate.merge import read_results
@@ -113,6 +113,7 @@ def run(inputs: Mapping[str, str], workspace: Path, results: Path, out: Path,
            "--out", str(folder)]
     cmd += ["--max-probes", str(probes)] if probes else []
     cmd += ["--max-minutes", str(minutes)] if minutes else []
+    cmd += ["--cache-dir", str(cache_dir)] if cache_dir else []
     if inputs.get("upstream", "off") != "off":
         cmd.append("--upstream")
     done = subprocess.run(cmd, cwd=workspace, env=dict(env))
