@@ -1,4 +1,4 @@
-"""Command line: `parity-gate run|check|schema|baseline|merge|report|cache|ops|upstream|...`.
+"""Command line: `parity-gate run|check|schema|baseline|merge|report|cache|ops|upstream|bisect|...`.
 
 Exit codes: 0 pass, 1 fail, 2 usage, 3 bug."""
 

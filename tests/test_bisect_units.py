@@ -379,3 +379,37 @@ def test_action_bisect_inputs_and_decisions() -> None:
                                     "`fetch-depth: 0`")
     assert why_not(RunResult(cases=[PASS], gate=GateDecision()), event, ["uv.lock"], "") \
         == "no regression"
+
+
+# ------------------------------------------------------------------ the command's bad input
+
+@pytest.fixture
+def bad_results(tmp_path: Path) -> Path:
+    from parity_gate.model.gate import GateDecision
+
+    path = tmp_path / "results.json"
+    run = RunResult(cases=[BAD], versions={"onnxscript": "0.6.1"},
+                    gate=GateDecision(blocking=[CASE]))
+    path.write_text(json.dumps(run.to_dict()))
+    return path
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--good", "onnxscript==0.6.0", "--bad", "{res}", "--select", "nomatch/*", "m.yml"],
+     "--select nomatch/*: matches no failing case of the bad run (1 failing)"),
+    (["--good", "onnxscript>=0.6", "--bad", "{res}"],
+     "onnxscript>=0.6: not a file, and not pins like onnxscript==0.5.3"),
+    (["--good", "onnxscript==0.6.0", "--bad", "{res}"],
+     "bisect: the cases come from `parity-gate run`: give its manifest"),
+    (["--good", "onnxscript==0.6.0", "--bad", "onnxscript==0.6.1"],
+     "bisect: which cases failed? (expected --from RESULTS.json"),
+    (["nosuch.yml", "--good", "onnxscript==0.6.0", "--bad", "{res}"],
+     "nosuch.yml: no such manifest"),
+])
+def test_bad_input_is_one_line_and_exit_2(bad_results: Path, argv: list[str], message: str,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from parity_gate.cli import main
+
+    code = main(["bisect", *[a.replace("{res}", str(bad_results)) for a in argv]])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith(message) and "\n" not in err, err
