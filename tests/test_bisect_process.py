@@ -95,6 +95,10 @@ def test_bisect_names_the_onnxscript_release_that_broke_a_model(tmp_path: Path,
     assert written["bisect"]["culprit"] == "onnxscript"
     assert [(p["version"], p["verdict"]) for p in written["bisect"]["probes"]] == \
         [("", "good"), (BAD, "bad"), (FIRST_BAD, "bad")]
+    # each probe ran the version it was meant to (the overlay's copy shadows the base one)
+    for probe in sorted((out / "probes").iterdir()):
+        ran = json.loads((probe / "results.json").read_text())["versions"]["onnxscript"]
+        assert ran == (probe.name.rsplit("-", 1)[-1] if "onnxscript" in probe.name else GOOD)
     summary = (bad_results.parent / "summary.md").read_text()
     assert f"**first bad: onnxscript {FIRST_BAD} ({GOOD} good)**" in summary
 
