@@ -14,6 +14,7 @@ Nothing is installed into the environment bisect runs in.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -97,11 +98,16 @@ class OverlayInstaller:
         base = installed(list(pins))
         todo = {p: v for p, v in sorted(pins.items()) if base.get(p) != v}
         env = self.root / "envs" / self._key(todo)
+        env.parent.mkdir(parents=True, exist_ok=True)
+        with (env.parent / f"{env.name}.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # two bisects sharing the cache build it once
+            return self._prepare(env, todo)
+
+    def _prepare(self, env: Path, todo: Mapping[str, str]) -> tuple[Path | None, str]:
         python = env / "bin" / "python"
         if (env / ".ready").is_file() and python.exists():
             return python, ""
         shutil.rmtree(env, ignore_errors=True)
-        env.parent.mkdir(parents=True, exist_ok=True)
         uv = shutil.which("uv")
         make = ([uv, "venv", "-q", "--python", self.base_python, str(env)] if uv else
                 [self.base_python, "-m", "venv", "--without-pip", str(env)])
