@@ -413,3 +413,17 @@ def test_bad_input_is_one_line_and_exit_2(bad_results: Path, argv: list[str], me
     code = main(["bisect", *[a.replace("{res}", str(bad_results)) for a in argv]])
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.startswith(message) and "\n" not in err, err
+
+
+def test_the_upstream_search_term_names_the_kernel_for_an_onnxruntime_culprit() -> None:
+    from parity_gate.bisect.upstream import touched
+
+    reason = ("onnxruntime load: [ONNXRuntimeError] : 1 : FAIL : Exception during "
+              "initialization: element_wise_ops.cc:2486 onnxruntime::Mod::Mod(const "
+              "onnxruntime::OpKernelInfo&) Integer modulo by zero")
+    case = CaseResult(BAD.key, Outcome.INVALID_MODEL, reason)
+    assert touched(case, "onnxruntime") == "Mod"
+    running = CaseResult(BAD.key, Outcome.RUNTIME_ERROR, "Non-zero status code returned "
+                         "while running Pad node. Name:'n0'")
+    assert touched(running, "onnxruntime") == "Pad"
+    assert touched(_export_error("KeyError"), "onnxscript") == ""

@@ -168,10 +168,10 @@ def _upstream(result: Any, refs: dict[str, Any], cases: list[Any], api_url: str)
 
     token = os.environ.get("PARITY_GATE_UPSTREAM_TOKEN") or os.environ.get("GITHUB_TOKEN")
     client = GitHubClient(api_url, token)
-    term = next((t for t in (touched(c) for c in cases) if t), "")
     for i, rec in enumerate(result.packages):
         if rec.package != result.culprit or rec.first_bad is None:
             continue
+        term = next((t for t in (touched(c, rec.package) for c in cases) if t), "")
         dates = {r.version: r.uploaded for r in refs[rec.package]}
         prs, note = merged_between(client, rec.package, dates.get(str(rec.last_good), ""),
                                    dates.get(str(rec.first_bad), ""), term)

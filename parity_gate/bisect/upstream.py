@@ -3,6 +3,8 @@ last good and the first bad release that mention the culprit's function or kerne
 
 from __future__ import annotations
 
+import re
+
 from parity_gate.github.client import GitHubClient, GitHubError
 from parity_gate.model.bisect import UpstreamChange
 from parity_gate.model.results import CaseResult
@@ -15,10 +17,22 @@ REPOS["onnx"] = "onnx/onnx"
 REPOS["onnxruntime-gpu"] = "microsoft/onnxruntime"
 
 
-def touched(case: CaseResult) -> str:
-    """The name a pull request that changed the culprit would mention: the kernel's ONNX op,
-    the torchlib function's op (`aten_atan2` is searched as `atan2`), or the op the
-    localisation or the export failure named ("" when nothing names one)."""
+# Where ONNX Runtime's messages name the kernel: `Op (Reshape)`, `running Pad node`,
+# `op_type:Mul`, `onnxruntime::Mod::Mod(...)`.
+_KERNEL_NAMES = (re.compile(r"Op \((\w+)\)"), re.compile(r"running (\w+) node"),
+                 re.compile(r"op_type:(\w+)"), re.compile(r"onnxruntime::(\w+)::\1\b"))
+
+
+def touched(case: CaseResult, package: str = "") -> str:
+    """The name a pull request that changed the culprit would mention: for an ONNX Runtime
+    culprit the kernel its message names, else the kernel's ONNX op, the torchlib
+    function's op (`aten_atan2` is searched as `atan2`), or the op the localisation or the
+    export failure named ("" when nothing names one)."""
+    if package.startswith("onnxruntime"):
+        for pattern in _KERNEL_NAMES:
+            found = pattern.search(case.reason)
+            if found:
+                return found.group(1)
     if case.op is not None:
         sig = signature_of(case)
         if sig.owner is Owner.KERNEL and sig.kernel:
