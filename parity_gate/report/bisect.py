@@ -12,6 +12,11 @@ def markdown(b: Bisection | None) -> str:
     if b is None:
         return ""
     out = ["### Which version broke it", "", f"**{md_text(b.answer())}**", ""]
+    ranges = [f"{md_text(r.package)} {md_text(r.good)} → {md_text(r.bad)}: "
+              f"{len(r.candidates)} release(s), {r.probes} probe(s) (bound {r.bound})"
+              for r in b.packages if r.involved is not None]
+    if ranges:
+        out += ["; ".join(ranges), ""]
     for rec in b.packages:
         if rec.package == b.culprit and rec.upstream:
             out.append("Likely introduced by: " + ", ".join(
@@ -24,7 +29,7 @@ def markdown(b: Bisection | None) -> str:
     probes = "probe" if len(b.probes) == 1 else "probes"
     out += [f"<details><summary>{len(b.probes)} {probes}, {b.wall_s:g} s "
             f"({md_text(', '.join(b.cases[:3]))}{' …' if len(b.cases) > 3 else ''})</summary>",
-            "", "| package | version | why | outcome | signature or cause | seconds |",
+            "", "| package | version | step | outcome | signature or cause | seconds |",
             "|---|---|---|---|---|---|"]
     for p in b.probes:
         seen = p.why or p.signature or "all pass"
