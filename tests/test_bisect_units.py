@@ -201,7 +201,12 @@ def test_no_single_package_reproduces_it() -> None:
         return BAD if both else PASS
 
     b, _ = _bisect(world, GOOD, BAD_SET, CANDS)
-    assert b.culprit is None and "no single package's change" in b.answer()
+    assert b.culprit is None
+    assert "onnxscript, onnxruntime, onnx moved together do: they break it together" \
+        in b.answer()
+    assert b.probes[-1].pins == BAD_SET
+    b, _ = _bisect(lambda pins: PASS, GOOD, BAD_SET, CANDS)  # the failure never reproduces
+    assert "the bad set does not reproduce the failure in a probe environment" in b.answer()
 
 
 def test_next_index_prefers_the_middle_and_steps_around_skips() -> None:

@@ -73,8 +73,9 @@ def search(good: Mapping[str, str], bad: Mapping[str, str],
                                    candidates=list(candidates[p]),
                                    bound=probe_bound(len(candidates[p]))) for p in differing}
 
-    def run(phase: Phase, package: str, version: str) -> Probe | str:
-        pins = {**held, **({package: version} if package else {})}
+    def run(phase: Phase, package: str, version: str,
+            over: Mapping[str, str] | None = None) -> Probe | str:
+        pins = {**held, **(over or {}), **({package: version} if package else {})}
         why = refuse(pins) or budget.spent(out.probes)
         if why:
             return why
@@ -117,10 +118,25 @@ def search(good: Mapping[str, str], bad: Mapping[str, str],
     stopped = ""
     if not involved:
         stopped = (budget.spent(out.probes) and f"stopped: {budget.spent(out.probes)}") or (
-            "no single package's change reproduces the failure (they break it together, "
-            "or a package not bisected did)"
+            _together(run, bad, differing)
             if all(r.involved is False for r in records.values()) else "")
     return finish(stopped)
+
+
+def _together(run: Callable[..., Probe | str], bad: Mapping[str, str],
+              differing: list[str]) -> str:
+    """No package alone reproduces it: does the whole bad set (one more probe)?"""
+    if len(differing) == 1:
+        return "moving the package alone does not reproduce the failure"
+    whole = run(Phase.CONFIRM, "", "", {p: bad[p] for p in differing})
+    if isinstance(whole, str) or whole.verdict is Verdict.SKIP:
+        return ("no single package's change reproduces the failure; the whole bad set "
+                "could not be judged")
+    if whole.verdict is Verdict.BAD:
+        return (f"no single package's change reproduces the failure; {', '.join(differing)} "
+                "moved together do: they break it together")
+    return ("the bad set does not reproduce the failure in a probe environment: a package "
+            "not bisected (or the machine) made the difference")
 
 
 def _bisect_one(rec: PackageBisection,
