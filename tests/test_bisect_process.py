@@ -83,20 +83,20 @@ def test_bisect_names_the_onnxscript_release_that_broke_a_model(tmp_path: Path,
                         f"onnxscript=={BAD}", "--from", str(bad_results),
                         "--cache-dir", str(cache), "--out", str(out))
     assert code == 0, err[-2000:]
-    last = err.strip().splitlines()[-1]
+    last = err.strip().splitlines()[-2]
     assert f"first bad: onnxscript {FIRST_BAD} ({GOOD} good)" in last
-    answer = json.loads((out / "bisect.json").read_text())
+    [answer] = json.loads((out / "bisect.json").read_text())
     [rec] = answer["packages"]
     assert (rec["package"], rec["last_good"], rec["first_bad"]) == \
         ("onnxscript", GOOD, FIRST_BAD), last
     assert rec["probes"] <= rec["bound"] == 3  # N = 2 candidates: ⌈log2 2⌉ + 2
     # the answer joined the bad run's results.json and its summary (the PR comment's text)
-    written = json.loads(bad_results.read_text())
-    assert written["bisect"]["culprit"] == "onnxscript"
-    assert [(p["version"], p["verdict"]) for p in written["bisect"]["probes"]] == \
+    [written] = json.loads(bad_results.read_text())["bisect"]
+    assert written["culprit"] == "onnxscript"
+    assert [(p["version"], p["verdict"]) for p in written["probes"]] == \
         [("", "good"), (BAD, "bad"), (FIRST_BAD, "bad")]
     # each probe ran the version it was meant to (the overlay's copy shadows the base one)
-    for probe in sorted((out / "probes").iterdir()):
+    for probe in sorted((out / "probes" / "01").iterdir()):
         ran = json.loads((probe / "results.json").read_text())["versions"]["onnxscript"]
         assert ran == (probe.name.rsplit("-", 1)[-1] if "onnxscript" in probe.name else GOOD)
     summary = (bad_results.parent / "summary.md").read_text()
@@ -110,10 +110,10 @@ def test_bisect_an_op_sweep_case_between_two_adjacent_releases(tmp_path: Path,
                         "--from", str(bad_results), "--select", OP_CASE, "--cache-dir",
                         str(cache), "--out", str(tmp_path / "bisect"), "--no-write")
     assert code == 0, err[-2000:]
-    answer = json.loads((tmp_path / "bisect" / "bisect.json").read_text())
+    [answer] = json.loads((tmp_path / "bisect" / "bisect.json").read_text())
     assert answer["packages"][0]["first_bad"] == FIRST_BAD
     assert len(answer["probes"]) == 2  # N = 1: the good set and the bad release alone
-    assert json.loads(bad_results.read_text())["bisect"] is None  # --no-write
+    assert json.loads(bad_results.read_text())["bisect"] == []  # --no-write
 
 
 def test_the_action_bisects_a_pull_request_that_bumps_a_requirements_file(
@@ -154,7 +154,7 @@ def test_the_action_bisects_a_pull_request_that_bumps_a_requirements_file(
     said = bisect_step.run(inputs, ws, results, tmp_path / "out", env,
                            cache_dir=cache)
     assert said.startswith("bisect finished (exit 0)"), said
-    answer = json.loads(results.read_text())["bisect"]
+    [answer] = json.loads(results.read_text())["bisect"]
     assert answer["culprit"] == "onnxscript"
     assert answer["packages"][0]["first_bad"] == FIRST_BAD
     assert answer["good"]["onnxscript"] == GOOD  # read from the base commit

@@ -193,6 +193,13 @@ def test_the_budget_stops_the_search() -> None:
                    budget=Budget(probes=2))
     assert len(b.probes) == 2
     assert any("probe budget of 2 spent" in p.not_probed for p in b.packages)
+    # what an earlier failure of the same command spent counts (probes and minutes)
+    b, _ = _bisect(_broken_from("onnxscript", "0.5.6"), GOOD, BAD_SET, CANDS,
+                   budget=Budget(probes=5, used_probes=4))
+    assert len(b.probes) == 1
+    b, _ = _bisect(_broken_from("onnxscript", "0.5.6"), GOOD, BAD_SET, CANDS,
+                   budget=Budget(seconds=60, used_seconds=61))
+    assert not b.probes and "time budget of 1 min spent" in b.answer()
 
 
 def test_no_single_package_reproduces_it() -> None:
@@ -228,9 +235,9 @@ def test_judge_by_signature() -> None:
 
 def test_the_answer_joins_results_json_and_the_summary() -> None:
     b, _ = _bisect(_broken_from("onnxscript", "0.5.6"), GOOD, BAD_SET, CANDS)
-    run = RunResult(cases=[BAD], bisect=b)
+    run = RunResult(cases=[BAD], bisect=[b])
     back = RunResult.from_dict(json.loads(json.dumps(run.to_dict())))
-    assert back.bisect is not None and back.bisect.answer() == b.answer()
+    assert [x.answer() for x in back.bisect] == [b.answer()]
     text = markdown(back.bisect)
     assert "first bad: onnxscript 0.5.6 (0.5.4 good)" in text
     assert "| onnxscript | 0.5.6 | bisect | bad |" in text
@@ -343,7 +350,7 @@ def test_likely_introduced_by_lists_prs_merged_between_the_releases(tmp_path: Pa
     from dataclasses import replace
     b.packages = [replace(p, upstream=prs) if p.package == "onnxscript" else p
                   for p in b.packages]
-    assert "Likely introduced by: [onnxscript#10]" in markdown(b)
+    assert "Likely introduced by: [onnxscript#10]" in markdown([b])
 
 
 def test_no_upstream_search_without_a_function_or_a_repository() -> None:
@@ -432,3 +439,17 @@ def test_the_upstream_search_term_names_the_kernel_for_an_onnxruntime_culprit() 
                          "while running Pad node. Name:'n0'")
     assert touched(running, "onnxruntime") == "Pad"
     assert touched(_export_error("KeyError"), "onnxscript") == ""
+
+
+def test_default_cases_are_those_that_passed_in_the_good_run() -> None:
+    from parity_gate.bisect.command import failing_cases
+    from parity_gate.model.gate import GateDecision
+
+    other = CaseResult(CaseKey("cnn", "float32", "img", 2, "cpu"), Outcome.MISMATCH, "x")
+    bad = RunResult(cases=[BAD, other], gate=GateDecision(blocking=[CASE, other.id]))
+    good = RunResult(cases=[PASS, other])  # `other` failed there too: not a regression
+    assert [c.id for c in failing_cases(bad, [], good)] == [CASE]
+    assert [c.id for c in failing_cases(bad, [])] == [CASE, other.id]  # the gate's blocking
+    assert [c.id for c in failing_cases(bad, ["cnn/*"], good)] == [other.id]
+    with pytest.raises(UserError, match="no case fails in the bad run that passed"):
+        failing_cases(RunResult(cases=[other]), [], good)

@@ -81,10 +81,18 @@ def add_parser(sub: Any, commands: dict[str, Callable[[argparse.Namespace], int]
     commands["bisect"] = cmd_bisect
 
 
-def failing_cases(run: Any, select: list[str]) -> list[Any]:
-    """The cases to bisect: --select globs over the run's failing cases, else its
-    regressions (the gate's blocking cases), else every failing case."""
+def failing_cases(run: Any, select: list[str], good: Any = None) -> list[Any]:
+    """The cases to bisect: --select globs over the run's failing cases, else those that
+    passed in the good run (when --good is a results.json), else the run's regressions
+    (the gate's blocking cases), else every failing case."""
     failing = {c.id: c for c in run.failures}
+    if good is not None and not select:
+        passed = {c.id for c in good.cases if c.outcome.value == "pass"}
+        chosen = [c for i, c in failing.items() if i in passed]
+        if not chosen:
+            raise UserError("no case fails in the bad run that passed in the good one "
+                            "(expected a regression between them; --select names cases)")
+        return chosen
     if select:
         chosen = [c for i, c in failing.items() if any(fnmatch.fnmatchcase(i, g) for g in select)]
         if not chosen:
@@ -120,7 +128,8 @@ def cmd_bisect(args: argparse.Namespace) -> int:
         raise UserError("bisect: which cases failed? (expected --from RESULTS.json, the bad "
                         "run's results, or --bad as a results.json)")
     run = read_results(source)[1]
-    cases = failing_cases(run, args.select)
+    good_run = read_results(Path(args.good))[1] if args.good.endswith(".json") else None
+    cases = failing_cases(run, args.select, good_run)
     ops = all(c.op is not None for c in cases)
     if not ops and args.manifest is None:
         raise UserError("bisect: the cases come from `parity-gate run`: give its manifest "
@@ -135,29 +144,41 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     root = (args.cache_dir or DEFAULT_CACHE).absolute()
     out = args.out.absolute()
     out.mkdir(parents=True, exist_ok=True)
-    runner = CaseRunner(out=out / "probes", cases=[c.id for c in cases],
-                        manifest=args.manifest.absolute() if args.manifest else None,
-                        ops_args=["--source", args.ops_source] if ops else [],
-                        timeout=args.probe_timeout)
-    prober = Prober(OverlayInstaller(root, index_args=args.pip_arg,
-                                     timeout=args.probe_timeout),
-                    runner, {c.id: failure_signature(c) for c in cases})
     base = installed(names)
-    budget = Budget(args.max_probes, args.max_minutes * 60 if args.max_minutes else None)
     order = sorted(packages, key=lambda p: (p in ("torch", "onnxruntime-gpu"), names.index(p)
                                             if p in names else len(names)))
+    groups: dict[str, list[Any]] = {}
+    for case in cases:  # one search per failure signature: one cause, one answer
+        groups.setdefault(failure_signature(case), []).append(case)
+    results: list[Any] = []
     start = time.monotonic()
-    result = search({p: good[p] for p in order}, {p: bad[p] for p in order},
-                    {p: candidates[p] for p in order}, prober,
-                    refuse=lambda pins: refusal(pins, base, args.allow_heavy),
-                    budget=budget, cases=[c.id for c in cases])
-    result.wall_s = round(time.monotonic() - start, 1)
-    if args.upstream and result.culprit:
-        _upstream(result, refs, cases, args.api_url)
-    write(result, out, None if args.no_write else source)
-    print(f"parity-gate bisect: {result.answer()} ({len(result.probes)} probes, "
-          f"{result.wall_s:g} s; {out / 'bisect.md'})", file=sys.stderr)
-    return EXIT_PASS if result.culprit else EXIT_FAIL
+    for n, group in enumerate(groups.values()):
+        runner = CaseRunner(out=out / "probes" / f"{n + 1:02d}", cases=[c.id for c in group],
+                            manifest=args.manifest.absolute() if args.manifest else None,
+                            ops_args=["--source", args.ops_source] if ops else [],
+                            timeout=args.probe_timeout)
+        prober = Prober(OverlayInstaller(root, index_args=args.pip_arg,
+                                         timeout=args.probe_timeout),
+                        runner, {c.id: failure_signature(c) for c in group})
+        budget = Budget(args.max_probes, args.max_minutes * 60 if args.max_minutes else None,
+                        used_probes=sum(len(r.probes) for r in results),
+                        used_seconds=time.monotonic() - start)
+        group_start = time.monotonic()
+        result = search({p: good[p] for p in order}, {p: bad[p] for p in order},
+                        {p: candidates[p] for p in order}, prober,
+                        refuse=lambda pins: refusal(pins, base, args.allow_heavy),
+                        budget=budget, cases=[c.id for c in group])
+        result.wall_s = round(time.monotonic() - group_start, 1)
+        if args.upstream and result.culprit:
+            _upstream(result, refs, group, args.api_url)
+        results.append(result)
+        print(f"parity-gate bisect: {result.answer()} ({len(result.probes)} probes, "
+              f"{result.wall_s:g} s; {len(group)} case(s): {group[0].id}"
+              + (" ..." if len(group) > 1 else "") + ")", file=sys.stderr)
+    write(results, out, None if args.no_write else source)
+    print(f"parity-gate bisect: {len(results)} failure(s) bisected; {out / 'bisect.md'}",
+          file=sys.stderr)
+    return EXIT_PASS if all(r.culprit for r in results) else EXIT_FAIL
 
 
 def _upstream(result: Any, refs: dict[str, Any], cases: list[Any], api_url: str) -> None:
@@ -178,19 +199,20 @@ def _upstream(result: Any, refs: dict[str, Any], cases: list[Any], api_url: str)
         result.packages[i] = replace(rec, upstream=prs, upstream_note=note)
 
 
-def write(result: Any, out: Path, source: Path | None) -> None:
+def write(results: list[Any], out: Path, source: Path | None) -> None:
     """OUT/bisect.json and bisect.md; the bad run's results.json (and its summary.md, when
-    it has one) carry the answer too."""
+    it has one) carry the answers too."""
     from parity_gate.gate.merge import read_results
     from parity_gate.report import bisect as bisect_md
     from parity_gate.report.markdown import render
 
-    (out / "bisect.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n")
-    (out / "bisect.md").write_text(bisect_md.markdown(result) + "\n")
+    (out / "bisect.json").write_text(json.dumps([r.to_dict() for r in results], indent=2)
+                                     + "\n")
+    (out / "bisect.md").write_text(bisect_md.markdown(results) + "\n")
     if source is None:
         return
     run = read_results(source)[1]
-    run.bisect = result
+    run.bisect = results
     source.write_text(json.dumps(run.to_dict(), indent=2) + "\n")
     summary = source.parent / "summary.md"
     if summary.is_file():

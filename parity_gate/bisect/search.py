@@ -33,12 +33,14 @@ class Budget:
 
     probes: int | None = None
     seconds: float | None = None
+    used_probes: int = 0        # spent before this search (earlier failures of one command)
+    used_seconds: float = 0.0
 
     def spent(self, probes: list[Probe]) -> str:
         """Why no further probe may run ("" while one may)."""
-        if self.probes is not None and len(probes) >= self.probes:
+        if self.probes is not None and self.used_probes + len(probes) >= self.probes:
             return f"probe budget of {self.probes} spent"
-        used = sum(p.seconds for p in probes)
+        used = self.used_seconds + sum(p.seconds for p in probes)
         if self.seconds is not None and used >= self.seconds:
             return f"time budget of {self.seconds / 60:g} min spent ({used / 60:.1f} min)"
         return ""

@@ -156,7 +156,7 @@ class RunResult(Record):
     planned: int | None = None  # cases the run meant to finish (None: as many as it has)
     gate: GateDecision | None = None
     upstream: list[UpstreamReport] = field(default_factory=list)  # per op, `parity-gate upstream`
-    bisect: Bisection | None = None  # `parity-gate bisect`: which package and version broke it
+    bisect: list[Bisection] = field(default_factory=list)  # `parity-gate bisect`: per cause
 
     def skip_reasons(self) -> dict[str, int]:
         return skip_reasons(self.cases)

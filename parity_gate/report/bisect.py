@@ -8,9 +8,12 @@ from parity_gate.model.bisect import Bisection
 from parity_gate.model.text import md_text
 
 
-def markdown(b: Bisection | None) -> str:
-    if b is None:
-        return ""
+def markdown(found: list[Bisection]) -> str:
+    """One block per bisected failure (cases with one signature are bisected together)."""
+    return "\n".join(_one(b) for b in found)
+
+
+def _one(b: Bisection) -> str:
     out = ["### Which version broke it", "", f"**{md_text(b.answer())}**", ""]
     ranges = [f"{md_text(r.package)} {md_text(r.good)} → {md_text(r.bad)}: "
               f"{len(r.candidates)} release(s), {r.probes} probe(s) (bound {r.bound})"
