@@ -211,7 +211,8 @@ def test_no_single_package_reproduces_it() -> None:
     assert b.culprit is None
     assert "onnxscript, onnxruntime, onnx moved together do: they break it together" \
         in b.answer()
-    assert b.probes[-1].pins == BAD_SET
+    assert b.probes[-1].pins == BAD_SET and b.probes[-1].phase is Phase.TOGETHER
+    assert "| bad set | \\- | together | bad |" in markdown([b])
     b, _ = _bisect(lambda pins: PASS, GOOD, BAD_SET, CANDS)  # the failure never reproduces
     assert "the bad set does not reproduce the failure in a probe environment" in b.answer()
 

@@ -225,7 +225,8 @@ class Prober:
                  pins: dict[str, str]) -> Probe:
         self.count += 1
         start = time.monotonic()
-        label = f"{package} {version}" if package else "good set"
+        label = f"{package} {version}" if package else (
+            "bad set" if phase is Phase.TOGETHER else "good set")
         print(f"parity-gate bisect: probe {self.count}: {label} ({phase.value}) ...",
               file=sys.stderr, flush=True)
         python, why = self.installer.prepare(pins)

@@ -130,7 +130,7 @@ def _together(run: Callable[..., Probe | str], bad: Mapping[str, str],
     """No package alone reproduces it: does the whole bad set (one more probe)?"""
     if len(differing) == 1:
         return "moving the package alone does not reproduce the failure"
-    whole = run(Phase.CONFIRM, "", "", {p: bad[p] for p in differing})
+    whole = run(Phase.TOGETHER, "", "", {p: bad[p] for p in differing})
     if isinstance(whole, str) or whole.verdict is Verdict.SKIP:
         return ("no single package's change reproduces the failure; the whole bad set "
                 "could not be judged")

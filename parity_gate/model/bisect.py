@@ -23,11 +23,13 @@ class Verdict(str, enum.Enum):
 
 
 class Phase(str, enum.Enum):
-    """Why a probe ran: the good set itself, one package moved alone, or a bisection step."""
+    """Why a probe ran: the good set itself, one package moved alone, a bisection step, or
+    every differing package moved together (when none reproduces the failure alone)."""
 
     CONFIRM = "confirm"
     ISOLATE = "isolate"
     BISECT = "bisect"
+    TOGETHER = "together"
 
 
 @dataclass(frozen=True, config=CONFIG)

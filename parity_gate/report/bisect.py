@@ -4,7 +4,7 @@ Its own block in the summary and the PR comment (`markdown.render` appends it)."
 
 from __future__ import annotations
 
-from parity_gate.model.bisect import Bisection
+from parity_gate.model.bisect import Bisection, Phase
 from parity_gate.model.text import md_text
 
 
@@ -36,7 +36,8 @@ def _one(b: Bisection) -> str:
             "|---|---|---|---|---|---|"]
     for p in b.probes:
         seen = p.why or p.signature or "all pass"
-        out.append(f"| {md_text(p.package or 'good set')} | {md_text(p.version or '-')} "
+        label = p.package or ("bad set" if p.phase is Phase.TOGETHER else "good set")
+        out.append(f"| {md_text(label)} | {md_text(p.version or '-')} "
                    f"| {p.phase.value} | {p.verdict.value} | {md_text(seen[:160])} "
                    f"| {p.seconds:g} |")
     out += ["", "</details>"]
