@@ -73,13 +73,15 @@ RUN --mount=type=bind,from=wheelhouse,target=/wheelhouse \
     python -m venv /opt/venv \
  && python /ctx/docker/lock.py install cpu
 # The gate goes in with --no-deps after its locked requirements; the check fails the build
-# unless /opt/venv holds exactly docker/cpu.lock and the gate.
+# unless /opt/venv holds exactly docker/cpu.lock and the gate, and the wheel's data files
+# (the schemas, the bundled example and its recorded inputs) are in it.
 RUN --mount=type=bind,from=wheel,source=/wheels,target=/wheels \
     --mount=type=bind,source=docker,target=/ctx/docker \
     pip install --no-cache-dir --no-deps --no-index /wheels/parity_gate-*.whl \
  && python /ctx/docker/lock.py verify cpu --also parity-gate \
  && pip check \
- && python -c "import parity_gate.github.action, parity_gate.runner"
+ && python -c "import parity_gate.github.action, parity_gate.runner" \
+ && parity-gate check --example
 ENTRYPOINT ["python", "-m", "parity_gate.github.action"]
 
 # The CUDA base with a Python: Ubuntu's own python3 (3.12), security-patched in place; the

@@ -167,7 +167,7 @@ def run_step(tmp: Path, *, workspace_files: dict[str, str] | None = None,
     workspace = tmp / "ws"
     workspace.mkdir(parents=True)
     if copy_example:
-        shutil.copytree(REPO / "fixtures", workspace / "fixtures",
+        shutil.copytree(REPO / "parity_gate" / "example", workspace / "fixtures",
                         ignore=shutil.ignore_patterns("__pycache__"))
     for name, text in (workspace_files or {}).items():
         (workspace / name).parent.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from github_server import FakeGitHub
 
 from parity_gate.github import upstream
-from parity_gate.github.client import GitHubClient
+from parity_gate.github.client import ClientSettings, GitHubClient
 from parity_gate.model.findings import OpCase
 from parity_gate.model.keys import CaseKey
 from parity_gate.model.outcomes import Outcome
@@ -59,8 +59,8 @@ def measure(run: RunResult) -> None:
     opts = upstream.UpstreamOptions(mode="search")
     with FakeGitHub() as gh, tempfile.TemporaryDirectory() as cache:
         def client(**kw: float) -> GitHubClient:
-            return GitHubClient(gh.url, "token", search_per_minute=1e6,
-                                cache_dir=Path(cache), **kw)  # type: ignore[arg-type]
+            return GitHubClient(gh.url, "token", ClientSettings(
+                search_per_minute=1e6, cache_dir=Path(cache), **kw))  # type: ignore[arg-type]
 
         rows = []
         c = client()

@@ -1,6 +1,6 @@
 """Benchmark: what the export hazard checks cost, as a ratio to the export they inspect.
 
-Exports each module of the bundled example (`fixtures/parity.yml`: cnn, encoder, mlp in
+Exports each module of the bundled example (`parity_gate/example/parity.yml`: cnn, encoder, mlp in
 float32 and float16, dynamo exporter, optimizer on, as the gate does) and runs every
 hazard rule on it, timing both side by side in one process; prints per module the
 export time, the checks' time and their ratio, the rules that fired, and the total.
@@ -23,7 +23,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "fixtures"))
+sys.path.insert(0, str(ROOT / "parity_gate" / "example"))
 sys.path.insert(0, str(ROOT / "tests" / "data" / "hazards"))
 
 import pairs  # noqa: E402

@@ -32,16 +32,16 @@ PLANTED = ("ten_blocks", "two_deep", "root_code", "called_twice", "nan_sign")
 
 
 def manifest(folder: Path) -> Path:
-    doc = yaml.safe_load((ROOT / "fixtures" / "parity.yml").read_text())
+    doc = yaml.safe_load((ROOT / "parity_gate" / "example" / "parity.yml").read_text())
     # the planted models under their own name: the example's `models` would shadow them
     shutil.copy(ROOT / "tests" / "data" / "localise" / "models.py", folder / "planted.py")
-    doc["python_path"] = [str(ROOT / "fixtures"), str(folder)]
+    doc["python_path"] = [str(ROOT / "parity_gate" / "example"), str(folder)]
     doc["providers"] = {"cpu": {"required": True}}
     for module in doc["modules"]:  # data files stay where the example keeps them
         for name in module.get("fixtures", []):
             fixture = doc["fixtures"][name]
             if "path" in fixture:
-                fixture["path"] = str(ROOT / "fixtures" / fixture["path"])
+                fixture["path"] = str(ROOT / "parity_gate" / "example" / fixture["path"])
     doc["fixtures"]["vec16"] = {"kind": "random", "samples": 1,
                                 "inputs": {"x": {"shape": ["batch", 16]}}}
     for name in PLANTED:

@@ -1,8 +1,9 @@
 """parity-gate's overhead over a hand-written script doing the same exports and ORT runs.
 
-Runs `parity-gate run fixtures/parity.yml` and `benchmarks/plain_example.py`
+Runs `parity-gate run parity_gate/example/parity.yml` and `benchmarks/plain_example.py`
 alternately (A B A B ...) as child processes of this one, so both see the same
 machine state, and prints the ratio of the medians. Target: <= 1.15.
+`--shapes auto` runs the example with `shapes: auto` on (its probe cases included).
 """
 
 from __future__ import annotations
@@ -29,16 +30,27 @@ def timed(cmd: list[str]) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--shapes", choices=("declared", "auto"), default="declared",
+                        help="the example's `shapes` (auto: with its probe cases)")
     args = parser.parse_args()
     out = tempfile.mkdtemp(prefix="overhead-")
-    gate = [sys.executable, "-m", "parity_gate", "run", "fixtures/parity.yml", "--quiet",
+    manifest = ROOT / "parity_gate" / "example" / "parity.yml"
+    if args.shapes == "auto":  # beside the original: its python_path and files are relative
+        text = manifest.read_text().replace("\ndefaults:\n", "\ndefaults:\n  shapes: auto\n", 1)
+        manifest = manifest.with_name(".overhead-auto.yml")
+        manifest.write_text(text)
+    gate = [sys.executable, "-m", "parity_gate", "run", str(manifest), "--quiet",
             "--no-cache", "--out", out, "--providers", "cpu"]  # every round exports
     plain = [sys.executable, str(ROOT / "benchmarks" / "plain_example.py")]
     timed(plain)  # warm the page cache for both (same libraries)
     gate_times, plain_times = [], []
-    for _ in range(args.rounds):
-        gate_times.append(timed(gate))
-        plain_times.append(timed(plain))
+    try:
+        for _ in range(args.rounds):
+            gate_times.append(timed(gate))
+            plain_times.append(timed(plain))
+    finally:
+        if args.shapes == "auto":
+            manifest.unlink()
     g, p = statistics.median(gate_times), statistics.median(plain_times)
     ratio = g / p
     print(f"{'':14}{'median':>9}  runs")

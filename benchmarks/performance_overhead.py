@@ -1,6 +1,6 @@
 """What the performance check costs: the bundled example with it (the default) and without.
 
-Both arms run `parity-gate run` on `fixtures/parity.yml` in a subprocess, alternating
+Both arms run `parity-gate run` on `parity_gate/example/parity.yml` in a subprocess, alternating
 which goes first each round, so load that comes and goes hits both; the "without" arm
 is the same manifest with `defaults.performance.measure: false`. Every round exports
 (`--no-cache`) and localises nothing (the example passes). The figure is the ratio of
@@ -35,11 +35,11 @@ DATA = ROOT / "tests" / "data" / "performance"
 
 
 def manifests(folder: Path) -> tuple[Path, Path]:
-    doc = yaml.safe_load((ROOT / "fixtures" / "parity.yml").read_text())
-    doc["python_path"] = [str(ROOT / "fixtures")]
+    doc = yaml.safe_load((ROOT / "parity_gate" / "example" / "parity.yml").read_text())
+    doc["python_path"] = [str(ROOT / "parity_gate" / "example")]
     for fixture in doc["fixtures"].values():
         if "path" in fixture:
-            fixture["path"] = str(ROOT / "fixtures" / fixture["path"])
+            fixture["path"] = str(ROOT / "parity_gate" / "example" / fixture["path"])
     with_path, without_path = folder / "with.yml", folder / "without.yml"
     with_path.write_text(yaml.safe_dump(doc, sort_keys=False))
     doc["defaults"]["performance"] = {"measure": False}

@@ -16,7 +16,7 @@ import onnxruntime as ort
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "fixtures"))
+sys.path.insert(0, str(ROOT / "parity_gate" / "example"))
 warnings.filterwarnings("ignore")
 logging.disable(logging.WARNING)
 
@@ -54,7 +54,7 @@ def run(model: torch.nn.Module, dtype: torch.dtype, make_inputs, dynamic, batche
 def main() -> int:
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
-    rows = np.load(ROOT / "fixtures" / "data" / "mlp_inputs.npz")["x"]
+    rows = np.load(ROOT / "parity_gate" / "example" / "data" / "mlp_inputs.npz")["x"]
     fails = run(cnn.build(), torch.float32,
                 lambda b, s: [rng.normal(size=(b, 3, 32, 32)).astype(np.float32)],
                 [{0: "batch"}], BATCHES, 2)

@@ -1,3 +1,3 @@
 """parity-gate: prove a PyTorch model computes the same after ONNX export as in eager."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

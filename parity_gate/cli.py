@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from parity_gate import __version__
 from parity_gate.engine.environment import usable_cores
 from parity_gate.errors import EXIT_FAIL, EXIT_INTERNAL, EXIT_PASS, EXIT_USAGE, UserError
-from parity_gate.model.files import kind_of
+from parity_gate.model.files import kind_of, own_folder_problem
 from parity_gate.model.policy import FAIL_ON
 from parity_gate.model.units import DEFAULT_PRUNE_AGE, parse_age, parse_size
 
@@ -28,7 +28,11 @@ if TYPE_CHECKING:  # imported lazily: `check` and `schema` stay fast
     from parity_gate.plan.sharding import Shard
 
 DEFAULT_MANIFEST = "parity.yml"  # as the Action's `manifest` input: in the working folder
-EXAMPLE_MANIFEST = "fixtures/parity.yml"  # the bundled example, in a parity-gate checkout
+# The bundled example ships inside the package (parity_gate/example): `--example` runs the
+# installed copy from anywhere; in a parity-gate checkout without a parity.yml, the
+# checkout's copy is the default.
+EXAMPLE = Path(__file__).resolve().parent / "example" / "parity.yml"
+EXAMPLE_MANIFEST = "parity_gate/example/parity.yml"  # the same file, seen from a checkout
 ISSUES_URL = "https://github.com/parity-gate/parity-gate/issues"
 CACHE_ENV = "PARITY_GATE_CACHE_DIR"
 DEFAULT_CACHE_DIR = ".parity-cache"  # engine.cache.DEFAULT_DIR (not imported here: numpy)
@@ -48,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("manifest", nargs="?", default=None,
                      help=f"path to parity.yml (default: {DEFAULT_MANIFEST} here, as the "
                      f"Action; in a parity-gate checkout without one, {EXAMPLE_MANIFEST})")
+    _add_example_arg(run)
     run.add_argument("--out", default="parity-reports", type=Path,
                      help="folder for reports not given a path below (default: parity-reports)")
     run.add_argument("--json", type=Path, help="JSON report path (default: OUT/results.json)")
@@ -107,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", help="validate a manifest without running anything")
     check.add_argument("manifest", nargs="?", default=None)
+    _add_example_arg(check)
+    check.add_argument("--explain", action="store_true",
+                       help="also list the probe sizes `shapes: auto` derives (exports each "
+                       "such module once per dtype, on the CPU)")
 
     schema = sub.add_parser("schema", help="print a JSON Schema (default: the manifest's)")
     schema.add_argument("which", nargs="?", choices=("manifest", "results"), default="manifest",
@@ -184,7 +193,8 @@ def _add_cache_parser(sub: Any) -> None:
 def _add_gate_args(p: argparse.ArgumentParser, merging: bool = False) -> None:
     """Flags shared by `run` and `merge`: what blocks, against which baseline."""
     p.add_argument("--baseline", type=Path, metavar="PATH",
-                   help="re-decide with this baseline (default: the shards' own decisions)"
+                   help="re-decide with this baseline (default: the one the shards were gated "
+                   "against; every case is re-decided, shards' rulings are never reused)"
                    if merging else "known failures (default: parity-baseline.yml beside the "
                    "manifest, used if present)")
     p.add_argument("--fail-on", choices=FAIL_ON, default=None,
@@ -226,7 +236,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if jobs < 1:
         raise UserError(f"--jobs: got {jobs} (expected an integer >= 1)")
     cache_dir = None if args.no_cache else checked_cache_dir(args.cache_dir)
-    path = default_manifest(args.manifest)
+    path = default_manifest(args.manifest, args.example)
     manifest = load_manifest(path)
     _fixture_files(manifest, path, sizes_only=True)
     policy, shard, timings = _run_gate_inputs(args, path)
@@ -273,7 +283,8 @@ def checked_cache_dir(given: Path | None) -> Path:
     from parity_gate.report.write import folder_problem
 
     folder, label = cache_dir_given(given)
-    problem = folder_problem(folder, purpose="for the export cache")
+    problem = own_folder_problem(folder, Path.cwd()) or folder_problem(
+        folder, purpose="for the export cache")
     if problem:
         raise UserError(f"{label}: {problem}")
     return folder.absolute()
@@ -336,15 +347,30 @@ def _localise_policy(args: argparse.Namespace, manifest: Any) -> Any:
         raise UserError(f"{'--artifacts' if args.artifacts else '--out'}: {artifacts} is "
                         f"{kind_of(artifacts)} (expected a folder for the repro folders, or a "
                         "path that does not exist yet; parity-gate never writes through a link)")
+    linked = own_folder_problem(artifacts, Path.cwd())
+    if linked:
+        raise UserError(f"{'--artifacts' if args.artifacts else '--out'}: {linked}")
     return LocalisePolicy(cap=cap, step_timeout_s=settings.step_timeout_s,
                           artifacts=artifacts,
                           version=__version__, version_line=line,
                           artefacts_pass=settings.artefacts == "pass")
 
 
-def default_manifest(given: str | None) -> Path:
-    """The manifest to run: the one given, else `parity.yml` in the working folder (the
-    Action's default too), else the bundled example when run in a parity-gate checkout."""
+def _add_example_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--example", action="store_true",
+                        help="the bundled example manifest, from the installed package "
+                        f"({EXAMPLE}), instead of a parity.yml")
+
+
+def default_manifest(given: str | None, example: bool = False) -> Path:
+    """The manifest to run: the one given, or the installed package's example (`--example`),
+    else `parity.yml` in the working folder (the Action's default too), else the bundled
+    example when run in a parity-gate checkout. Never the example silently elsewhere: a
+    workflow that lost its parity.yml must not pass on the example."""
+    if given and example:
+        raise UserError(f"--example: also given a manifest, {given} (expected one of them)")
+    if example:
+        return EXAMPLE
     if given:
         return Path(given)
     if Path(DEFAULT_MANIFEST).is_file():
@@ -354,7 +380,7 @@ def default_manifest(given: str | None) -> Path:
               f"{EXAMPLE_MANIFEST}", file=sys.stderr)
         return Path(EXAMPLE_MANIFEST)
     raise UserError(f"{DEFAULT_MANIFEST}: no such file in {Path.cwd()} (expected a manifest: "
-                    "parity-gate run path/to/parity.yml)")
+                    "parity-gate run path/to/parity.yml, or --example for the bundled one)")
 
 
 def _run_gate_inputs(args: argparse.Namespace, manifest_path: Path
@@ -402,27 +428,32 @@ def _cmd_baseline(args: argparse.Namespace) -> int:
 
 def _cmd_merge(args: argparse.Namespace) -> int:
     from parity_gate.gate import baseline as baseline_file
-    from parity_gate.gate.decision import apply, combine, decide, notices
+    from parity_gate.gate.decision import apply, notices
     from parity_gate.gate.deltas import combine as combine_deltas
-    from parity_gate.gate.merge import merge_files
+    from parity_gate.gate.merge import merge_files, recorded, recorded_baseline
     from parity_gate.report.write import ReportPaths, check_outputs, write_all
 
-    run, shards = merge_files(args.files)
-    if args.worsen_factor is not None and args.baseline is None:
-        raise UserError("--worsen-factor: only with --baseline when merging (expected "
-                        "--baseline PATH; without it the shards' own rulings are kept)")
-    if args.baseline is not None:
-        decision = apply(run, _gate_policy(args, baseline_file.load(args.baseline)))
-    else:
-        policy = _gate_policy(args, None)
-        gates = [s.gate for s in shards if s.gate is not None]
-        decision = (combine(run, gates, fail_on=args.fail_on, strict=args.strict,
-                            allow_all_skipped=args.allow_all_skipped)
-                    if len(gates) == len(shards)
-                    else decide(run, args.fail_on or "any-failure", strict=bool(args.strict),
-                                allow_all_skipped=bool(args.allow_all_skipped)))
-        decision.compare_to = (apply(run, policy).compare_to if policy.compare_to
-                               else combine_deltas([g.compare_to for g in gates]))
+    run, loaded = merge_files(args.files)
+    ran = recorded(loaded)
+    # Every case is re-decided from its outcome, as `ops --from` does: the shards give
+    # the settings and the baseline's path, never which case blocks.
+    path = args.baseline or recorded_baseline(loaded, ran)
+    baseline = baseline_file.load(path) if path is not None else None
+    policy = _gate_policy(args, baseline)
+    policy.fail_on = args.fail_on or ran.fail_on
+    policy.strict = bool(ran.strict if args.strict is None else args.strict)
+    policy.allow_all_skipped = bool(ran.allow_all_skipped if args.allow_all_skipped is None
+                                    else args.allow_all_skipped)
+    if args.worsen_factor is None and args.baseline is None:
+        policy.worsen_factor = ran.worsen_factor
+    decision = apply(run, policy)
+    if args.baseline is None and ran.stale is not None:
+        # Stale means "matches no planned case": a case of the manifest no shard selected
+        # still protects its entry, which only the shards (who saw the manifest) know.
+        decision.stale = [s for s in decision.stale if s.entry in ran.stale]
+    if policy.compare_to is None:
+        decision.compare_to = combine_deltas([r.gate.compare_to if r.gate else None
+                                              for _, r in loaded])
     run.gate = decision
     reports = ReportPaths.in_folder(args.out, args.json, args.junit, args.summary)
     check_outputs(reports, journal=False)
@@ -451,13 +482,38 @@ def _cmd_init(args: argparse.Namespace) -> int:
 def _cmd_check(args: argparse.Namespace) -> int:
     from parity_gate.manifest.load import load_manifest
 
-    path = default_manifest(args.manifest)
+    path = default_manifest(args.manifest, args.example)
     manifest = load_manifest(path)
     read = _fixture_files(manifest, path, sizes_only=False)
+    if any(m.cache is not None for m in manifest.modules):  # only the model can say
+        from parity_gate.engine.kvcache import declared_problems
+
+        problems = declared_problems(manifest, Path(path))
+        if problems:
+            raise UserError(problems)
     files = f", {read} fixture file(s) read" if read is not None else ""
     print(f"{path}: OK ({len(manifest.modules)} modules, "
           f"{len(manifest.fixtures)} fixture sets{files})")
+    if getattr(args, "explain", False):
+        _explain_probes(manifest, path)
     return 0
+
+
+def _explain_probes(manifest: Manifest, path: Path) -> None:
+    """The `shapes: auto` probes of every module that asks for them, before any run."""
+    from parity_gate.engine.probing import explain
+    from parity_gate.engine.runtime import available_providers
+    from parity_gate.plan.cases import plan
+
+    jobs = plan(manifest, Path(path), available_providers()).jobs
+    for job in jobs:
+        try:
+            lines = explain(job)
+        except Exception as exc:  # the run would report it on its cases
+            lines = [f"{job.name}: no probes derived: {type(exc).__name__}: "
+                     f"{str(exc).splitlines()[0][:200] if str(exc) else ''}"]
+        for line in lines:
+            print(line)
 
 
 def _fixture_files(manifest: Manifest, path: Path, *, sizes_only: bool) -> int | None:
@@ -487,6 +543,9 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 def _cache_root(given: Path | None) -> Path | None:
     """The cache's folder; None when it does not exist yet. A file there is a usage error."""
     root, label = cache_dir_given(given)
+    linked = own_folder_problem(root, Path.cwd())
+    if linked:  # what prune removes is below it: never through a link
+        raise UserError(f"{label}: {linked}")
     if os.path.lexists(root) and not root.is_dir():
         raise UserError(f"{label}: {root} is not a folder (expected the export cache's folder)")
     return root if root.is_dir() else None

@@ -49,12 +49,18 @@ class RunOptions:
 
 
 def _replay_crashes(run: RunResult, policy: LocalisePolicy, journal: Journal | None,
-                    progress: Progress) -> None:
+                    progress: Progress, jobs: list[ModuleJob], pool: WorkerPool) -> None:
     """Each crash inside ONNX Runtime replayed in a repro folder (localise.crash), while the
-    workers' folder still holds its evidence."""
+    workers' folder still holds its evidence; each under its module's timeout and memory
+    limit, as its worker ran."""
     assert policy.artifacts is not None
+    modules = {job.name: job for job in jobs}
     for i, case in enumerate(run.cases):
-        replayed = replay(case, policy.artifacts, policy.version_line)
+        job = modules.get(case.key.module)
+        if job is None:
+            continue
+        replayed = replay(case, policy.artifacts, policy.version_line, job.timeout_s,
+                          job.memory_limit or pool.memory_limit)
         if replayed is not case and replayed.crash is not None:
             run.cases[i] = replayed
             if journal is not None:
@@ -89,6 +95,47 @@ def run_manifest(manifest: Manifest, manifest_path: Path,
 
 def _run(manifest: Manifest, manifest_path: Path, options: RunOptions,
          signals: Signals) -> tuple[RunResult, GateDecision]:
+    """Plan, record the skipped cases, run the rest (and localise the failures), decide."""
+    work, universe, available = _plan_work(manifest, manifest_path, options)
+    run = RunResult(
+        tool_version=__version__,
+        started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        manifest={"path": str(manifest_path), "sha256": _sha256(manifest_path)},
+        versions=versions(available),
+        shard=str(options.shard) if options.shard else None,
+    )
+    run.planned = work.total
+    journal = _open_journal(options, run, universe)
+    to_run = sum(len(j.cases) for j in work.jobs)
+    progress = Progress(to_run, quiet=options.quiet, skipped=len(work.skipped))
+    for case in work.skipped:
+        _record(run, progress, case, journal, show=False)
+    progress.skipped(work.skipped)
+    if work.jobs:
+        progress.started(len(work.jobs), min(options.jobs, len(work.jobs)))
+    t0 = time.monotonic()
+    _execute(run, work, options, progress, journal, signals)
+    run.duration_s = time.monotonic() - t0
+    decision = apply(run, options.policy, universe)
+    run.gate = decision
+    if options.cache_dir is not None:
+        progress.message(_cache_line(run, options.cache_dir))
+    probes = probe_share(run)
+    if probes:
+        progress.message(probes)
+    progress.final(run)
+    write_all(run, options.reports)
+    if journal is not None:
+        journal.end(run)
+        journal.close()
+    return run, decision
+
+
+def _plan_work(manifest: Manifest, manifest_path: Path,
+               options: RunOptions) -> tuple[Plan, set[str], list[str]]:
+    """This run's part of the plan, every planned case id, and the providers on this
+    machine. Every mistake the options can make (a required provider missing, a
+    --select that matches nothing, a bad --out) stops here, before any work."""
     manifest = apply_provider_override(manifest, options.providers)
     available = available_providers()
     missing = missing_required_providers(manifest, available)
@@ -110,23 +157,14 @@ def _run(manifest: Manifest, manifest_path: Path, options: RunOptions,
         work = shard_plan(work, options.shard, options.timings)
     for job in work.jobs:
         job.cache_dir = options.cache_dir
-    run = RunResult(
-        tool_version=__version__,
-        started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        manifest={"path": str(manifest_path), "sha256": _sha256(manifest_path)},
-        versions=versions(available),
-        shard=str(options.shard) if options.shard else None,
-    )
-    run.planned = work.total
-    journal = _open_journal(options, run, universe)
-    to_run = sum(len(j.cases) for j in work.jobs)
-    progress = Progress(to_run, quiet=options.quiet, skipped=len(work.skipped))
-    for case in work.skipped:
-        _record(run, progress, case, journal, show=False)
-    progress.skipped(work.skipped)
-    if work.jobs:
-        progress.started(len(work.jobs), min(options.jobs, len(work.jobs)))
-    t0 = time.monotonic()
+    return work, universe, available
+
+
+def _execute(run: RunResult, work: Plan, options: RunOptions, progress: Progress,
+             journal: Journal | None, signals: Signals) -> None:
+    """The jobs on the worker pool, each event recorded as it comes, then the failing
+    cases' crash replays and localisation on the same pool. A signal ends it with the
+    interrupted notice; the pool is closed whatever happens."""
     pool: WorkerPool | None = None
     try:
         signals.arm()  # a signal during the set-up stops the run here
@@ -139,7 +177,7 @@ def _run(manifest: Manifest, manifest_path: Path, options: RunOptions,
             else:
                 _note(run, progress, event, journal)
         if options.localise is not None and options.localise.artifacts is not None:
-            _replay_crashes(run, options.localise, journal, progress)  # before the pool
+            _replay_crashes(run, options.localise, journal, progress, work.jobs, pool)
         if options.localise is not None:  # follow-up checks on the failing cases
 
             def localised(case: CaseResult) -> None:
@@ -157,17 +195,6 @@ def _run(manifest: Manifest, manifest_path: Path, options: RunOptions,
         signals.shutting_down()
         if pool is not None:
             pool.close()
-    run.duration_s = time.monotonic() - t0
-    decision = apply(run, options.policy, universe)
-    run.gate = decision
-    if options.cache_dir is not None:
-        progress.message(_cache_line(run, options.cache_dir))
-    progress.final(run)
-    write_all(run, options.reports)
-    if journal is not None:
-        journal.end(run)
-        journal.close()
-    return run, decision
 
 
 def policy_record(policy: GatePolicy) -> dict[str, Any]:
@@ -206,6 +233,18 @@ def _note(run: RunResult, progress: Progress, finding: Finding,
         if journal is not None:
             journal.finding(finding)
         progress.message(f"finding [{finding.module}] {finding.kind}: {finding.message}")
+
+
+def probe_share(run: RunResult) -> str:
+    """`shapes: auto`'s cost: its cases and their share of the run's time ("" when none)."""
+    probes = [c for c in run.cases if c.probe]
+    if not probes:
+        return ""
+    took = sum(c.timings.get("probe_s", 0.0) for c in probes)
+    failing = sum(c.failed for c in probes)
+    return (f"shapes: auto: {len(probes)} probe case(s), {failing} failing; "
+            f"{took:.1f}s of the run's {run.duration_s:.1f}s "
+            f"({100 * took / max(run.duration_s, 1e-9):.0f}%, on the modules' own exports)")
 
 
 def _cache_line(run: RunResult, folder: Path) -> str:

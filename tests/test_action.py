@@ -25,7 +25,9 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+import parity_gate
 from parity_gate.compare import Comparison, Verdict
+from parity_gate.engine.cache import ExportCache
 from parity_gate.errors import UserError
 from parity_gate.gate.decision import decide
 from parity_gate.gate.merge import read_results
@@ -37,6 +39,7 @@ from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, RunResult
 
 REPO = Path(__file__).resolve().parents[1]
+MAJOR_TAG = f"v{parity_gate.__version__.split('.')[0]}"  # what `uses: ...@vN` follows
 ACTION_YML = REPO / "action.yml"
 WORKFLOWS = sorted((REPO / "examples" / "workflows").glob("*.yml"))
 SHA = "3f1c2a9d8e7b6a5f4c3d2e1f0a9b8c7d6e5f4a3b"
@@ -189,9 +192,15 @@ def test_example_workflows_are_pinned_and_minimal() -> None:
         text = wf.read_text(encoding="utf-8")
         for line in text.splitlines():
             m = re.match(r"\s*(?:- )?uses:\s*(\S+)", line)
-            if m:
+            if m and m.group(1).startswith("parity-gate/parity-gate@"):
+                # The gate itself by its moving major tag (scripts/release.py moves it), which
+                # a copied workflow resolves: a placeholder SHA would not.
+                assert m.group(1) == f"parity-gate/parity-gate@{MAJOR_TAG}", line
+            elif m:
                 assert re.fullmatch(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}", m.group(1)), line
                 assert re.search(r"# v\d", line), f"{wf.name}: no version comment: {line}"
+        for ref in re.findall(r"^\s*ref:\s*(\S+)", text, re.M):  # a checkout of the gate
+            assert ref == MAJOR_TAG, (wf.name, ref)
         doc = yaml.safe_load(text)
         assert doc["permissions"] == {"contents": "read"}, wf.name
         for job in doc["jobs"].values():
@@ -464,7 +473,7 @@ def test_outputs_count_blocking_and_failing_cases(tmp_path: Path) -> None:
 
 
 def test_module_lines_point_at_module_entries_only() -> None:
-    text = (REPO / "fixtures" / "parity.yml").read_text(encoding="utf-8")
+    text = (REPO / "parity_gate" / "example" / "parity.yml").read_text(encoding="utf-8")
     lines = action.module_lines(text)
     numbered = text.splitlines()
     assert set(lines) == {"cnn", "encoder", "mlp"}
@@ -585,14 +594,13 @@ def test_the_export_cache_is_pruned_after_the_run(tmp_path: Path, max_age: str) 
     workspace.mkdir()
     (workspace / "parity.yml").write_text("version: 1\nmodules: 5\n", encoding="utf-8")
     entries = {}
-    for name, age_days in (("old", 40.0), ("day", 1.0), ("new", 0.0)):
-        entry = workspace / ".parity-cache" / "export" / name[:2] / f"{name}-key"
-        entry.mkdir(parents=True)
-        (entry / "model.onnx").write_bytes(b"x" * 1000)
-        (entry / "entry.json").write_text("{}")
+    store = ExportCache(workspace / ".parity-cache")
+    for digit, name, age_days in (("1", "old", 40.0), ("2", "day", 1.0), ("3", "new", 0.0)):
+        stored = store.put("export", digit * 64, {"model.onnx": b"x" * 1000})
+        assert stored is not None
         when = time.time() - age_days * 86400
-        os.utime(entry / "entry.json", (when, when))
-        entries[name] = entry
+        os.utime(stored.file("entry.json"), (when, when))
+        entries[name] = stored.folder
     env = runner_env(tmp_path, workspace, export_cache_max_age=max_age)
     proc = run_entrypoint(env, workspace)
     assert proc.returncode == 2, proc.stderr  # the gate stopped at the manifest
@@ -629,7 +637,7 @@ def test_run_usage_error_is_reported(tmp_path: Path) -> None:
 def example_run(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     tmp = tmp_path_factory.mktemp("example")
     workspace = tmp / "workspace"
-    shutil.copytree(REPO / "fixtures", workspace / "fixtures",
+    shutil.copytree(REPO / "parity_gate" / "example", workspace / "fixtures",
                     ignore=shutil.ignore_patterns("__pycache__"))
     env = runner_env(tmp, workspace, manifest="fixtures/parity.yml",
                      install="pwd > install-cwd.txt", fail_on="any-failure")

@@ -328,7 +328,7 @@ def test_likely_introduced_by_lists_prs_merged_between_the_releases(tmp_path: Pa
     from github_server import FakeGitHub, Item
 
     from parity_gate.bisect.upstream import merged_between
-    from parity_gate.github.client import GitHubClient
+    from parity_gate.github.client import ClientSettings, GitHubClient
 
     with FakeGitHub() as gh:
         repo = "microsoft/onnxscript"
@@ -342,7 +342,8 @@ def test_likely_introduced_by_lists_prs_merged_between_the_releases(tmp_path: Pa
             Item(repo, 13, "take_along_dim: try again", pr=True,
                  merged_at="2025-02-17T00:00:00Z"),   # not merged
         ]
-        client = GitHubClient(gh.url, None, sleep=lambda s: None, search_per_minute=6000)
+        client = GitHubClient(gh.url, None,
+                              ClientSettings(sleep=lambda s: None, search_per_minute=6000))
         prs, note = merged_between(client, "onnxscript", "2025-02-01T00:00:00Z",
                                    "2025-03-01T00:00:00Z", "take_along_dim")
     assert [p.number for p in prs] == [10] and note == ""

@@ -103,6 +103,8 @@ def comparable(run: RunResult) -> dict[str, Any]:
         doc = case.to_dict()
         doc.pop("timings", None)
         doc.pop("performance", None)
+        for check in doc.get("checks", []):
+            check.pop("seconds", None)  # measured: each follow-up check's time
         doc.get("provenance", {}).pop("export_cached", None)
         out[case.id] = doc
     return out

@@ -9,6 +9,7 @@ import json
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -120,3 +121,69 @@ def test_the_crash_site_is_the_innermost_frame_outside_the_standard_library() ->
              'in _call_impl\n')
     assert crash_site(model) == "the model's own code (nets.py:33, in forward)"
     assert crash_site("no stack at all") == ""
+
+
+SANDBOX = Path(__file__).parent / "data" / "replay_sandbox"
+
+
+@pytest.fixture(scope="module")
+def sandboxed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """tests/data/replay_sandbox, run as a user runs it: from the project's folder with the
+    default, relative --out, GITHUB_TOKEN in the gate's environment."""
+    import os
+    import shutil
+    import time
+
+    work = tmp_path_factory.mktemp("replay_sandbox")
+    shutil.copytree(SANDBOX, work, dirs_exist_ok=True)
+    record = work / "record.jsonl"
+    env = dict(os.environ, GITHUB_TOKEN="ghs_replaySANDBOXtoken0123456789",
+               PG_REPLAY_RECORD=str(record))
+    t0 = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "parity_gate", "run", "parity.yml",
+                           "--no-cache", "--quiet"], cwd=work, env=env, capture_output=True,
+                          text=True, timeout=600)
+    took = time.monotonic() - t0
+    results = json.loads((work / "parity-reports" / "results.json").read_text())
+    records = [json.loads(line) for line in record.read_text().splitlines()]
+    yield {"done": done, "took": took, "work": work, "records": records,
+           "cases": {c["key"]["module"]: c for c in results["cases"]}}
+    for pid in (pid for r in records for pid in r["children"] if not _gone(pid)):
+        os.kill(pid, signal.SIGKILL)  # a failed test leaves no process behind
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rpartition(")")[2].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+@pytest.mark.process
+def test_the_replay_runs_the_repro_as_documented_with_the_default_relative_out(
+        sandboxed: dict[str, Any]) -> None:
+    """`--out parity-reports` (relative): the replay runs repro.py by its absolute path from
+    its own folder, and it crashes the same way."""
+    assert sandboxed["done"].returncode == 1, sandboxed["done"].stderr[-2000:]
+    crash = sandboxed["cases"]["leaky"]["crash"]
+    assert crash["reproduces"] and crash["signal"] == "SIGSEGV", crash
+    replayed = sandboxed["records"][1]
+    assert Path(replayed["cwd"]) == (sandboxed["work"] / crash["folder"]).resolve()
+
+
+@pytest.mark.process
+def test_the_replay_runs_in_the_workers_sandbox(sandboxed: dict[str, Any]) -> None:
+    """No GitHub token in the worker's or the replay's environment, the module's memory
+    limit (worker_memory: 3GiB), no process the replay started alive once the gate has
+    exited (one in a session of its own included), and the module's timeout (30 s, not
+    120 s)."""
+    worker, replayed = sandboxed["records"]  # the worker's crash and the replay's
+    assert [r["token"] for r in (worker, replayed)] == [False, False]
+    assert [r["data_limit"] for r in (worker, replayed)] == [3 << 30, 3 << 30]
+    assert len(replayed["children"]) == 2 and all(_gone(p) for p in replayed["children"])
+    assert _gone(worker["children"][0])  # in the worker's group
+    hung = sandboxed["cases"]["hangs_on_replay"]
+    assert hung["outcome"] == "crash" and hung["crash"]["signal"] == "timeout"
+    assert not hung["crash"]["reproduces"]
+    assert sandboxed["took"] < 110  # the replay was stopped at 30 s

@@ -9,6 +9,8 @@ against its baseline.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,7 @@ import numpy as np
 import pytest
 
 from parity_gate.cli import main
-from parity_gate.compare.generation import compare_step, judge, rule_step
+from parity_gate.compare.generation import Setup, compare_step, judge, rule_step
 from parity_gate.model.comparison import Tolerance
 
 pytest.importorskip("transformers")
@@ -45,7 +47,7 @@ def test_a_flip_on_a_tie_parts_the_sequences_legitimately() -> None:
     onnx = np.array([[1.0, up, 3.0, 0.0]], dtype=np.float32)
     step = compare_step(3, 7, eager, onnx, TOL, "float32")
     assert step.passed and not step.tokens_agree and step.tie
-    gen = judge("p", 5, 4, TOL, [[1, 1, 2, 0]], [[1, 1, 1, 3]],
+    gen = judge(Setup("p", 5, 4, TOL), [[1, 1, 2, 0]], [[1, 1, 1, 3]],
                 [compare_step(1, 0, eager[:, [3, 0, 1, 2]], eager[:, [3, 0, 1, 2]], TOL,
                               "float32"),
                  compare_step(2, 5, eager[:, [3, 0, 1, 2]], eager[:, [3, 0, 1, 2]], TOL,
@@ -60,7 +62,7 @@ def test_a_real_flip_fails_at_its_step_even_within_tolerance() -> None:
     wide = Tolerance(atol=5.0, rtol=0.0)  # the logits pass; the greedy token does not
     step = compare_step(2, 6, eager, onnx, wide, "float32")
     assert step.passed and not step.tokens_agree and not step.tie
-    gen = judge("p", 6, 2, wide, [[1, 1]], [[1, 2]],
+    gen = judge(Setup("p", 6, 2, wide), [[1, 1]], [[1, 2]],
                 [compare_step(1, 0, eager, eager, wide, "float32"), step])
     assert not gen.passed and gen.first_failing_step == 2
     assert "step 2 (past length 6: the token at position 6)" in gen.describe()
@@ -181,13 +183,101 @@ def test_reports_show_each_generation_step(planted_out: tuple[int, dict[str, Any
                                            ) -> None:
     _, _, out = planted_out
     summary = (out / "summary.md").read_text()
-    block = summary[summary.index("<b>Generation parity</b>: 1 of 2 cases fail"):]
+    block = summary[summary.index("<b>Generation parity</b>: 1 of 2 cases do not pass"):]
     assert "| 2 | 5 |" in block and "| **no** |" in block  # step 2, past 5, out of tolerance
     assert "```mermaid\nxychart-beta" in block and "by step (float32)" in block
     page = (out / "report.html").read_text()
     assert '<section id="generation">' in page
     # (the page escapes `@` with a word joiner, so no id reads as a GitHub mention)
     assert "per-step error of position_blind/float32/prompt@\u2060generate=4/b1/cpu" in page
+
+
+# ------------------------------------------------------------------ issue 38
+
+
+def test_a_state_cache_is_refused_by_check_located(capsys: pytest.CaptureFixture[str]
+                                                   ) -> None:
+    """mamba keeps conv and recurrent states, no keys and values: `check` builds the model
+    and refuses the declaration, located (it used to accept it, and `run` crashed)."""
+    assert main(["check", str(ZOO / "state-cache.yml")]) == 2
+    err = capsys.readouterr().err
+    assert ("state-cache.yml:33:12: modules[0].cache: MambaForCausalLM keeps a state cache "
+            "(LinearAttentionLayer in every layer)") in err, err
+
+
+@pytest.mark.process
+def test_sliding_windows_and_multi_query_pass(tmp_path: Path) -> None:
+    """gemma2's sliding and global layers keep caches of different lengths, and the
+    generation crosses the window; falcon's multi-query attention keeps one KV head. Both
+    exports are correct: no false alarm (on main: ONNX Runtime errors, eager errors)."""
+    code, data = run(DATA / "windows.yml", tmp_path, "--no-localise", "--jobs", "1")
+    assert code == 0, [(c["id"], c["reason"]) for c in data["cases"] if c["outcome"] != "pass"]
+    past = _case(data, "gemma2/float32/step@past=10/b1/cpu")
+    shapes = {c["name"]: c["shape_ref"] for c in past["comparisons"]}
+    # layer 0 slides (window 8: of its 7 past + 2 new tokens it keeps the last 7), layer 1
+    # keeps all 10 + 2
+    assert shapes["present.0.key"] == "(1, 1, 2, 7, 8)", shapes
+    assert shapes["present.1.key"] == "(1, 1, 2, 12, 8)", shapes
+    falcon = _case(data, "falcon/float32/step@past=10/b1/cpu")
+    assert {c["name"]: c["shape_ref"] for c in falcon["comparisons"]}["present.0.key"] \
+        == "(1, 1, 1, 12, 8)"  # one KV head
+    gen = _case(data, "gemma2/float32/prompt@generate=10/b1/cpu")["generation"]
+    assert len(gen["per_step"]) == 10 and gen["eager_tokens"] == gen["onnx_tokens"]
+
+
+@pytest.fixture(scope="module")
+def defects(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], Path]:
+    out = tmp_path_factory.mktemp("defects")
+    code, data = run(DATA / "defects.yml", out, "--jobs", "1", "--artifacts",
+                     str(out / "artifacts"))
+    return code, data, out
+
+
+@pytest.mark.process
+def test_planted_cache_defects_name_step_tokens_culprit_owner_and_repro(
+        defects: tuple[int, dict[str, Any], Path]) -> None:
+    """Each planted defect fails generation at its step; the case names the two tokens,
+    the culprit line and its owner, and leaves a repro of that step that fails (on main:
+    no localisation for a module with a cache)."""
+    code, data, out = defects
+    assert code == 1
+    assert _case(data, "correct/float32/prompt@generate=6/b1/cpu")["outcome"] == "pass"
+    for name, line in (("baked_prefill", 35), ("export_mask", 38)):
+        case = _case(data, f"{name}/float32/prompt@generate=6/b1/cpu")
+        assert case["outcome"] == "mismatch", case["reason"]
+        assert case["reason"].startswith("generation fails at step 2"), case["reason"]
+        loc = case["localisation"]
+        assert loc["culprit"]["source"] == f"cache_defects.py:{line}", loc["culprit"]
+        assert loc["culprit"]["owner"] == "capture"
+        repro = Path(loc["repro"])
+        assert (repro / "repro.py").is_file()
+        ran = subprocess.run([sys.executable, "repro.py"], cwd=repro, capture_output=True,
+                             text=True, timeout=300)
+        assert ran.returncode != 0, ran.stdout[-2000:]  # the step's repro fails
+    summary = (out / "summary.md").read_text()
+    # (markdown escapes the underscore)
+    assert "| 2 | 0.001145 | cache\\_defects.py:35: aten.add.Tensor |" in summary
+    assert "**culprit: model: aten.add.Tensor(%arange, 3) at cache\\_defects.py:35" in summary
+
+
+@pytest.mark.process
+def test_an_onnx_runtime_error_mid_generation_keeps_the_steps_before(
+        defects: tuple[int, dict[str, Any], Path]) -> None:
+    """The rotary table cut at 8 rows: ONNX Runtime raises at step 5 (position 8); steps
+    1-4 were compared and match, and the summary counts the case (on main: only ORT's
+    message, no step, no record)."""
+    _, data, out = defects
+    case = _case(data, "rotary_cut/float32/prompt@generate=6/b1/cpu")
+    assert case["outcome"] == "runtime_error"
+    gen = case["generation"]
+    assert gen["error_step"] == 5 and gen["error_past_length"] == 8
+    assert len(gen["per_step"]) == 4 and all(s["passed"] for s in gen["per_step"])
+    assert case["reason"].startswith("ONNX Runtime raised at step 5 (past length 8): ")
+    gens = [c for c in data["cases"] if "@generate=" in c["key"]["inputs"]]
+    failing = sum(c["outcome"] != "pass" for c in gens)
+    summary = (out / "summary.md").read_text()
+    assert f"<b>Generation parity</b>: {failing} of {len(gens)} cases do not pass" in summary
+    assert "| 5 (ONNX Runtime error) |" in summary
 
 
 # ------------------------------------------------------------------ the decoder zoo

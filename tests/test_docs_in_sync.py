@@ -1,10 +1,11 @@
-"""Generated artefacts (JSON Schema, README key table) must match the models."""
+"""Generated artefacts (JSON Schemas, the manifest key reference) must match the models."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+import typing
 from pathlib import Path
 
 import jsonschema
@@ -25,7 +26,7 @@ def test_shipped_schema_matches_models() -> None:
 
 def test_schema_accepts_the_example_and_rejects_a_typo() -> None:
     schema = manifest_schema()
-    example = parse_yaml((ROOT / "fixtures" / "parity.yml").read_text())
+    example = parse_yaml((ROOT / "parity_gate" / "example" / "parity.yml").read_text())
     jsonschema.validate(example, schema)
     example["modules"][0]["fixtures"] = "images"  # not a list
     try:
@@ -36,10 +37,32 @@ def test_schema_accepts_the_example_and_rejects_a_typo() -> None:
         raise AssertionError("schema accepted a string where a list is required")
 
 
-def test_readme_key_reference_is_current() -> None:
-    text = (ROOT / "README.md").read_text()
+def test_manifest_key_reference_is_current() -> None:
+    text = (ROOT / "docs" / "reference" / "manifest.md").read_text(encoding="utf-8")
     block = text[text.index(START): text.index(END) + len(END)]
-    assert block == render(), "run: python -m parity_gate.manifest.docs"
+    assert block == render(), "run: python scripts/gen_reference.py"
+
+
+def test_manifest_key_reference_covers_every_model() -> None:
+    """Every model a manifest can hold has its table (a new section is not left out)."""
+    from pydantic import BaseModel, RootModel
+
+    from parity_gate.manifest import models as m
+    from parity_gate.manifest.docs import SECTIONS
+
+    def nested(tp: object) -> list[object]:
+        return [tp, *(t for arg in typing.get_args(tp) for t in nested(arg))]
+
+    found: set[type] = set()
+    todo: list[type] = [m.Manifest]
+    while todo:
+        model = todo.pop()
+        found.add(model)
+        todo += [tp for field in model.model_fields.values() for tp in nested(field.annotation)
+                 if isinstance(tp, type) and issubclass(tp, BaseModel)
+                 and not issubclass(tp, RootModel) and tp not in found]
+    missing = sorted(t.__name__ for t in found - {model for _, model in SECTIONS})
+    assert not missing, f"models without a table in manifest.docs.SECTIONS: {missing}"
 
 
 @pytest.mark.process

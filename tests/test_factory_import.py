@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from parity_gate.engine.module_worker import _import_factory_module
+from parity_gate.engine.factory import import_factory_module as _import_factory_module
 
 
 def test_each_job_imports_its_own_folders_module(tmp_path: Path) -> None:

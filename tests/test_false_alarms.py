@@ -22,7 +22,7 @@ import pytest
 from parity_gate.cli import main
 from parity_gate.compare import Tolerance, compare
 from parity_gate.compare.decide import TIE_ULPS, tie_window
-from parity_gate.compare.reference import judge_against_float64
+from parity_gate.compare.reference import OutputRules, judge_against_float64
 from parity_gate.model.precision import CLEARLY_WORSE, Ruling
 
 MANIFEST = Path(__file__).parent / "data" / "false_alarms" / "parity.yml"
@@ -151,13 +151,14 @@ def test_float64_judges_which_low_precision_side_is_off() -> None:
     noise = np.random.default_rng(2).normal(0, 0.05, truth.shape)
     eager = (truth + noise).astype(np.float16)
     same_size = (truth - noise * 1.5).astype(np.float16)  # as far off, other direction
-    judged = judge_against_float64([eager], [same_size], [truth], ["logits"], tol, [False], [0])
+    rules = OutputRules(["logits"], tol, [False])
+    judged = judge_against_float64([eager], [same_size], [truth], rules, [0])
     assert judged.ruling is Ruling.AS_EAGER and not judged.ruling.defect
     assert judged.onnx_error is not None and judged.eager_error is not None
     assert judged.onnx_error <= CLEARLY_WORSE * judged.eager_error
     exact = truth.astype(np.float16)
-    assert judge_against_float64([eager], [exact], [truth], ["logits"], tol, [False],
+    assert judge_against_float64([eager], [exact], [truth], rules,
                                  [0]).ruling is Ruling.ONNX_EXACT
     worse = (truth + noise * 10).astype(np.float16)
-    bad = judge_against_float64([eager], [worse], [truth], ["logits"], tol, [False], [0])
+    bad = judge_against_float64([eager], [worse], [truth], rules, [0])
     assert bad.ruling is Ruling.ONNX_WORSE and bad.ruling.defect

@@ -8,7 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from parity_gate.engine.fixtures import FixtureError, generate, special_values
+from parity_gate.engine.fixtures import Draw, FixtureError, generate, special_values
 from parity_gate.manifest.models import EdgeFixture, FileFixture, RandomFixture
 from parity_gate.plan.cases import batch_sizes_for
 
@@ -25,8 +25,8 @@ def random_set(**extra: object) -> RandomFixture:
 def gen(fixture: object, batch: int = 4, dtype: str = "float32", sample: int = 0,
         names: tuple[str, ...] = ("x", "ids", "mask"), seed: int = 0,
         base: Path = Path(".")) -> dict[str, np.ndarray]:
-    return generate("set", fixture, names, batch, dtype, sample, seed=seed,  # type: ignore[arg-type]
-                    base_dir=base)
+    return generate("set", fixture, names, Draw(batch, dtype, sample),  # type: ignore[arg-type]
+                    seed=seed, base_dir=base)
 
 
 def test_random_shapes_dtypes_and_ranges() -> None:
@@ -96,7 +96,7 @@ def test_file_rows_wrap_and_cast(tmp_path: Path) -> None:
     np.savez(tmp_path / "d.npz", x=rows, label=np.arange(5))
     fixture = FileFixture.model_validate({"kind": "file", "path": "d.npz",
                                           "keys": {"y": "label"}})
-    out = generate("f", fixture, ["x", "y"], 3, "float16", 1, seed=0, base_dir=tmp_path)
+    out = generate("f", fixture, ["x", "y"], Draw(3, "float16", 1), seed=0, base_dir=tmp_path)
     assert out["x"].dtype == np.float16
     np.testing.assert_array_equal(out["x"][:, 0], [6, 8, 0])  # rows 3, 4, then wrap to 0
     assert out["y"].dtype == rows.dtype.type(0).astype(np.int64).dtype
@@ -107,7 +107,7 @@ def test_file_missing_key_names_what_exists(tmp_path: Path) -> None:
     np.savez(tmp_path / "d.npz", a=np.zeros((2, 2)))
     fixture = FileFixture.model_validate({"kind": "file", "path": "d.npz"})
     with pytest.raises(FixtureError, match=r"no array 'x' .*\(has: a\)"):
-        generate("f", fixture, ["x", "z"], 1, "float32", 0, seed=0, base_dir=tmp_path)
+        generate("f", fixture, ["x", "z"], Draw(1, "float32"), seed=0, base_dir=tmp_path)
 
 
 def test_pt_file_loads_without_pickle(tmp_path: Path) -> None:
@@ -115,7 +115,7 @@ def test_pt_file_loads_without_pickle(tmp_path: Path) -> None:
 
     torch.save({"x": torch.ones(4, 3, dtype=torch.bfloat16)}, tmp_path / "d.pt")
     fixture = FileFixture.model_validate({"kind": "file", "path": "d.pt"})
-    out = generate("f", fixture, ["x"], 2, "bfloat16", 0, seed=0, base_dir=tmp_path)
+    out = generate("f", fixture, ["x"], Draw(2, "bfloat16"), seed=0, base_dir=tmp_path)
     assert out["x"].dtype == ml_dtypes.bfloat16 and out["x"].shape == (2, 3)
 
 

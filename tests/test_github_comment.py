@@ -17,7 +17,7 @@ import pytest
 from github_server import FakeGitHub
 
 from parity_gate.github import comment
-from parity_gate.github.client import GitHubClient, GitHubError, RateLimited
+from parity_gate.github.client import ClientSettings, GitHubClient, GitHubError, RateLimited
 from parity_gate.github.inputs import COMMENT_MODES
 from parity_gate.model.gate import GateDecision
 from parity_gate.model.keys import CaseKey
@@ -38,7 +38,7 @@ def gh() -> Iterator[FakeGitHub]:
 
 def client(gh: FakeGitHub, **kw: object) -> GitHubClient:
     opts = {"backoff_s": 0.01, "write_interval_s": 0.0, "timeout_s": 2.0, **kw}
-    return GitHubClient(gh.url, TOKEN, **opts)  # type: ignore[arg-type]
+    return GitHubClient(gh.url, TOKEN, ClientSettings(**opts))  # type: ignore[arg-type]
 
 
 def make_run(manifest: str = "parity.yml", failing: int = 0, passing: int = 3,

@@ -13,7 +13,7 @@ from github_server import FakeGitHub, Item
 
 from parity_gate.gate.merge import read_results
 from parity_gate.github import upstream, upstream_pass
-from parity_gate.github.client import GitHubClient
+from parity_gate.github.client import ClientSettings, GitHubClient
 from parity_gate.model.findings import Example, OpCase
 from parity_gate.model.gate import GateDecision
 from parity_gate.model.keys import CaseKey
@@ -44,7 +44,7 @@ def gh() -> Iterator[FakeGitHub]:
 def client(gh: FakeGitHub, token: str | None = TOKEN, **kw: object) -> GitHubClient:
     opts = {"backoff_s": 0.01, "write_interval_s": 0.0, "timeout_s": 2.0,
             "search_per_minute": 60000, **kw}
-    return GitHubClient(gh.url, token, **opts)  # type: ignore[arg-type]
+    return GitHubClient(gh.url, token, ClientSettings(**opts))  # type: ignore[arg-type]
 
 
 def op_case(variant: str, aten: str, outcome: Outcome = Outcome.MISMATCH,
@@ -244,6 +244,29 @@ def test_cache_per_run_and_across_runs(gh: FakeGitHub, tmp_path: Path) -> None:
     assert all(TOKEN not in f.read_text() for f in tmp_path.iterdir())
 
 
+def test_a_malformed_answer_cache_is_asked_again_with_one_warning(
+        gh: FakeGitHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A cached answer with the right key but a wrong field (`fetched_at` a string) was
+    `internal error: TypeError` on every run: now it is asked again and rewritten."""
+    gh.items.append(Item(ONNXSCRIPT, 3, "aten::atan2 loses the sign of zero", pr=True))
+    run = make_run(op_case("atan2", "aten.atan2.default"))
+    opts = upstream.UpstreamOptions(mode="search")
+    first, _ = upstream_pass.attach(run, client(gh, cache_dir=tmp_path), opts)
+    files = sorted(tmp_path.glob("*.json"))
+    doc = json.loads(files[0].read_text())
+    files[0].write_text(json.dumps({**doc, "fetched_at": "yesterday"}))
+    capsys.readouterr()
+    warm = client(gh, cache_dir=tmp_path)
+    second, _ = upstream_pass.attach(run, warm, opts)
+    assert second.upstream == first.upstream and warm.stats.sent == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"parity-gate: warning: {files[0]}: malformed GitHub answer cache (fetched_at: Input "
+        "should be a valid number); asking again"]
+    again = client(gh, cache_dir=tmp_path)
+    upstream_pass.attach(run, again, opts)
+    assert again.stats.sent == 0 and capsys.readouterr().err == ""
+
+
 def test_a_search_budget_stops_searching_and_the_cache_goes_on(gh: FakeGitHub,
                                                                 tmp_path: Path) -> None:
     run = mean_run()
@@ -312,3 +335,16 @@ def test_the_cli_honours_the_actions_search_rate(gh: FakeGitHub, tmp_path: Path,
     at = [c.at for c in gh.calls("search")]
     assert len(at) == 3 and all(0.3 <= b - a < 2.0 for a, b in itertools.pairwise(at))
     assert (tmp_path / "upstream-cache").is_dir()  # answers kept beside the results
+
+
+def test_a_malformed_ledger_of_created_issues_is_one_warning(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A value that is no URL string is not coerced into a link (`str({...})`)."""
+    ledger = tmp_path / "created-issues.json"
+    ledger.write_text('{"fp1": "https://github.com/o/r/issues/1", "fp2": {"x": 1}}')
+    assert upstream._read_ledger(ledger) == {}
+    assert capsys.readouterr().err.splitlines() == [
+        f"parity-gate: warning: {ledger}: malformed ledger of created issues (fp2: Input "
+        "should be a valid string); starting a new one"]
+    ledger.write_text('{"fp1": "https://github.com/o/r/issues/1"}')
+    assert upstream._read_ledger(ledger) == {"fp1": "https://github.com/o/r/issues/1"}

@@ -127,9 +127,9 @@ def test_an_entry_of_a_newer_format_is_left_for_the_newer_version(tmp_path: Path
 
 def _repro(folder: Path) -> Path:
     x = np.ones((2, 4), np.float32)
-    return repro.write(folder, case_id="m/float32/vec/b2/cpu", model=b"onnx", inputs={"x": x},
-                       expected={"y": x}, got={"y": x + 1}, atol=1e-5, rtol=1e-3,
-                       providers=["CPUExecutionProvider"], version="test")
+    case = repro.ReproCase("m/float32/vec/b2/cpu", 1e-5, 1e-3, ["CPUExecutionProvider"], "test")
+    return repro.write(folder, case, model=b"onnx", inputs={"x": x}, expected={"y": x},
+                       got={"y": x + 1})
 
 
 def test_a_repro_file_that_is_a_link_is_refused_and_its_target_kept(tmp_path: Path) -> None:

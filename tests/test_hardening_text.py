@@ -24,7 +24,7 @@ from github_server import FakeGitHub
 from parity_gate.gate.merge import read_results
 from parity_gate.github import comment, drafts, post, upstream, upstream_pass
 from parity_gate.github.annotations import annotate
-from parity_gate.github.client import GitHubClient
+from parity_gate.github.client import ClientSettings, GitHubClient
 from parity_gate.github.paths import Paths
 from parity_gate.model.comparison import Comparison, Verdict
 from parity_gate.model.findings import Example, Finding, OpCase
@@ -227,8 +227,8 @@ def gh() -> Iterator[FakeGitHub]:
 
 
 def _client(gh: FakeGitHub) -> GitHubClient:
-    return GitHubClient(gh.url, TOKEN, backoff_s=0.01, write_interval_s=0.0, timeout_s=2.0,
-                        search_per_minute=60000)
+    return GitHubClient(gh.url, TOKEN, ClientSettings(backoff_s=0.01, write_interval_s=0.0,
+                                                      timeout_s=2.0, search_per_minute=60000))
 
 
 def test_pr_comment_of_crafted_results_is_inert(gh: FakeGitHub,
@@ -413,3 +413,57 @@ def _inline_forms(text: str) -> None:
     view = assert_inert(code_block(text))
     assert view.shown.startswith(text.replace("\u202e", "").replace("\u202c", "") + "\n")
     assert inert(inert(text)) == inert(text)
+
+
+# ---------------------------------------------------------------- ops --from on a forged shard
+
+CONTROL_OR_BIDI = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f"
+                             "\u202a-\u202e\u2066-\u2069]")
+
+
+@pytest.mark.process
+def test_ops_from_a_forged_shard_writes_inert_findings(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A real sweep's results.json with op fields, reason, example and versions rewritten to
+    markup, mentions, control bytes and bidi overrides: `ops --from` (a trusted job reading
+    a fork's shard) writes findings.md and the job summary with nothing live, and code spans
+    keep what they quote as typed (`@` included: GitHub acts on nothing in code)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from parity_gate import cli
+
+    root = Path(__file__).resolve().parent.parent
+    first = tmp_path / "sweep"
+    proc = subprocess.run(
+        [sys.executable, "-m", "parity_gate", "ops", "--out", str(first), "--no-baseline",
+         "--jobs", "1", "--quiet", "--select", "op/avg_pool2d.divisor/float32/normal/*"],
+        cwd=root, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONPATH": str(root)})
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    doc = json.loads((first / "results.json").read_text())
+    raw = f"{PAYLOAD} \x00\x1b[31m\x9b\u200f"
+    for case in doc["cases"]:
+        case["reason"] = raw
+        case["op"].update(user_op=f"torch.f` {raw}", op="aten.x@seq=8 ``` #5 \u202e\x00",
+                          family=raw)
+        case["op"]["example"]["eager"] = raw
+    doc["versions"]["torch"] = raw
+    forged = tmp_path / "forged.json"
+    forged.write_text(json.dumps(doc))
+    step = tmp_path / "step-summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
+    out = tmp_path / "from"
+    assert cli.main(["ops", "--from", str(forged), "--out", str(out), "--no-baseline"]) == 1
+    console = capsys.readouterr()
+    for md in ((out / "findings.md").read_text(), step.read_text()):
+        assert not CONTROL_OR_BIDI.search(md), CONTROL_OR_BIDI.findall(md)
+        view = assert_inert(md)
+        assert_shown_literally(view)
+        assert "aten.x@seq=8 ``` #5" in view.shown  # in a code span, as typed
+        assert "aten.x@seq=8" in md and f"@{WORD_JOINER}seq" not in md
+    assert not CONTROL_OR_BIDI.search(console.out + console.err)
+    assert not any(line.startswith("::") for line in (console.out + console.err).splitlines())

@@ -233,7 +233,7 @@ def _example_contexts() -> list[HazardContext]:
     """The bundled manifest's modules, exported as it asks (dynamo; mlp also in float16)."""
     import torch
 
-    sys.path.insert(0, str(ROOT / "fixtures"))
+    sys.path.insert(0, str(ROOT / "parity_gate" / "example"))
     from models import cnn, mlp, transformer
 
     seq = [InputSpec(name="x", dynamic={0: "batch", 1: "seq"}),

@@ -269,7 +269,8 @@ def test_the_workflow_as_pasted_runs_on_a_package_and_on_a_plain_repository(
         assert len(bodies) == 1, "expected one sticky pull-request comment"
         lines = [x for x in bodies[-1].splitlines() if x.strip() and not x.startswith("<!--")]
         assert lines[2] == "### Why it blocks", lines[:4]
-        line = 1 + NETS.splitlines().index("        h = F.avg_pool2d(h, 2, divisor_override=DIVISOR)")
+        line = 1 + NETS.splitlines().index(
+            "        h = F.avg_pool2d(h, 2, divisor_override=DIVISOR)")
         for part in (f"`acme_models/nets.py:{line}`", "`aten.avg_pool2d.default`",
                      "owner: **translation**"):
             assert part in lines[3], lines[3]

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -69,6 +70,29 @@ def refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str, new: s
     code, lines = check(tmp_path, BASE.replace(old, new, 1), capsys)
     assert code == 2
     assert any(line.startswith(expected) for line in lines), "\n".join(lines)
+
+
+def test_a_large_plain_manifest_is_no_alias_bomb(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """8,000 modules written out one by one, no anchor or alias: the alias guard bounds
+    what aliases add, so `check` accepts it (its cost is its size)."""
+    modules = "".join(f"  - {{name: m{i}, factory: models:build, inputs: [{{name: x}}], "
+                      "fixtures: [vec]}\n" for i in range(8000))
+    code, lines = check(tmp_path, BASE.split("modules:")[0] + "modules:\n" + modules, capsys)
+    assert code == 0 and lines == [], lines[:3]
+
+
+def test_a_billion_laughs_is_refused_quickly_where_it_starts(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    laughs = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [{', '.join(['*' + chr(ord(c) - 1)] * 10)}]\n" for c in "bcdefghi")
+    start = time.monotonic()
+    code, lines = check(tmp_path, BASE + laughs, capsys)
+    assert code == 2 and time.monotonic() - start < 10
+    first = BASE.count("\n") + 1  # `a`'s line; `d` adds about 10**4 nodes, `e` 10**5
+    assert lines == [f"{first + 4}:4: aliases add more than 100000 nodes under this node "
+                     "when expanded (an alias bomb?) (expected a parity.yml manifest without "
+                     "alias cycles or bombs)"]
 
 
 def test_input_bytes_follow_shapes_dtypes_samples_and_the_largest_dims() -> None:

@@ -484,3 +484,63 @@ def test_reduce_mean_over_an_empty_set_is_undefined_by_definition(
     assert (found is not None) is undefined, found
     if undefined:
         assert found.startswith("mean: ReduceMean over an empty set")
+
+
+KNOWN_SDPA = Path(__file__).resolve().parent / "data" / "known_sdpa"
+
+
+@pytest.mark.process
+def test_a_culprit_cites_the_known_finding_of_its_own_trigger_and_symptom(
+        tmp_path: Path) -> None:
+    """One op, two known ways to fail: a fully masked attention row gives NaN in ORT with a
+    float mask of -inf, and the mean of V with a bool mask of False. Each real model run
+    cites the finding of its own mask and symptom (the float one cited the bool one)."""
+    out = tmp_path / "out"
+    assert main(["run", str(KNOWN_SDPA / "parity.yml"), "--out", str(out), "--quiet"]) == 1
+    run = read_results(out / "results.json")[1]
+    cited = {}
+    for module in ("float_mask_row", "bool_mask_row"):
+        loc = loc_of(run, module)
+        assert loc.culprit is not None and \
+            loc.culprit.aten == "aten.scaled_dot_product_attention.default"
+        assert loc.known_op is not None, [s.note for s in loc.steps]
+        cited[module] = loc.known_op.finding
+    assert cited == {
+        "float_mask_row": "op/sdpa.float_mask_fully_masked_row/float32/normal/cpu",
+        "bool_mask_row": "op/sdpa.bool_mask_fully_masked_row/float32/normal/cpu"}
+
+
+@pytest.mark.process
+def test_no_known_finding_is_cited_when_trigger_or_symptom_differ() -> None:
+    """The same exported nodes with the other symptom, or attention without a mask: no
+    known finding covers them, so none is cited."""
+    import importlib.util
+
+    import torch
+
+    from parity_gate.localise import known
+
+    spec = importlib.util.spec_from_file_location("known_sdpa_models", KNOWN_SDPA / "models.py")
+    assert spec is not None and spec.loader is not None
+    sdpa_models = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sdpa_models)
+
+    def sdpa_nodes(module: torch.nn.Module) -> list[Any]:
+        program = torch.export.export(module, (torch.randn(2, 16),))
+        return [n for n in program.graph.nodes if "scaled_dot_product" in str(n.target)]
+
+    findings = known.bundled()
+    float_mask = sdpa_nodes(sdpa_models.float_mask_row())
+    bool_mask = sdpa_nodes(sdpa_models.bool_mask_row())
+    assert known.match(float_mask, findings, symptoms={known.NON_FINITE}) is not None
+    assert known.match(float_mask, findings, symptoms={known.VALUES}) is None
+    assert known.match(bool_mask, findings, symptoms={known.VALUES}) is not None
+    assert known.match(bool_mask, findings, symptoms={known.NON_FINITE}) is None
+
+    class Plain(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            q = x.reshape(2, 2, 4, 2)
+            return torch.nn.functional.scaled_dot_product_attention(q, q, q)
+
+    plain = sdpa_nodes(Plain())
+    assert plain and known.match(plain, findings) is None

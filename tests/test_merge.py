@@ -10,7 +10,7 @@ from typing import Any
 import junitparser
 import pytest
 
-from parity_gate import cli
+from parity_gate import __version__, cli
 
 pytestmark = pytest.mark.process  # real worker runs, exports or subprocesses
 
@@ -138,7 +138,8 @@ def test_different_manifest_or_tool_version_is_refused(runs: dict[str, Any], tmp
     assert lines[0].endswith("(expected shards of one run of the same manifest)")
     newer = edited(s2, tmp_path / "newer.json", tool_version="9.9.9")
     assert refused([s1, newer], capsys, tmp_path) == [
-        f"{newer}: parity-gate 9.9.9 differs from {s1}'s 0.1.0 (expected one tool version)"]
+        f"{newer}: parity-gate 9.9.9 differs from {s1}'s {__version__} (expected one tool "
+        "version)"]
 
 
 def test_unreadable_results_are_named(runs: dict[str, Any], tmp_path: Path,
@@ -166,3 +167,45 @@ def test_interrupted_shard_fails_the_merge(runs: dict[str, Any], tmp_path: Path,
                      "--fail-on", "never"]) == 1
     assert "a shard was interrupted" in capsys.readouterr().err
     assert json.loads((out / "results.json").read_text())["interrupted"] is True
+
+
+def test_merge_re_decides_cases_whose_shard_ruled_them_away(
+        runs: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A shard's rulings are claims: with the rulings of its failing cases deleted, or a
+    failing case ruled `known` with no baseline entry, the merge still blocks on it."""
+    s1, s2 = runs["files"]
+    docs = [json.loads(p.read_text()) for p in (s1, s2)]
+    forged = []
+    for k, doc in enumerate(docs):
+        failing = [c["id"] for c in doc["cases"] if c["outcome"] != "pass"]
+        assert failing
+        doc["gate"]["blocking"] = []
+        doc["gate"]["rulings"] = [{**r, "category": "known", "why": "forged"}
+                                  for r in doc["gate"]["rulings"] if k == 0]
+        forged.append(tmp_path / f"forged{k}.json")
+        forged[-1].write_text(json.dumps(doc))
+    out = tmp_path / "merged"
+    code = cli.main(["merge", *map(str, forged), "--out", str(out)])
+    err = capsys.readouterr().err
+    merged = json.loads((out / "results.json").read_text())
+    full = runs["full"][1]
+    assert code == 1 and merged["verdict"]["blocks"] is True, err
+    assert sorted(merged["gate"]["blocking"]) == sorted(full["gate"]["blocking"])
+    assert merged["gate"]["rulings"] == full["gate"]["rulings"]
+    assert "forged" not in json.dumps(merged["gate"])
+    assert err.strip().splitlines()[-1].startswith("parity-gate: FAIL — merged 2 files, 5 cases")
+
+
+def test_merge_without_the_shards_baseline_is_refused(
+        runs: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    s1, s2 = runs["files"]
+    gone = str(tmp_path / "gone.yml")
+    moved = [edited(s, tmp_path / f"m{k}.json", gate__baseline=gone)
+             for k, s in enumerate((s1, s2))]
+    lines = refused(moved, capsys, tmp_path)
+    assert lines == [f"{moved[0]}: gate.baseline: the shards were gated against {gone}, which "
+                     "is not a file here (expected it at that path, as the shards read it, or "
+                     "--baseline PATH; the shards' own rulings are never reused)"]
+    odd = edited(s2, tmp_path / "odd.json", gate__fail_on="never")
+    assert refused([s1, odd], capsys, tmp_path)[0].startswith(
+        f"{odd}: gate.fail_on 'never' differs from {s1}'s 'regressions'")

@@ -197,7 +197,7 @@ def test_every_dtype_eager_accepts_is_planned_and_the_ranged_class_exists(
     # another torch version: the cache lives under the user's cache dir, not the file
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert accepted.cache_path("9.9.9").is_relative_to(tmp_path)
-    assert accepted._read(accepted.BUNDLED, "9.9.9") == {}
+    assert accepted._read(accepted.BUNDLED, "9.9.9") == ({}, False)
 
 
 def test_every_planned_case_has_buildable_inputs() -> None:

@@ -381,3 +381,104 @@ def test_lambdas_are_spelled_as_attributes_or_with_swapped_arguments_and_complex
     mt, _ = render(("mT", ATTRIBUTE), SimpleNamespace(input=weight, args=(), kwargs={}))
     assert mt == "t0.mT"
     assert real_view("torch.fft.rfft(t0)") == "torch.view_as_real(torch.fft.rfft(t0))"
+
+
+# --------------------------------------------------------------------------
+# caches the sweep reads: validated as a whole, a malformed one rebuilt with one warning
+
+# `ops --source opinfo --list`, the OpInfo source standing in for by the test subset (the
+# whole database takes minutes to build); everything else is the real command.
+_SUBSET_CLI = """
+import sys
+from parity_gate.ops import jobs
+jobs.SOURCES["opinfo"] = "ops_opinfo_subset:VARIANTS"
+jobs.MEASURED_SOURCES = frozenset({jobs.SOURCES["opinfo"]})
+from parity_gate import cli
+sys.exit(cli.main(["ops", "--source", "opinfo", "--list"]))
+"""
+
+
+def _warnings(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if "warning" in line or "error" in line]
+
+
+@pytest.mark.process
+def test_a_malformed_opinfo_cache_is_rebuilt_with_one_warning(opinfo_cache: Path) -> None:
+    """Right torch and format, wrong contents (a variant without `args`): rebuilt, not
+    `internal error: KeyError: 'args'` on every run."""
+    pytest.importorskip("expecttest")
+    import gzip
+    import json
+
+    from ops_opinfo_subset import SUBSET
+
+    from parity_gate.ops.opinfo import FORMAT, cache_path, read, torch_version, variants
+
+    good = variants(SUBSET)
+    path = cache_path(torch_version(), tuple(sorted(SUBSET)))
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    assert doc["format"] == FORMAT
+    del doc["variants"][0]["args"]
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)])}
+    runs = [subprocess.run([sys.executable, "-c", _SUBSET_CLI], capture_output=True,
+                           text=True, cwd=ROOT, env=env, timeout=600) for _ in range(2)]
+    assert runs[0].returncode == 0, runs[0].stderr[-2000:]
+    assert _warnings(runs[0].stderr) == [
+        f"parity-gate ops: warning: {path}: malformed OpInfo variant cache (variants.0.args: "
+        "Field required; expected the file `python -m parity_gate.ops.opinfo` writes); "
+        "rebuilding it"]
+    assert runs[1].returncode == 0 and _warnings(runs[1].stderr) == []  # rebuilt once
+    assert runs[0].stdout == runs[1].stdout and "oi.atan2.0" in runs[0].stdout
+    rebuilt, why = read(path, torch_version())
+    assert rebuilt is not None and why == ""
+    assert [v.id for v in variants(SUBSET)] == [v.id for v in good]
+    # a sample whose bytes do not fill its shape is as malformed as a missing key
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    doc["variants"][0]["args"][0]["shape"] = [7, 7]
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    assert "variants.0.args.0: Value error, sample:" in read(path, torch_version())[1]
+
+
+@pytest.mark.process
+def test_a_malformed_accepted_dtypes_cache_is_rebuilt_with_one_warning(tmp_path: Path
+                                                                       ) -> None:
+    """An entry whose signature matches but whose dtypes are not a list was
+    `internal error: TypeError` on every `ops` run."""
+    import json
+
+    from parity_gate.ops.accepted import signature, torch_version
+    from parity_gate.ops.jobs import DEFAULT_SOURCES
+    from parity_gate.ops.registry import load_variants
+
+    sin = load_variants(DEFAULT_SOURCES)["sin"]
+    path = tmp_path / "parity-gate" / f"accepted-dtypes-torch-{torch_version()}.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"torch": torch_version(),
+                                "variants": {"sin": {"signature": signature(sin),
+                                                     "dtypes": 5}}}))
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path)}
+    runs = [subprocess.run([sys.executable, "-m", "parity_gate", "ops", "--list", "--select",
+                            "sin"], capture_output=True, text=True, cwd=ROOT, env=env,
+                           timeout=300) for _ in range(2)]
+    assert runs[0].returncode == 0, runs[0].stderr[-2000:]
+    assert _warnings(runs[0].stderr) == [
+        f"parity-gate ops: warning: {path}: malformed accepted-dtypes cache "
+        "(variants.sin.dtypes: Input should be a valid list); rebuilding it"]
+    assert runs[1].returncode == 0 and _warnings(runs[1].stderr) == []
+    assert runs[0].stdout == runs[1].stdout and "sin" in runs[0].stdout
+    assert json.loads(path.read_text())["variants"]["sin"]["dtypes"][0] == "float32"
+
+
+def test_a_malformed_repro_check_cache_is_dropped_with_one_warning(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from parity_gate.ops.upstream_check import check_all
+
+    cache = tmp_path / "checks.json"
+    cache.write_text('{"abc": {"stage": "ok", "error": "", "output": "", "nodes": 3}}')
+    done = check_all([], [], cache)
+    assert done.answers == {} and done.ran == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"parity-gate: warning: {cache}: malformed repro-check cache (abc.nodes: Input "
+        "should be a valid list); checking every repro again"]
+    assert cache.read_text() == "{}"

@@ -208,3 +208,38 @@ def test_a_clipped_cell_never_cuts_a_word(words: list[str], limit: int) -> None:
     # in the last third of the room: then a word longer than that is cut.
     at_break = text[len(prefix)] in " ,;:—-"
     assert at_break or " " not in text[2 * limit // 3:limit - 1], (text, cut)
+
+
+@pytest.mark.process
+def test_every_id_shown_pastes_into_select(planted: tuple[Path, RunResult, str]) -> None:
+    """Each case id the summary and the comment show in code, copied from what GitHub
+    renders, selects exactly that case (no invisible character rides along)."""
+    import html as html_lib
+
+    from parity_gate.manifest.load import load_manifest
+    from parity_gate.plan.cases import plan
+
+    ws, run, summary = planted
+    body = comment.body(run, "parity.yml", comment.PullRequest("acme/models", 7, "a" * 40), ENV)
+    ids = {c.id for c in run.cases}
+    modules = {c.key.module for c in run.cases}
+    shown: set[str] = set()
+    for text in (summary, body):
+        rendered = cmarkgfm.github_flavored_markdown_to_html(text)
+        for code in re.findall(r"<code>(.*?)</code>", rendered, re.DOTALL):
+            copied = html_lib.unescape(re.sub(r"<[^>]+>", "", code))
+            if copied.count("/") == 4 and copied.split("/")[0] in modules:
+                shown.add(copied)  # a case id of this run (not a known finding's `op/...`)
+    assert shown and shown <= ids, shown - ids  # every id shown is a real id, as typed
+    manifest = load_manifest(ws / "parity.yml")
+    for case_id in shown:
+        got = plan(manifest, ws / "parity.yml", ["CPUExecutionProvider"], select=[case_id])
+        assert [k.id for j in got.jobs for k in j.cases] == [case_id]
+
+
+def test_an_id_with_a_mention_sign_stays_pasteable_in_code() -> None:
+    from parity_gate.model.text import WORD_JOINER, md_code
+
+    case_id = "textcls/float32/text@seq=8/b1/cpu"
+    rendered = cmarkgfm.github_flavored_markdown_to_html(f"| a |\n|---|\n| {md_code(case_id)} |")
+    assert f"<code>{case_id}</code>" in rendered and WORD_JOINER not in rendered

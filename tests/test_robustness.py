@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from parity_gate.cli import main
-from parity_gate.engine.pool import descendants
+from parity_gate.engine.sandbox import descendants
 
 pytestmark = pytest.mark.process
 

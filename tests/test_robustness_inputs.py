@@ -319,7 +319,7 @@ YAML_BAD: dict[str, tuple[Any, str]] = {
     "recursive-alias": (lambda t: t + b"x: &loop [1, *loop]\n",
                         r":\d+:4: recursive alias \(an anchored node contains an alias of"),
     "exponential-alias": (lambda t: t + LAUGHS,
-                          r":\d+:4: aliases expand this node to more than 100000 nodes"),
+                          r":\d+:4: aliases add more than 100000 nodes under this node"),
     "binary": (lambda t: b"\x89PNG\r\n\x1a\n\x00\x00\x00", r":3:1: binary content \(a NUL byte;"),
     "deep-nesting": (lambda t: b"[" * 100_000, r":1:\d+: invalid YAML: exceeded maximum nesting"),
     "wrong-type": (None, r": (defaults\.timeout_s: got list \(expected a number\)|"

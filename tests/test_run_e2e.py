@@ -22,7 +22,7 @@ from parity_gate.model.results import RunResult
 pytestmark = pytest.mark.process  # real worker runs, exports or subprocesses
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = ROOT / "fixtures" / "parity.yml"
+EXAMPLE = ROOT / "parity_gate" / "example" / "parity.yml"
 FAULTY = ROOT / "tests" / "data" / "faulty" / "parity.yml"
 
 
@@ -73,6 +73,13 @@ def test_example_passes_with_every_planned_case(example_run: tuple[int, Path, Pa
     assert cnn["samples"] == 2 and cnn["provenance"]["reference_device"] == "cpu"
     assert cnn["provenance"]["exporter"] == "dynamo" and cnn["provenance"]["seed"] is not None
     assert {"torch", "onnx", "onnxscript", "onnxruntime"} <= set(doc["versions"])
+    # The first run of the example leaves a newcomer nothing to investigate: no finding,
+    # and every case compares finite numbers (none passes on the NaN pattern alone).
+    assert doc["findings"] == [], doc["findings"]
+    for case in cpu:
+        for cmp in case["comparisons"]:
+            assert cmp["total"] == 0 or (cmp["max_abs"] is not None
+                                         and not cmp["nonfinite"]), case["id"]
 
 
 def test_example_unavailable_provider_is_skipped_with_reason(

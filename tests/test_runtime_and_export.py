@@ -20,7 +20,7 @@ from parity_gate.model.results import CaseKey
 from parity_gate.plan.cases import missing_required_providers, plan
 from parity_gate.plan.providers import availability, provider_chain
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "fixtures" / "parity.yml"
+EXAMPLE = Path(__file__).resolve().parent.parent / "parity_gate" / "example" / "parity.yml"
 CPU_ONLY = ["CPUExecutionProvider"]
 GPU_BOX = ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"]
 

@@ -27,7 +27,7 @@ from parity_gate.plan.sharding import (
     units,
 )
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "fixtures" / "parity.yml"
+EXAMPLE = Path(__file__).resolve().parent.parent / "parity_gate" / "example" / "parity.yml"
 
 
 @pytest.fixture(scope="module")

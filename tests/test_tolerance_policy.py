@@ -18,11 +18,12 @@ import pytest
 
 from parity_gate.cli import main
 from parity_gate.compare import Tolerance
-from parity_gate.compare.reference import judge_against_float64
+from parity_gate.compare.reference import OutputRules, judge_against_float64
 from parity_gate.model.precision import Ruling
 
 MANIFEST = Path(__file__).parent / "data" / "tolerance_policy" / "parity.yml"
 F32 = [Tolerance(1e-5, 1e-3)]
+Y32 = OutputRules(["y"], F32, [False])
 
 
 def _truth() -> np.ndarray:
@@ -37,7 +38,7 @@ def test_onnx_within_float32_rounding_is_no_defect_even_when_eager_is_exact() ->
     eager = truth.astype(np.float32)
     onnx = eager.copy()
     onnx[3, 5] += np.float32(1.6e-5)  # ~ 4e-6 relative to the mean |value|: ~60 ulp
-    judged = judge_against_float64([eager], [onnx], [truth], ["y"], F32, [False], [0])
+    judged = judge_against_float64([eager], [onnx], [truth], Y32, [0])
     assert judged.eager_error == 0.0 and (judged.onnx_error or 0) > F32[0].atol
     assert judged.ruling is Ruling.ONNX_ROUNDING and not judged.ruling.defect
     assert "within float32 rounding of float64" in judged.describe()
@@ -48,7 +49,7 @@ def test_a_region_defect_in_float32_stays_a_defect() -> None:
     eager = truth.astype(np.float32)
     onnx = eager.copy()
     onnx[:, :8] += np.float32(0.01)
-    judged = judge_against_float64([eager], [onnx], [truth], ["y"], F32, [False], [0])
+    judged = judge_against_float64([eager], [onnx], [truth], Y32, [0])
     assert judged.ruling is Ruling.ONNX_WORSE and judged.ruling.defect
 
 
@@ -59,7 +60,7 @@ def test_infinite_distances_never_excuse_a_mismatch() -> None:
     onnx = eager.copy()
     eager[0, 0] = np.nan  # eager wrong in one place ...
     onnx[1, 1] = np.inf  # ... ONNX wrong in another
-    judged = judge_against_float64([eager], [onnx], [truth], ["y"], F32, [False], [0])
+    judged = judge_against_float64([eager], [onnx], [truth], Y32, [0])
     assert judged.ruling is Ruling.ONNX_WORSE and judged.ruling.defect
 
 

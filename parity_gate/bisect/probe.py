@@ -14,7 +14,6 @@ Nothing is installed into the environment bisect runs in.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+import filelock
 from packaging.utils import canonicalize_name
 
 import parity_gate
@@ -99,8 +99,8 @@ class OverlayInstaller:
         todo = {p: v for p, v in sorted(pins.items()) if base.get(p) != v}
         env = self.root / "envs" / self._key(todo)
         env.parent.mkdir(parents=True, exist_ok=True)
-        with (env.parent / f"{env.name}.lock").open("w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # two bisects sharing the cache build it once
+        # two bisects sharing the cache build it once (filelock: portable, unlike fcntl)
+        with filelock.FileLock(env.parent / f"{env.name}.lock", timeout=self.timeout):
             return self._prepare(env, todo)
 
     def _prepare(self, env: Path, todo: Mapping[str, str]) -> tuple[Path | None, str]:

@@ -48,19 +48,83 @@ import numpy as np
 
 from parity_gate.compare.decide import (
     ROUNDOFF,
+    Evidence,
     Top1,
     decide_verdict,
     pattern_of,
     shape_reason,
     top1_agreement,
 )
-from parity_gate.compare.scan import Ctx, Plan, release_scratch, scale_of, scan_tensor
+from parity_gate.compare.scan import Ctx, Plan, Scan, release_scratch, scale_of, scan_tensor
 from parity_gate.compare.stats import HIST_LABELS, decade_hist, find_region, quantiles, unravel
 from parity_gate.compare.tolerance import needed_tolerance
 from parity_gate.compare.ulp import bits_hex, dtype_name, kind_of, ulp_distance
 from parity_gate.model.comparison import Comparison, Tolerance, Verdict
 
 __all__ = ["Comparison", "Tolerance", "Verdict", "compare", "release_scratch", "ulp_distance"]
+
+
+def _head(ref: np.ndarray, got: np.ndarray, tolerance: Tolerance, name: str,
+          task: str | None, min_top1_agreement: float) -> dict[str, Any]:
+    """The fields every Comparison carries, whatever its verdict; rejects a bad
+    task or a negative (or NaN) tolerance before anything is computed."""
+    if task not in (None, "classification"):
+        raise ValueError(f"unknown task {task!r}; expected None or 'classification'")
+    atol, rtol = float(tolerance.atol), float(tolerance.rtol)
+    if not (atol >= 0 and rtol >= 0):  # also rejects NaN
+        raise ValueError(f"tolerance must be non-negative, got atol={atol}, rtol={rtol}")
+    return dict(
+        name=name,
+        shape_ref=str(tuple(ref.shape)),
+        shape_got=str(tuple(got.shape)),
+        dtype_ref=dtype_name(ref.dtype),
+        dtype_got=dtype_name(got.dtype),
+        atol=atol,
+        rtol=rtol,
+        task=task,
+        min_top1_agreement=min_top1_agreement if task else None,
+    )
+
+
+def _structural(ref: np.ndarray, got: np.ndarray, head: dict[str, Any]) -> Comparison | None:
+    """Rule 1 and the empty pair: the outcomes decided before any number is read."""
+    if ref.shape != got.shape:
+        return Comparison(passed=False, verdict=Verdict.SHAPE,
+                          reason=shape_reason(ref.shape, got.shape), **head)
+    if ref.dtype != got.dtype:
+        reason = f"dtype: reference {head['dtype_ref']} vs got {head['dtype_got']}"
+        return Comparison(passed=False, verdict=Verdict.DTYPE, reason=reason, **head)
+    if ref.size == 0:
+        return Comparison(passed=True, verdict=Verdict.PASS, reason="pass: empty tensors",
+                          total=0, histogram=dict.fromkeys(HIST_LABELS, 0),
+                          needed_atol=0.0, needed_rtol=0.0, **head)
+    return None
+
+
+def _worst(ctx: Ctx, sc: Scan, shape: tuple[int, ...]) -> dict[str, Any]:
+    """The one element a reviewer is shown: the first non-finite one, else (exact
+    dtypes) the first mismatch, else the one that sets needed_atol, else the
+    largest error; with its values, bit patterns and ULP distance for floats."""
+    if sc.nf_count:
+        worst = min(idx[1][0] for idx in sc.nf.values())
+    elif ctx.kind != "float":
+        worst = sc.first_bad
+    elif sc.max_excess > 0:  # the element that sets needed_atol
+        worst = sc.excess_at
+    else:  # everything passes at atol=0: show the largest error
+        worst = sc.max_abs_at
+    if worst is None:
+        return dict(worst_index=None, ref_value=None, got_value=None, ref_bits=None,
+                    got_bits=None, ulp=None)
+    rv, gv = ctx.ref[worst: worst + 1], ctx.got[worst: worst + 1]
+    is_float = ctx.kind == "float"
+    return dict(
+        worst_index=unravel(worst, shape),
+        ref_value=float(rv[0]), got_value=float(gv[0]),
+        ref_bits=bits_hex(rv) if is_float else None,
+        got_bits=bits_hex(gv) if is_float else None,
+        ulp=ulp_distance(rv[0], gv[0], ctx.ref.dtype) if is_float else None,
+    )
 
 
 @np.errstate(all="ignore")  # NaN/Inf are data here, not warnings
@@ -82,108 +146,67 @@ def compare(
     ``strict_signed_zeros`` fails a pair whose only difference is +0 vs -0.
     Non-contiguous inputs are copied once; contiguous ones never are.
     """
-    if task not in (None, "classification"):
-        raise ValueError(f"unknown task {task!r}; expected None or 'classification'")
     ref = np.asarray(reference)
     got = np.asarray(actual)
-    atol, rtol = float(tolerance.atol), float(tolerance.rtol)
-    if not (atol >= 0 and rtol >= 0):  # also rejects NaN
-        raise ValueError(f"tolerance must be non-negative, got atol={atol}, rtol={rtol}")
-    head: dict[str, Any] = dict(
-        name=name,
-        shape_ref=str(tuple(ref.shape)),
-        shape_got=str(tuple(got.shape)),
-        dtype_ref=dtype_name(ref.dtype),
-        dtype_got=dtype_name(got.dtype),
-        atol=atol,
-        rtol=rtol,
-        task=task,
-        min_top1_agreement=min_top1_agreement if task else None,
-    )
-    if ref.shape != got.shape:
-        return Comparison(passed=False, verdict=Verdict.SHAPE,
-                          reason=shape_reason(ref.shape, got.shape), **head)
-    if ref.dtype != got.dtype:
-        reason = f"dtype: reference {head['dtype_ref']} vs got {head['dtype_got']}"
-        return Comparison(passed=False, verdict=Verdict.DTYPE, reason=reason, **head)
+    head = _head(ref, got, tolerance, name, task, min_top1_agreement)
+    early = _structural(ref, got, head)
+    if early is not None:
+        return early
     kind = kind_of(ref.dtype)
-    total = int(ref.size)
-    if total == 0:
-        return Comparison(passed=True, verdict=Verdict.PASS, reason="pass: empty tensors",
-                          total=0, histogram=dict.fromkeys(HIST_LABELS, 0),
-                          needed_atol=0.0, needed_rtol=0.0, **head)
     dname = head["dtype_ref"]
-    roundoff = ROUNDOFF.get(dname, 0.0)
     ref_flat = np.ascontiguousarray(ref).reshape(-1)
     got_flat = np.ascontiguousarray(got).reshape(-1)
-    ctx = Ctx(ref=ref_flat, got=got_flat, kind=kind, atol=atol, rtol=rtol,
-              scale=scale_of(ref_flat), roundoff=roundoff, plan=Plan(ref.shape),
+    ctx = Ctx(ref=ref_flat, got=got_flat, kind=kind, atol=head["atol"], rtol=head["rtol"],
+              scale=scale_of(ref_flat), roundoff=ROUNDOFF.get(dname, 0.0), plan=Plan(ref.shape),
               strict_zeros=strict_signed_zeros and kind == "float")
     sc = scan_tensor(ctx)
-    need_a, need_r = needed_tolerance(ctx, sc)
-    hist = decade_hist(sc)
-    med, p99 = quantiles(sc, (0.5, 0.99))
-
-    # worst element
-    if sc.nf_count:
-        worst = min(idx[1][0] for idx in sc.nf.values())
-    elif kind != "float":
-        worst = sc.first_bad
-    elif sc.max_excess > 0:  # the element that sets needed_atol
-        worst = sc.excess_at
-    else:  # everything passes at atol=0: show the largest error
-        worst = sc.max_abs_at
     shape = tuple(ref.shape)
-    w: dict[str, Any] = dict(worst_index=None, ref_value=None, got_value=None, ref_bits=None,
-             got_bits=None, ulp=None)
-    if worst is not None:
-        rv, gv = ref_flat[worst: worst + 1], got_flat[worst: worst + 1]
-        w = dict(
-            worst_index=unravel(worst, shape),
-            ref_value=float(rv[0]), got_value=float(gv[0]),
-            ref_bits=bits_hex(rv) if kind == "float" else None,
-            got_bits=bits_hex(gv) if kind == "float" else None,
-            ulp=ulp_distance(rv[0], gv[0], ref.dtype) if kind == "float" else None,
-        )
-
-    nfail = sc.nbad
-    region = find_region(shape, sc, nfail) if nfail else None
-    top1 = Top1(None, [], 0, [], 0)
-    if task == "classification":
-        top1 = top1_agreement(ref, got, dname)
-    nonfinite = {cat: {"count": c, "first": [list(unravel(i, shape)) for i in idx]}
-                 for cat, (c, idx) in sc.nf.items()}
-
-    verdict, reason = decide_verdict(
-        ctx=ctx, sc=sc, dname=dname, region=region, top1=top1.agreement, nflip=top1.flips,
-        flipped=top1.flipped, min_top1=min_top1_agreement, shape=shape, w=w,
-        need=(need_a, need_r), tied=top1.tied, ties=top1.ties,
+    ev = Evidence(
+        dname=dname, shape=shape,
+        region=find_region(shape, sc, sc.nbad) if sc.nbad else None,
+        top1=top1_agreement(ref, got, dname) if task == "classification"
+        else Top1(None, [], 0, [], 0),
+        min_top1=min_top1_agreement, worst=_worst(ctx, sc, shape),
+        need=needed_tolerance(ctx, sc),
     )
+    verdict, reason = decide_verdict(ctx, sc, ev)
+    return _record(ctx, sc, ev, verdict, reason, head)
+
+
+def _record(ctx: Ctx, sc: Scan, ev: Evidence, verdict: Verdict, reason: str,
+            head: dict[str, Any]) -> Comparison:
+    """Assemble the Comparison from the scan summary and the evidence the verdict read;
+    the statistics only a report shows (histogram, quantiles) are computed here."""
+    shape = ev.shape
+    region = ev.region
     if region is not None:
         region = {**region, "pattern": pattern_of(sc, tensor_wide=False)}
+    med, p99 = quantiles(sc, (0.5, 0.99))
+    need_a, need_r = ev.need
     return Comparison(
         passed=verdict == Verdict.PASS,
         verdict=verdict,
         reason=reason,
         max_abs=sc.max_abs,
         max_rel=sc.max_rel,
-        mismatch_count=nfail,
-        total=total,
-        mismatch_fraction=nfail / total,
+        mismatch_count=sc.nbad,
+        total=sc.total,
+        mismatch_fraction=sc.nbad / sc.total,
         first_index=unravel(sc.first_bad, shape),
         needed_atol=need_a,
         needed_rtol=need_r,
-        histogram=hist,
+        histogram=decade_hist(sc),
         median_abs=med,
         p99_abs=p99,
-        nonfinite=nonfinite,
+        nonfinite={cat: {"count": c, "first": [list(unravel(i, shape)) for i in idx]}
+                   for cat, (c, idx) in sc.nf.items()},
         signed_zeros=sc.sz_count if ctx.strict_zeros else None,
         region=region,
-        top1_agreement=top1.agreement,
-        flipped=top1.flipped,
-        flipped_count=top1.flips,
-        tied=top1.tied,
-        tie_count=top1.ties,
-        **w,
+        top1_agreement=ev.top1.agreement,
+        flipped=ev.top1.flipped,
+        flipped_count=ev.top1.flips,
+        tied=ev.top1.tied,
+        tie_count=ev.top1.ties,
+        **ev.worst,
         **head,
     )

@@ -47,6 +47,7 @@ differs only in the sign of zeros fails as ``signed_zero``.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -56,8 +57,8 @@ from parity_gate.compare.stats import unravel
 from parity_gate.model.comparison import Verdict, fmt_number, value_format
 from parity_gate.model.precision import ROUNDING_DEPTH, ROUNDOFF, rounding_level
 
-__all__ = ["ROUNDOFF", "TIE_ULPS", "Top1", "decide_verdict", "pattern_of", "rounding_level",
-           "shape_reason", "tie_window", "top1_agreement", "whole_unit_step"]
+__all__ = ["ROUNDOFF", "TIE_ULPS", "Evidence", "Top1", "decide_verdict", "pattern_of",
+           "rounding_level", "shape_reason", "tie_window", "top1_agreement", "whole_unit_step"]
 
 _MIN_PATTERN = 3  # failing elements needed before calling sign/offset
 _SIGN_RATIO = 0.01  # sum (got+ref)^2 <= 1% of sum ref^2
@@ -202,58 +203,89 @@ def whole_unit_step(ctx: Ctx, bound: float) -> int | None:
     return None
 
 
-def decide_verdict(*, ctx: Ctx, sc: Scan, dname: str, region: dict[str, Any] | None,
-                   top1: float | None, nflip: int, flipped: list[int], min_top1: float,
-                   shape: tuple[int, ...], w: dict[str, Any],
-                   need: tuple[float | None, float | None],
-                   tied: list[int] | None = None, ties: int = 0) -> tuple[Verdict, str]:
+@dataclass(frozen=True)
+class Evidence:
+    """What the rules read besides the scan: the statistics :func:`compare` derives
+    from it (region, top-1, worst element, needed tolerance) and the pair's dtype and
+    shape, so a rule's reason can name them."""
+
+    dname: str
+    shape: tuple[int, ...]
+    region: dict[str, Any] | None
+    top1: Top1
+    min_top1: float
+    worst: dict[str, Any]
+    need: tuple[float | None, float | None]
+
+
+def _need_clause(ev: Evidence) -> str:
+    """The needed tolerance as a reason clause; empty when no tolerance can pass."""
+    need_a, need_r = ev.need
+    if need_a is None:
+        return ""
+    return f"needs atol>={fmt_number(need_a)} or rtol>={fmt_number(need_r)}"
+
+
+def _top1_clause(ev: Evidence) -> str:
+    """Rule 3's evidence as a clause (agreement, flips, ties); empty without a task."""
+    top1 = ev.top1
+    if top1.agreement is None:
+        return ""
+    clause = (f"top-1 agreement {top1.agreement:.4f} (min {ev.min_top1:g}; {top1.flips} "
+              "sample(s) flipped"
+              + (f", first {top1.flipped[:5]}" if top1.flipped else "") + ")")
+    if top1.ties:
+        clause += (f"; {top1.ties} near-tie(s) ignored (labels within {TIE_ULPS:g} ulp of "
+                   f"{ev.dname}, first {(top1.tied or [])[:5]})")
+    return clause
+
+
+def decide_verdict(ctx: Ctx, sc: Scan, ev: Evidence) -> tuple[Verdict, str]:
     """First matching rule wins; see the module docstring for why this order."""
     pct = 100.0 * sc.nbad / sc.total
     where = f"{sc.nbad}/{sc.total} elements ({pct:.3g}%) out of tolerance"
-    need_a, need_r = need
-    need_s = (f"needs atol>={fmt_number(need_a)} or rtol>={fmt_number(need_r)}"
-              if need_a is not None else "")
-    label_bad = top1 is not None and top1 < min_top1
-    flip_s = ""
-    if top1 is not None:
-        flip_s = (f"top-1 agreement {top1:.4f} (min {min_top1:g}; {nflip} sample(s) flipped"
-                  + (f", first {flipped[:5]}" if flipped else "") + ")")
-        if ties:
-            flip_s += (f"; {ties} near-tie(s) ignored (labels within {TIE_ULPS:g} ulp of "
-                       f"{dname}, first {(tied or [])[:5]})")
-
+    flip_s = _top1_clause(ev)
     if sc.nf_count:
         parts = []
         for cat, (cnt, idx) in sc.nf.items():
-            parts.append(f"{cnt} {cat.replace('_', ' ')} (first at {unravel(idx[0], shape)})")
-        extra = f"; {region_s}" if (region_s := _region_where(region)) else ""
+            parts.append(f"{cnt} {cat.replace('_', ' ')} (first at {unravel(idx[0], ev.shape)})")
+        extra = f"; {region_s}" if (region_s := _region_where(ev.region)) else ""
         return Verdict.NON_FINITE, f"non_finite: {', '.join(parts)}{extra}; {where}"
-    if label_bad:
+    if ev.top1.agreement is not None and ev.top1.agreement < ev.min_top1:
         tail = f"; {where}" if sc.nbad else "; numbers within tolerance"
         return Verdict.LABEL_FLIP, f"label_flip: {flip_s}{tail}"
     if sc.nbad == 0:
         if ctx.strict_zeros and sc.sz_count:
             return (Verdict.SIGNED_ZERO,
                     f"signed_zero: {sc.sz_count} element(s) differ only in the sign of zero "
-                    f"(first at {unravel(sc.sz_first, shape)})")
+                    f"(first at {unravel(sc.sz_first, ev.shape)})")
         msg = (f"pass: max abs {sc.max_abs:.3g}, max rel {sc.max_rel:.3g} within "
                f"atol={ctx.atol:g}, rtol={ctx.rtol:g}")
         return Verdict.PASS, msg + (f"; {flip_s}" if flip_s else "")
     if ctx.kind != "float":
-        first = unravel(sc.first_bad, shape)
-        rs = _region_where(region)
-        return (Verdict.REGION if region else Verdict.MISMATCH,
-                f"{'region' if region else 'mismatch'}: {where} (exact {dname} comparison), "
-                f"first at {first}" + (f"; {rs}" if rs else ""))
+        first = unravel(sc.first_bad, ev.shape)
+        rs = _region_where(ev.region)
+        return (Verdict.REGION if ev.region else Verdict.MISMATCH,
+                f"{'region' if ev.region else 'mismatch'}: {where} (exact {ev.dname} "
+                f"comparison), first at {first}" + (f"; {rs}" if rs else ""))
+    return _float_failure(ctx, sc, ev, where)
+
+
+def _float_failure(ctx: Ctx, sc: Scan, ev: Evidence, where: str) -> tuple[Verdict, str]:
+    """Rules 4-7 for a failing float pair, the ones that tell *how* the numbers
+    differ (rounding, a region, a sign or an offset, or scattered)."""
+    pct = 100.0 * sc.nbad / sc.total
+    need_s = _need_clause(ev)
+    dname = ev.dname
     bound = ROUNDING_DEPTH.get(dname, 0.0)
     if sc.f_n and sc.f_norm <= bound and whole_unit_step(ctx, bound) is None:
         return (Verdict.ROUNDING,
                 f"rounding: {where}, largest error {sc.f_norm:.3g} unit roundoffs of "
                 f"max(|ref|, mean |ref|) (rounding bound {bound:g} for {dname}); {need_s}")
-    if region is not None:
+    if ev.region is not None:
         pat = pattern_of(sc, tensor_wide=False)
         return (Verdict.REGION,
-                f"region: {_describe_region(region)} wrong, rest matches"
+                f"region: {_describe_region(ev.region)} wrong, rest matches"
                 + (f"; values {pat}" if pat else "") + f"; {need_s}")
     pat = pattern_of(sc, tensor_wide=True)
     if pat == "negated":
@@ -264,8 +296,8 @@ def decide_verdict(*, ctx: Ctx, sc: Scan, dname: str, region: dict[str, Any] | N
         return (Verdict.OFFSET,
                 f"offset: {sc.f_n} failing elements {pat} (constant, "
                 f"{pct:.3g}% of the tensor); {need_s}")
-    wi = w["worst_index"]
+    w = ev.worst
     fmt = value_format(dname)
     return (Verdict.MISMATCH,
-            f"mismatch: {where}, scattered; worst at {wi}: ref {fmt_number(w['ref_value'], fmt)} "
-            f"got {fmt_number(w['got_value'], fmt)}; {need_s}")
+            f"mismatch: {where}, scattered; worst at {w['worst_index']}: ref "
+            f"{fmt_number(w['ref_value'], fmt)} got {fmt_number(w['got_value'], fmt)}; {need_s}")

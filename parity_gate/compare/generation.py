@@ -11,12 +11,12 @@ case is: it stands only when ONNX Runtime is clearly further from float64 than e
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from parity_gate.compare.decide import top1_agreement
-from parity_gate.compare.reference import judge_against_float64
+from parity_gate.compare.reference import OutputRules, judge_against_float64
 from parity_gate.model.comparison import Tolerance
 from parity_gate.model.generation import Generation, GenerationStep
 
@@ -45,10 +45,21 @@ def compare_step(step: int, past_length: int, eager: np.ndarray, onnx: np.ndarra
         worst_row=int(row), worst_token=int(token))
 
 
-def judge(prompt: str, prompt_length: int, steps: int, tol: Tolerance,
-          eager_tokens: list[list[int]], onnx_tokens: list[list[int]],
-          per_step: list[GenerationStep], encoder_decoder: bool = False,
-          float64_error: str = "") -> Generation:
+@dataclass(frozen=True)
+class Setup:
+    """What one generation case ran, the same for both sides: the prompt's fixture set
+    and length, the steps asked for, the logits' tolerance, and whether an encoder ran
+    first (its decoder then starts from one token)."""
+
+    prompt: str
+    prompt_length: int
+    steps: int
+    tol: Tolerance
+    encoder_decoder: bool = False
+
+
+def judge(setup: Setup, eager_tokens: list[list[int]], onnx_tokens: list[list[int]],
+          per_step: list[GenerationStep], float64_error: str = "") -> Generation:
     """The generation's verdict from its compared steps (those run on the same tokens)."""
     first_fail = next((s.step for s in per_step if s.failed), None)
     diverged = next((s for s in per_step if not s.tokens_agree), None)
@@ -58,19 +69,20 @@ def judge(prompt: str, prompt_length: int, steps: int, tol: Tolerance,
         row = next((r for r, (a, b) in enumerate(zip(eager_tokens, onnx_tokens, strict=True))
                     if i < len(a) and i < len(b) and a[i] != b[i]), None)
     return Generation(
-        prompt=prompt, prompt_length=prompt_length, batch_size=len(eager_tokens),
-        steps=steps, atol=tol.atol, rtol=tol.rtol, eager_tokens=eager_tokens,
+        prompt=setup.prompt, prompt_length=setup.prompt_length, batch_size=len(eager_tokens),
+        steps=setup.steps, atol=setup.tol.atol, rtol=setup.tol.rtol, eager_tokens=eager_tokens,
         onnx_tokens=onnx_tokens, per_step=per_step,
         first_divergent_step=diverged.step if diverged is not None else None,
         divergent_row=row, first_failing_step=first_fail,
         parted_after_tie=first_fail is None and diverged is not None,
-        encoder_decoder=encoder_decoder, float64_error=float64_error)
+        encoder_decoder=setup.encoder_decoder, float64_error=float64_error)
 
 
 def rule_step(step: GenerationStep, eager: np.ndarray, onnx: np.ndarray, truth: np.ndarray,
               tol: Tolerance) -> GenerationStep:
     """A failing step judged as a failing case is (`compare.reference`): against float64
     logits of the same tokens, the step stands only when ONNX is clearly further off."""
-    ref = judge_against_float64([eager], [onnx], [truth], ["logits"], [tol], [True], [0])
+    ref = judge_against_float64([eager], [onnx], [truth], OutputRules(["logits"], [tol], [True]),
+                                [0])
     return replace(step, ruling=ref.ruling.value, eager_error=ref.eager_error,
                    onnx_error=ref.onnx_error)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,7 +27,7 @@ from parity_gate.compare.ulp import dtype_name, kind_of
 from parity_gate.model.comparison import Comparison, Tolerance, Verdict
 from parity_gate.model.precision import CLEARLY_WORSE, Reference, Ruling
 
-__all__ = ["judge_against_float64", "labels_wrong"]
+__all__ = ["OutputRules", "judge_against_float64", "labels_wrong"]
 
 _ORDER = {Ruling.ONNX_EXACT: 0, Ruling.ONNX_ROUNDING: 1, Ruling.AS_EAGER: 2, Ruling.ONNX_WORSE: 3}
 
@@ -56,51 +57,86 @@ def labels_wrong(side: np.ndarray, truth: np.ndarray, dname: str) -> int:
     return int(np.count_nonzero(best - chosen > tie_window(scale, dname)))
 
 
+@dataclass(frozen=True)
+class OutputRules:
+    """How each output of a case is judged, index for index: its name (for the
+    reason), its tolerance, whether it is a classification's logits (wrong labels
+    are counted), and whether it is discrete (rounded, compared, an index: never
+    excused by distance to float64); `discrete` may be shorter than the outputs."""
+
+    names: Sequence[str]
+    tolerances: Sequence[Tolerance]
+    classify: Sequence[bool]
+    discrete: Sequence[bool] = ()
+
+
 def judge_against_float64(
     eager: Sequence[np.ndarray], onnx: Sequence[np.ndarray], truth: Sequence[np.ndarray],
-    names: Sequence[str], tolerances: Sequence[Tolerance], classify: Sequence[bool],
-    outputs: Sequence[int],
+    rules: OutputRules, outputs: Sequence[int],
 ) -> Reference:
-    """The ruling over the failing `outputs` (indices): the worst output decides."""
-    from parity_gate.compare import compare
-
+    """The ruling over the failing `outputs` (indices): the worst output decides. A
+    failing discrete output (integer, bool, or marked in `rules.discrete`: rounded,
+    compared, an index) is never excused by distance to float64: the ruling is then
+    DISCRETE, unless another output is already a defect."""
+    names = rules.names
     if len(truth) != len(eager):
         return Reference(Ruling.UNVERIFIED, error=f"float64 run returns {len(truth)} "
                          f"output(s), the case {len(eager)}")
     best: Reference | None = None
+    steps: list[int] = []
     for m in outputs:
         e, o, t = np.asarray(eager[m]), np.asarray(onnx[m]), np.asarray(truth[m])
-        if kind_of(e.dtype) != "float":
-            continue  # integer outputs compare exactly; float64 says nothing new
+        if kind_of(e.dtype) != "float" or (m < len(rules.discrete) and rules.discrete[m]):
+            steps.append(m)  # a whole unit apart is another branch taken, not rounding
+            continue
         if not (t.shape == e.shape == o.shape):
             return Reference(Ruling.UNVERIFIED, output=names[m],
                              error=f"{names[m]}: float64 shape {t.shape} vs {e.shape}")
-        dname = dtype_name(e.dtype)
-        with np.errstate(all="ignore"):
-            rounded = t.astype(e.dtype).astype(np.float64)
-        ce = compare(rounded, e.astype(np.float64), tolerances[m], name=names[m])
-        co = compare(rounded, o.astype(np.float64), tolerances[m], name=names[m])
-        e_err, o_err = _needed(ce), _needed(co)
-        if co.passed:
-            ruling = Ruling.ONNX_EXACT
-        elif dname in ROUNDING_IS_CORRECT and _within_rounding(t, o, tolerances[m]):
-            ruling = Ruling.ONNX_ROUNDING
-        elif math.isfinite(o_err) and o_err <= CLEARLY_WORSE * e_err:
-            ruling = Ruling.AS_EAGER  # never on an infinite distance: inf <= 4 * inf says nothing
-        else:
-            ruling = Ruling.ONNX_WORSE
-        wrong: tuple[int, int] | None = None
-        if classify[m]:
-            wrong = labels_wrong(e, t, dname), labels_wrong(o, t, dname)
-            if wrong[1] > max(CLEARLY_WORSE * wrong[0], wrong[0] + 1):
-                ruling = Ruling.ONNX_WORSE
-        here = Reference(ruling, output=names[m], eager_error=e_err, onnx_error=o_err,
-                         case_dtype=dname,
-                         labels_eager_wrong=wrong[0] if wrong else None,
-                         labels_onnx_wrong=wrong[1] if wrong else None)
-        if best is None or (_ORDER[ruling], _ratio(here)) > (_ORDER[best.ruling], _ratio(best)):
+        here = _judge_output(e, o, t, rules, m)
+        if best is None or (_ORDER[here.ruling], _ratio(here)) > (_ORDER[best.ruling],
+                                                                  _ratio(best)):
             best = here
+    if steps and (best is None or not best.ruling.defect):
+        name = names[steps[0]]
+        return Reference(Ruling.DISCRETE, output=name,
+                         case_dtype=dtype_name(np.asarray(eager[steps[0]]).dtype),
+                         error=f"{name} is discrete (an integer, a rounding, a comparison or "
+                         "an index): its values differ by whole steps, which no distance to "
+                         "float64 excuses")
     return best or Reference(Ruling.UNVERIFIED, error="no floating output failed")
+
+
+def _judge_output(e: np.ndarray, o: np.ndarray, t: np.ndarray, rules: OutputRules,
+                  m: int) -> Reference:
+    """One floating output's ruling: each side's distance to float64 (rounded to the
+    case's dtype) with the output's own tolerance, then, for a classification, the
+    labels each side gets wrong against float64's."""
+    from parity_gate.compare import compare
+
+    name, tol = rules.names[m], rules.tolerances[m]
+    dname = dtype_name(e.dtype)
+    with np.errstate(all="ignore"):
+        rounded = t.astype(e.dtype).astype(np.float64)
+    ce = compare(rounded, e.astype(np.float64), tol, name=name)
+    co = compare(rounded, o.astype(np.float64), tol, name=name)
+    e_err, o_err = _needed(ce), _needed(co)
+    if co.passed:
+        ruling = Ruling.ONNX_EXACT
+    elif dname in ROUNDING_IS_CORRECT and _within_rounding(t, o, tol):
+        ruling = Ruling.ONNX_ROUNDING
+    elif math.isfinite(o_err) and o_err <= CLEARLY_WORSE * e_err:
+        ruling = Ruling.AS_EAGER  # never on an infinite distance: inf <= 4 * inf says nothing
+    else:
+        ruling = Ruling.ONNX_WORSE
+    wrong: tuple[int, int] | None = None
+    if rules.classify[m]:
+        wrong = labels_wrong(e, t, dname), labels_wrong(o, t, dname)
+        if wrong[1] > max(CLEARLY_WORSE * wrong[0], wrong[0] + 1):
+            ruling = Ruling.ONNX_WORSE
+    return Reference(ruling, output=name, eager_error=e_err, onnx_error=o_err,
+                     case_dtype=dname,
+                     labels_eager_wrong=wrong[0] if wrong else None,
+                     labels_onnx_wrong=wrong[1] if wrong else None)
 
 
 def _within_rounding(truth: np.ndarray, side: np.ndarray, tol: Tolerance) -> bool:

@@ -191,7 +191,32 @@ def _scan_chunk_body(ctx: Ctx, s: int, e: int) -> _Part:
     n = e - s
     p = _Part(start=s, n=n)
     rc, gc = ctx.ref[s:e], ctx.got[s:e]
-    ar, d, ad, t, w, ok, m = _scratch(n)
+    bufs = _scratch(n)
+    ar, d, ad, t, w, ok, m = bufs
+    _upcast_diff(ctx, rc, gc, bufs)
+    peek, nf_bad = _largest_error(ctx, rc, gc, bufs, p)
+    p.max_ar = float(ar.max())
+    _tolerance_test(ctx, rc, gc, bufs, nf_bad)
+    p.nbad = n - int(np.count_nonzero(ok))
+    _needed_figures(ctx, bufs, peek, p)
+    _histogram(ad, t, m, p)
+    if ctx.strict_zeros:
+        _signed_zeros(rc, gc, ar, ad, s, p)
+    if p.nbad:
+        p.sum_d = float(d.sum())  # only failing chunks: is a shift tensor-wide?
+        bad = np.logical_not(ok, out=m)
+        p.first_bad = s + int(np.argmax(bad))
+        p.presence = _presence(ctx.plan, bad, s)
+        if nf_bad is not None:
+            bad[nf_bad] = False
+        _failing_stats(ctx, rc, gc, (ar, d, ad, t, w, ok, bad), p, clean=nf_bad is None)
+    return p
+
+
+def _upcast_diff(ctx: Ctx, rc: np.ndarray, gc: np.ndarray, bufs: tuple[np.ndarray, ...]) -> None:
+    """Fill ``ar = |ref|``, ``d = got - ref`` and ``ad = |d|`` in float64, so the
+    difference is exact for every narrower input; each input is read once."""
+    ar, d, ad, t, w, _ok, _m = bufs
     if rc.dtype == np.float32 or rc.dtype == np.float64:
         np.abs(rc, out=ar, dtype=np.float64)
         np.subtract(gc, rc, out=d, dtype=np.float64)  # exact for narrower inputs
@@ -206,20 +231,37 @@ def _scan_chunk_body(ctx: Ctx, s: int, e: int) -> _Part:
         np.subtract(d, ar, out=d)
         np.abs(ar, out=ar)
     np.abs(d, out=ad)
+
+
+def _largest_error(ctx: Ctx, rc: np.ndarray, gc: np.ndarray, bufs: tuple[np.ndarray, ...],
+                   p: _Part) -> tuple[float, np.ndarray | None]:
+    """Record the largest finite ``|d|`` and where; returns it and the one-sided
+    non-finite positions (None when the chunk is all finite, the common case).
+
+    The argmax finds a NaN first, so one reduction both answers the common case
+    and detects the rare one; only then are NaN/Inf pairs classified and zeroed,
+    so the statistics that follow describe the finite pairs only."""
+    ar, d, ad = bufs[0], bufs[1], bufs[2]
     i = int(ad.argmax())  # a NaN, if any, is found first
     peek = float(ad[i])
     nf_bad = None
     if ctx.kind == "float" and not math.isfinite(peek):
-        # rare path: record one-sided NaN/Inf, then zero every non-finite
-        # pair so the statistics below describe the finite ones only
-        nf_bad, nonfin = _nonfinite(rc, gc, ad, s, p)
+        nf_bad, nonfin = _nonfinite(rc, gc, ad, p.start, p)
         for buf in (ad, d, ar):
             buf[nonfin] = 0.0
         i = int(ad.argmax())
         peek = float(ad[i])
-    p.max_abs, p.max_abs_at = peek, s + i
-    p.max_ar = float(ar.max())
-    # tolerance test exactly as torch.isclose: atol + rtol*|ref| >= |diff|
+    p.max_abs, p.max_abs_at = peek, p.start + i
+    return peek, nf_bad
+
+
+def _tolerance_test(ctx: Ctx, rc: np.ndarray, gc: np.ndarray, bufs: tuple[np.ndarray, ...],
+                    nf_bad: np.ndarray | None) -> None:
+    """Fill ``ok`` with the pass test exactly as torch.isclose (``atol + rtol*|ref| >=
+    |diff|``; exact equality for integers and booleans); leaves ``t = rtol*|ref|``
+    for the needed-atol figure. A one-sided NaN/Inf, or a float64 overflow of
+    ``got - ref``, is never close."""
+    ar, _d, ad, t, w, ok, _m = bufs
     np.multiply(ar, ctx.rtol, out=t)
     np.add(t, ctx.atol, out=w)
     if ctx.kind == "float":
@@ -229,14 +271,19 @@ def _scan_chunk_body(ctx: Ctx, s: int, e: int) -> _Part:
             ok &= np.isfinite(ad)  # float64 overflow of g - r: never close
     else:
         np.equal(rc, gc, out=ok)
-    p.nbad = n - int(np.count_nonzero(ok))
-    # needed atol: max of |d| - rtol|r|; its argmax is the "worst" element
+
+
+def _needed_figures(ctx: Ctx, bufs: tuple[np.ndarray, ...], peek: float, p: _Part) -> None:
+    """The chunk's inputs to the needed tolerance and the max relative error:
+    max ``|d| - rtol|r|`` (its argmax is the "worst" element) and max
+    ``(|d| - atol)/|r|`` over the elements beyond atol (gathered when they are few)."""
+    ar, _d, ad, t, w, _ok, m = bufs
+    s, n = p.start, p.n
     np.subtract(ad, t, out=w)
     i = int(w.argmax())
     p.max_excess, p.excess_at = float(w[i]), s + i
     np.divide(ad, ar, out=w)
     p.max_rel = float(np.fmax.reduce(w))  # 0/0 (both zero) is NaN: ignored
-    # needed rtol: max (|d| - atol)/|r| over the elements beyond atol
     nover = 0
     if peek > ctx.atol:
         np.greater(ad, ctx.atol, out=m)
@@ -248,18 +295,6 @@ def _scan_chunk_body(ctx: Ctx, s: int, e: int) -> _Part:
         np.subtract(ad, ctx.atol, out=w)
         np.divide(w, ar, out=w)
         p.max_q = float(np.fmax.reduce(w))
-    _histogram(ad, t, m, p)
-    if ctx.strict_zeros:
-        _signed_zeros(rc, gc, ar, ad, s, p)
-    if p.nbad:
-        p.sum_d = float(d.sum())  # only failing chunks: is a shift tensor-wide?
-        bad = np.logical_not(ok, out=m)
-        p.first_bad = s + int(np.argmax(bad))
-        p.presence = _presence(ctx.plan, bad, s)
-        if nf_bad is not None:
-            bad[nf_bad] = False
-        _failing_stats(ctx, rc, gc, (ar, d, ad, t, w, ok, bad), p, clean=nf_bad is None)
-    return p
 
 
 def _nonfinite(rc: np.ndarray, gc: np.ndarray, ad: np.ndarray, s: int,

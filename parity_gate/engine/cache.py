@@ -24,11 +24,13 @@ whose files hold a secret value is not stored at all.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import inspect
 import json
 import os
+import re
 import stat
 import tempfile
 import time
@@ -41,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from parity_gate.errors import UserError
-from parity_gate.model.files import copy_file, link_problem, remove
+from parity_gate.model.files import NO_LINKS, copy_file, link_problem, remove
 from parity_gate.model.secrets import Masker
 
 DEFAULT_DIR = ".parity-cache"
@@ -87,10 +89,45 @@ def module_fingerprint(module: Any, extra: Any = None,
                if cls.__module__.split(".")[0] not in ("torch", "builtins")}
     for cls in sorted(classes, key=lambda c: (c.__module__, c.__qualname__)):
         h.update(f"{cls.__module__}.{cls.__qualname__}|{_code_of(cls)}|".encode())
-    for path in user_files(user_roots):
-        h.update(f"{path}|{_sha256(path)}|".encode())
+    roots = [Path(r).resolve() for r in user_roots]
+    for path in user_files(roots):
+        # Relative to the root it lies under: the same checkout in another folder (another
+        # runner, another clone) is the same source and reuses its exports.
+        h.update(f"{_relative(path, roots)}|{_sha256(path)}|".encode())
     h.update(json.dumps(extra, sort_keys=True, default=repr).encode())
     return h.hexdigest()
+
+
+def _relative(path: Path, roots: list[Path]) -> str:
+    root = next((r for r in roots if path.is_relative_to(r)), None)
+    return path.relative_to(root).as_posix() if root is not None else path.as_posix()
+
+
+@functools.lru_cache(maxsize=1)
+def package_dirs() -> tuple[Path, ...]:
+    """Where this interpreter installs packages: its site-packages (purelib, platlib), the
+    user's, and any folder on sys.path that is a site-packages or dist-packages folder (a
+    `.pth` may add another environment's). What lies below is an installed distribution,
+    keyed by its version; anything else is the project's own source, keyed by content."""
+    import site
+    import sys
+    import sysconfig
+
+    dirs = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
+    with contextlib.suppress(AttributeError):
+        dirs.update(site.getsitepackages())
+    with contextlib.suppress(AttributeError):
+        dirs.add(site.getusersitepackages())
+    dirs.update(p for p in sys.path if Path(p).name in ("site-packages", "dist-packages"))
+    return tuple(sorted({Path(d).resolve() for d in dirs if d and Path(d).is_dir()}))
+
+
+def installed(file: str | Path) -> bool:
+    """Whether `file` belongs to an installed distribution: it lies in one of the
+    interpreter's package folders (never a substring of its path: a checkout at
+    `…/ml-packages/…` is the project's source)."""
+    path = Path(file).resolve()
+    return any(path.is_relative_to(d) for d in package_dirs())
 
 
 def user_files(roots: Iterable[Path]) -> list[Path]:
@@ -102,7 +139,7 @@ def user_files(roots: Iterable[Path]) -> list[Path]:
     found = set()
     for mod in list(sys.modules.values()):
         file = getattr(mod, "__file__", None)
-        if not file or "-packages" in file:
+        if not file or installed(file):
             continue
         path = Path(file).resolve()
         if any(path.is_relative_to(r) for r in resolved) and path.is_file():
@@ -163,7 +200,7 @@ def _code_of(obj: Any) -> str:
     module = inspect.getmodule(obj)
     path = getattr(module, "__file__", None)
     top = (getattr(module, "__name__", "") or "").split(".")[0]
-    if path and "-packages" in path:
+    if path and installed(path):
         return f"{top}=={_version(top)}"
     if path and Path(path).is_file():
         return _sha256(Path(path))
@@ -359,14 +396,14 @@ class ExportCache:
         """Every whole entry (staging folders aside): its entry.json and its bytes."""
         return [(folder / "entry.json",
                  sum(os.lstat(f).st_size for f in folder.iterdir() if _regular(f)))
-                for folder in self._walk() if _regular(folder / "entry.json")]
+                for folder in self._walk() if _ours(folder)]
 
     def _walk(self, links: list[Path] | None = None, tidy: bool = False) -> Iterator[Path]:
         """The entry folders (`kind/xx/key`), in order, never through a link: links found
         where the layout has folders are collected in `links`; `tmp` and removal leftovers
         (`.name.gone`, removed when `tidy`) are not entries."""
-        for kind in _subfolders(self.root, links, tidy, skip=("tmp",)):
-            for prefix in _subfolders(kind, links, tidy):
+        for kind in _subfolders(self.root, links, False, skip=("tmp",)):
+            for prefix in _subfolders(kind, links, False):
                 yield from _subfolders(prefix, links, tidy)
 
     def usage(self) -> dict[str, tuple[int, int]]:
@@ -383,7 +420,12 @@ class ExportCache:
         """Remove entries unused for `older_than_s`, then the least recently used until the
         cache is under `max_bytes`; returns (entries removed, bytes freed). Staging folders
         older than an hour and removals a kill left halfway go too; a link in the cache's
-        layout is removed itself (listed in `unlinked`), never followed."""
+        layout is removed itself (listed in `unlinked`), never followed. Only what the
+        cache can prove its own is removed (`_ours`, `_STAGING`, `_GONE`): a folder it did
+        not write stays, whatever its age."""
+        if os.path.islink(self.root):
+            raise UserError(f"{self.root} is a symbolic link (expected the export cache's "
+                            f"folder; {NO_LINKS})")
         now = time.time() if now is None else now
         entries = sorted((os.lstat(meta).st_mtime, size, meta.parent)
                          for meta, size in self._entries())
@@ -402,7 +444,8 @@ class ExportCache:
             links.append(tmp)
         elif tmp.is_dir():
             for child in tmp.iterdir():
-                if now - os.lstat(child).st_mtime > 3600:
+                if (_STAGING.fullmatch(child.name) and _real_folder(child)
+                        and now - os.lstat(child).st_mtime > 3600):
                     remove(child)
         for _ in self._walk(links, tidy=True):
             pass
@@ -495,6 +538,37 @@ def _own(name: Any) -> bool:
             and "/" not in name and "\\" not in name and "\0" not in name)
 
 
+# What prune may prove its own: an entry (`kind/xx/KEY` holding an entry.json that names
+# its key and kind), a staging folder (`tmp/`, made by tempfile.mkdtemp with the key's first
+# 12 digits as prefix) and an entry moved aside for removal (`_remove`).
+_KEY = re.compile(r"[0-9a-f]{16,128}")
+_STAGING = re.compile(r"[0-9a-f]{12}-[a-z0-9_]{8}")
+_GONE = re.compile(r"\.[0-9a-f]{16,128}\.[0-9a-f]{32}\.gone")
+
+
+def _ours(folder: Path) -> bool:
+    """An entry this cache wrote: a key-shaped name in its key's prefix folder, and the
+    entry.json the gate writes, naming that key and kind (a folder that merely holds an
+    entry.json is not one)."""
+    name = folder.name
+    if not (_KEY.fullmatch(name) and folder.parent.name == name[:2]
+            and _regular(folder / "entry.json")):
+        return False
+    try:
+        meta = json.loads(_read(folder / "entry.json").decode("utf-8"))
+    except (OSError, ValueError):
+        return False
+    return (isinstance(meta, dict) and meta.get("key") == name
+            and meta.get("kind") == folder.parent.parent.name)
+
+
+def _real_folder(path: Path) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def _subfolders(folder: Path, links: list[Path] | None, tidy: bool,
                 skip: tuple[str, ...] = ()) -> list[Path]:
     """The real folders in `folder`, sorted; links among them are noted in `links`;
@@ -511,7 +585,7 @@ def _subfolders(folder: Path, links: list[Path] | None, tidy: bool,
             if links is not None:
                 links.append(Path(entry.path))
         elif entry.name.startswith(".") and entry.name.endswith(".gone"):
-            if tidy:
+            if tidy and _GONE.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False):
                 remove(Path(entry.path))
         elif entry.is_dir(follow_symlinks=False):
             out.append(Path(entry.path))

@@ -37,6 +37,7 @@ from parity_gate.model.outcomes import Outcome
 from parity_gate.model.precision import ExportCause
 from parity_gate.model.secrets import Masker
 from parity_gate.plan.cases import ModuleJob
+from parity_gate.plan.probes import Assumption, Range
 
 EXPORT, REFERENCE = "export", "reference"
 
@@ -97,7 +98,11 @@ class WorkerCache:
             return ExportedModel(path.read_bytes(), list(info["warnings"]),
                                  [tuple(b) for b in info["baked_dims"]],
                                  info["opset"], info["ir_version"],
-                                 path=str(path) if external else None), hazards
+                                 path=str(path) if external else None,
+                                 assumptions=[Assumption.from_dict(a)
+                                              for a in info.get("assumptions", [])],
+                                 ranges={k: Range(lo, hi) for k, (lo, hi)
+                                         in info.get("ranges", {}).items()}), hazards
         except (KeyError, TypeError, ValueError, OSError):
             return None  # an entry of a shape this version does not read: a miss
 
@@ -111,7 +116,9 @@ class WorkerCache:
                                "cause": result.cause.to_dict() if result.cause else None}
         else:
             info.update(warnings=result.warnings, baked_dims=result.baked_dims,
-                        opset=result.opset, ir_version=result.ir_version)
+                        opset=result.opset, ir_version=result.ir_version,
+                        assumptions=[a.to_dict() for a in result.assumptions],
+                        ranges={k: [r.low, r.high] for k, r in result.ranges.items()})
             files["model.onnx"] = result.model
             if result.path is not None:
                 files["model.onnx.data"] = Path(f"{result.path}.data")

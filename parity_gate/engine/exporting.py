@@ -46,6 +46,10 @@ class ExportedModel:
     program: Any = None
     path: str | None = None
     graph: Any = None  # the parsed model without its weights' data, for the hazard rules
+    # what torch.export assumed about the dynamic dims (plan.probes.Assumption, Range), read
+    # from the live program once and cached with the export: `shapes: auto` probes them
+    assumptions: list[Any] = field(default_factory=list)
+    ranges: dict[str, Any] = field(default_factory=dict)
 
     @property
     def source(self) -> bytes | str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import zipfile
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,20 +67,30 @@ def sample_count(fixture: Any) -> int:
     return fixture.samples
 
 
+@dataclass(frozen=True)
+class Draw:
+    """Which tensors of a fixture set a case reads: its batch size, the module dtype its
+    floating inputs are cast to, and the sample's index. Batch size and sample are part
+    of every input's seed (a file set's rows start at ``sample * batch_size``)."""
+
+    batch_size: int
+    dtype: str
+    sample: int = 0
+
+
 def generate(
     name: str,
     fixture: RandomFixture | EdgeFixture | FileFixture,
     input_names: Sequence[str],
-    batch_size: int,
-    dtype: str,
-    sample: int,
+    draw: Draw,
     *,
     seed: int,
     base_dir: Path,
 ) -> dict[str, np.ndarray]:
-    """Tensors for every input, with floating inputs cast to the module dtype `dtype`."""
+    """Tensors for every input, with floating inputs cast to the module dtype `draw.dtype`."""
     if isinstance(fixture, FileFixture):
-        return _from_file(fixture, input_names, batch_size, dtype, sample, base_dir)
+        return _from_file(fixture, input_names, draw, base_dir)
+    batch_size, dtype, sample = draw.batch_size, draw.dtype, draw.sample
     set_seed = fixture.seed if fixture.seed is not None else seed
     out: dict[str, np.ndarray] = {}
     for input_name in input_names:
@@ -268,8 +279,9 @@ def _array_key(fixture: FileFixture, names: Collection[str], input_name: str,
     return key
 
 
-def _from_file(fixture: FileFixture, input_names: Sequence[str], batch_size: int, dtype: str,
-               sample: int, base_dir: Path) -> dict[str, np.ndarray]:
+def _from_file(fixture: FileFixture, input_names: Sequence[str], draw: Draw,
+               base_dir: Path) -> dict[str, np.ndarray]:
+    batch_size, dtype, sample = draw.batch_size, draw.dtype, draw.sample
     arrays = load_arrays(base_dir / fixture.path)
     out: dict[str, np.ndarray] = {}
     for input_name in input_names:

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from parity_gate.compare.generation import compare_step, judge
+from parity_gate.compare.generation import Setup, compare_step, judge
 from parity_gate.engine import stages
-from parity_gate.engine.fixtures import generate
+from parity_gate.engine.fixtures import Draw, generate
 from parity_gate.engine.kvcache import Layout, build_cache, returned_cache
 from parity_gate.engine.tensors import to_numpy, to_torch
 from parity_gate.model.comparison import Tolerance
@@ -39,7 +39,7 @@ def prompt_inputs(job: Any, fixture_id: str, batch: int, dtype: str) -> Prompt:
     names = list(getattr(fixture, "inputs", None) or getattr(fixture, "keys", None)
                  or ["input_ids"])
     return Prompt(fixture_id.split("@", 1)[0],
-                  generate(fixture_id, fixture, names, batch, dtype, 0, seed=job.seed,
+                  generate(fixture_id, fixture, names, Draw(batch, dtype), seed=job.seed,
                            base_dir=job.base_dir))
 
 
@@ -49,6 +49,7 @@ class Run:
 
     tokens: list[list[int]]
     logits: list[np.ndarray]
+    failure: Any = None  # a StageFailure that ended the run early: at step len(logits) + 1
 
 
 def eager_greedy(model: Any, lay: Layout, prompt: Prompt, steps: int, device: str,
@@ -73,18 +74,13 @@ def eager_greedy(model: Any, lay: Layout, prompt: Prompt, steps: int, device: st
         else:
             ids = inputs["input_ids"]
             batch = ids.shape[0]
-        cache = build_cache(model, lay, [torch.zeros(batch, lay.kv_heads, 0, lay.head_dim,
+            enc, extra = None, {}
+        cache = build_cache(model, lay, [torch.zeros(lay.past_shape(n, batch, 0),
                                                      dtype=model.dtype, device=device)
-                                         for _ in lay.past_names])
+                                         for n in lay.past_names])
         seen = ids.shape[1]
         for step in range(steps):
-            if lay.kind == "encoder_decoder":
-                out = model(encoder_outputs=(enc,), decoder_input_ids=ids, use_cache=True,
-                            **extra, **{lay.arg: cache})
-            else:
-                mask = {lay.mask: torch.ones(batch, seen, dtype=torch.int64, device=device)} \
-                    if lay.mask else {}
-                out = model(input_ids=ids, use_cache=True, **mask, **{lay.arg: cache})
+            out = _decode(model, lay, ids, cache, seen, (enc, extra), device)
             cache = returned_cache(out)
             last = out.logits[:, -1]
             logits.append(to_numpy(last))
@@ -93,6 +89,65 @@ def eager_greedy(model: Any, lay: Layout, prompt: Prompt, steps: int, device: st
             tokens.append([int(t) for t in ids[:, 0]])
             seen += 1
     return Run([list(row) for row in zip(*tokens, strict=True)], logits)
+
+
+def _decode(model: Any, lay: Layout, ids: Any, cache: Any, seen: int,
+            encoder: tuple[Any, dict[str, Any]], device: str) -> Any:
+    """One forward of the model on `ids` with its cache: an encoder-decoder's decoder on the
+    encoder's states (`encoder`: the states and the mask), a decoder with its mask over the
+    `seen` positions."""
+    import torch
+
+    enc, extra = encoder
+    if lay.kind == "encoder_decoder":
+        return model(encoder_outputs=(enc,), decoder_input_ids=ids, use_cache=True,
+                     **extra, **{lay.arg: cache})
+    mask = {lay.mask: torch.ones(ids.shape[0], seen, dtype=torch.int64, device=device)} \
+        if lay.mask else {}
+    return model(input_ids=ids, use_cache=True, **mask, **{lay.arg: cache})
+
+
+def step_inputs(model: Any, lay: Layout, prompt: Prompt, tokens: list[list[int]], step: int,
+                device: str, dtype: Any) -> dict[str, np.ndarray]:
+    """The cached step module's inputs at generation step `step` (1: the prefill) as eager
+    reaches it on `tokens` ([row][step], the tokens both sides chose): that step's new
+    tokens, the mask over past and new, and eager's own cache after the steps before, so
+    the step that first diverged can be rerun, localised and reproduced alone."""
+    import torch
+
+    inputs = {k: to_torch(v, device) for k, v in prompt.inputs.items()}
+    feeds: dict[str, Any] = {}
+    with torch.inference_mode():
+        if lay.kind == "encoder_decoder":
+            enc = model.get_encoder()(**inputs).last_hidden_state
+            batch = enc.shape[0]
+            ids = torch.full((batch, 1), lay.start_token, dtype=torch.int64, device=device)
+            feeds["encoder_hidden_states"] = enc
+            extra = {"attention_mask": inputs["attention_mask"]} \
+                if "attention_mask" in inputs else {}
+            name = "decoder_input_ids"
+        else:
+            ids = inputs["input_ids"]
+            batch = ids.shape[0]
+            enc, extra, name = None, {}, "input_ids"
+        cache = build_cache(model, lay, [torch.zeros(lay.past_shape(n, batch, 0),
+                                                     dtype=model.dtype, device=device)
+                                         for n in lay.past_names])
+        seen = ids.shape[1]
+        for s in range(step - 1):
+            out = _decode(model, lay, ids, cache, seen, (enc, extra), device)
+            cache = returned_cache(out)
+            ids = torch.tensor([[row[s]] for row in tokens], dtype=torch.int64, device=device)
+            seen += 1
+        feeds[name] = ids
+        if lay.mask is not None and lay.kind == "decoder":
+            feeds[lay.mask] = torch.ones(batch, seen, dtype=torch.int64, device=device)
+        own = getattr(cache, "self_attention_cache", cache)
+        for i in range(lay.layers):
+            feeds[f"past_{i}_key"] = own.layers[i].keys
+            feeds[f"past_{i}_value"] = own.layers[i].values
+    return {k: to_numpy(v) if k in ("input_ids", "decoder_input_ids") or k == lay.mask
+            else to_numpy(v).astype(dtype) for k, v in feeds.items()}
 
 
 def float64_steps(source: Any, lay: Layout, prompt: Prompt, gen: Generation, tol: Tolerance,
@@ -116,8 +171,8 @@ def float64_steps(source: Any, lay: Layout, prompt: Prompt, gen: Generation, tol
                        f"{str(exc)[:200]}")
     steps = [rule_step(s, eager.logits[i], onnx.logits[i], truth.logits[i], tol)
              if s.failed else s for i, s in enumerate(gen.per_step)]
-    return judge(gen.prompt, gen.prompt_length, gen.steps, tol, gen.eager_tokens,
-                 gen.onnx_tokens, steps, gen.encoder_decoder)
+    return judge(Setup(gen.prompt, gen.prompt_length, gen.steps, tol, gen.encoder_decoder),
+                 gen.eager_tokens, gen.onnx_tokens, steps)
 
 
 def encoder_states(model: Any, prompt: Prompt, device: str) -> np.ndarray:
@@ -145,8 +200,7 @@ def onnx_greedy(session: Any, lay: Layout, prompt: Prompt, steps: int, dtype: An
         batch = ids.shape[0]
         fixed = {}
         ids_name = "input_ids"
-    past = {n: np.zeros((batch, lay.kv_heads, 0, lay.head_dim), dtype=dtype)
-            for n in lay.past_names}
+    past = {n: np.zeros(lay.past_shape(n, batch, 0), dtype=dtype) for n in lay.past_names}
     seen = ids.shape[1]
     tokens: list[list[int]] = []
     logits: list[np.ndarray] = []
@@ -154,8 +208,13 @@ def onnx_greedy(session: Any, lay: Layout, prompt: Prompt, steps: int, dtype: An
         feeds = {ids_name: ids, **fixed, **past}
         if lay.mask:
             feeds[lay.mask] = np.ones((batch, seen), dtype=np.int64)
-        got = dict(zip(names, stages.run(session, {k: v for k, v in feeds.items()
-                                                   if k in wanted}, label=""), strict=True))
+        try:
+            got = dict(zip(names, stages.run(session, {k: v for k, v in feeds.items()
+                                                       if k in wanted}, label=""),
+                           strict=True))
+        except stages.StageFailure as failure:  # the steps before it are still compared
+            return Run([list(row) for row in zip(*tokens, strict=True)] if tokens
+                       else [[] for _ in range(batch)], logits, failure)
         last = got["logits"][:, -1]
         logits.append(last)
         ids = np.argmax(last.astype(np.float32), axis=-1)[:, None].astype(np.int64)
@@ -169,14 +228,33 @@ def compare_runs(prompt: Prompt, prompt_length: int, steps: int, eager: Run, onn
                  tol: Tolerance, dtype: str, encoder_decoder: bool) -> Generation:
     """Steps compared while both sides have chosen the same tokens so far."""
     per_step: list[GenerationStep] = []
-    for s in range(steps):
+    for s in range(min(steps, len(eager.logits), len(onnx.logits))):
         result = compare_step(s + 1, prompt_length + s - 1 if s else 0, eager.logits[s],
                               onnx.logits[s], tol, dtype)
         per_step.append(result)
         if not result.tokens_agree:
             break  # the next step reads different tokens on the two sides
-    return judge(prompt.name, prompt_length, steps, tol, eager.tokens, onnx.tokens, per_step,
-                 encoder_decoder)
+    return judge(Setup(prompt.name, prompt_length, steps, tol, encoder_decoder), eager.tokens,
+                 onnx.tokens, per_step)
+
+
+def with_failure(gen: Generation, failure: Any, prompt_length: int) -> Generation:
+    """The generation with the step at which ONNX Runtime raised, after the steps
+    before it were compared (a divergence among those stays the verdict)."""
+    if failure is None:
+        return gen
+    step = len(gen.onnx_tokens[0]) + 1 if gen.onnx_tokens else 1
+    return replace(gen, error_step=step, error=failure.reason,
+                   error_past_length=prompt_length + step - 2 if step > 1 else 0)
+
+
+def outcome_of(gen: Generation, failure: Any) -> Any:
+    """A divergence before an ONNX Runtime error is the verdict; else the error is."""
+    from parity_gate.model.outcomes import Outcome
+
+    if gen.first_failing_step is not None:
+        return Outcome.MISMATCH
+    return failure.outcome if failure is not None else Outcome.PASS
 
 
 def timed(fn: Any, *args: Any) -> tuple[Any, float]:
@@ -192,11 +270,14 @@ def prepare(ctx: Any, module: Any) -> Any:
     """A module with a declared cache, behind its flat-tensor step (the job rewritten to
     feed it); None when the declaration is wrong (every case fails with the located
     problem, which is also a `declaration` finding: the run exits 2)."""
-    from parity_gate.engine.kvcache import cached_module, layout, rewrite
+    from parity_gate.engine.kvcache import cached_module, layout, observed, rewrite, window_problems
     from parity_gate.model.outcomes import Outcome
 
     job = ctx.job
     lay, problems = layout(module, job.module)
+    if lay is not None and not problems:
+        lay = observed(module, lay)
+        problems = window_problems(lay, job.module, type(module).__name__)
     if problems or lay is None:
         for text in problems:
             ctx.note("declaration", text, "error")
@@ -268,7 +349,9 @@ def run_cases(ctx: Any, mod: Any, exported: Any, keys: list[Any], tol: Tolerance
                 ctx.step(Stage.RECHECKING, key.id, "against float64")
                 gen = float64_steps(mod.source.model, lay, prompt, gen, tol, ref, got, enc,
                                     mod.device)
+            gen = with_failure(gen, got.failure, length)
             ctx.result(CaseResult(
-                key, Outcome.PASS if gen.passed else Outcome.MISMATCH, gen.describe(),
+                key, outcome_of(gen, got.failure), gen.describe(),
+                got.failure.detail if got.failure is not None else "",
                 timings={"eager_s": eager_s, "run_s": run_s}, provenance=provenance,
                 samples=1, generation=gen))

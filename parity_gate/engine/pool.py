@@ -16,6 +16,8 @@ that died anyway is removed by the next pool.
 Each worker runs under a memory limit (RLIMIT_DATA: its share of the machine, or the
 module's `worker_memory`), so a case too big for the machine fails its own allocation
 (`out_of_memory`) instead of drawing the kernel's OOM killer onto the whole worker.
+These rules (and no GitHub token in a worker's environment) are engine.sandbox's, the one
+sandbox for model code, shared with the crash repros the gate replays.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ import importlib
 import multiprocessing as mp
 import os
 import re
-import select
 import shutil
 import signal
 import sys
@@ -47,6 +48,7 @@ from typing import Any
 
 from parity_gate.engine.environment import usable_cores
 from parity_gate.engine.protocol import (
+    PROBE_STEP,
     Corrupted,
     Done,
     Fatal,
@@ -59,6 +61,8 @@ from parity_gate.engine.protocol import (
     new_key,
 )
 from parity_gate.engine.runtime import set_thread_budget
+from parity_gate.engine.sandbox import alive as _alive
+from parity_gate.engine.sandbox import enter, kill_tree, limit_memory
 from parity_gate.model.findings import Finding, Lost, Stage, Step
 from parity_gate.model.keys import CaseKey
 from parity_gate.model.outcomes import Outcome
@@ -68,95 +72,6 @@ _CTX = mp.get_context("spawn")
 
 
 FOLDER_PREFIX = "parity-gate-workers-"
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with(gate_pid: int) -> None:
-    """Own process group; SIGKILL from the kernel when the gate dies (Linux)."""
-    with contextlib.suppress(OSError):
-        os.setpgid(0, 0)
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != gate_pid:  # the gate died before the death signal was armed
-        os._exit(1)
-
-
-def _start_sentinel(gate_pid: int, folder: str) -> None:
-    """Fork a watcher that, when the gate dies, removes `folder` and kills this worker's
-    group: the worker, a module's own child processes and itself. When the worker dies
-    first it kills the group too (no module child outlives its worker)."""
-    worker_pid = os.getpid()
-    if os.fork():
-        return
-    try:
-        _close_inherited()  # the gate must see the worker's pipes close when it dies
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        # The worker's descendants, noted every half second: one that left the group with
-        # setsid() is reparented away when the worker dies, so it is killed by its pid.
-        below: list[int] = []
-        gate_gone = None
-        while gate_gone is None:
-            below = [p for p in descendants(worker_pid) if p != os.getpid()]
-            gate_gone = _wait_either(gate_pid, worker_pid, timeout=0.5)
-        if gate_gone:
-            shutil.rmtree(folder, ignore_errors=True)
-        for pid in below:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        os.killpg(0, signal.SIGKILL)
-    finally:
-        os._exit(0)
-
-
-def _close_inherited() -> None:
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
-    try:
-        fds = [int(n) for n in os.listdir("/proc/self/fd")]
-    except OSError:
-        fds = list(range(3, 1024))
-    for fd in fds:
-        if fd > 2:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-
-
-def _wait_either(gate_pid: int, worker_pid: int, timeout: float) -> bool | None:
-    """Wait up to `timeout` s for the gate or the worker to end; True when the gate did,
-    False when the worker did, None when both still run."""
-    try:
-        gate, worker = os.pidfd_open(gate_pid), os.pidfd_open(worker_pid)
-    except (AttributeError, OSError):  # no pidfd: poll (a zombie gate counts as gone)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not _alive(gate_pid):
-                return True
-            if os.getppid() != worker_pid:
-                return False
-            time.sleep(0.1)
-        return None
-    try:
-        ready, _, _ = select.select([gate, worker], [], [], timeout)
-    finally:
-        os.close(gate)
-        os.close(worker)
-    return (gate in ready) if ready else None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rpartition(")")[2].split()[0] not in ("Z", "X")
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
 
 
 def remove_stale_folders(root: str | None = None) -> list[str]:
@@ -229,23 +144,6 @@ def default_worker_memory(workers: int) -> int:
     return max(MIN_WORKER_MEMORY, int(total * 0.8) // max(1, workers))
 
 
-def limit_memory(limit: int | None) -> None:
-    """Cap this process's data segment (RLIMIT_DATA: heap and private writable mappings,
-    not shared libraries or the address space CUDA reserves), so an oversized allocation
-    fails as MemoryError/bad_alloc in the case that made it instead of the kernel's OOM
-    killer taking the worker and every case it had left. The hard limit stays, so a later
-    job may raise it again; None lifts the soft limit to the hard one."""
-    try:
-        import resource
-
-        _, hard = resource.getrlimit(resource.RLIMIT_DATA)
-        soft = hard if limit is None else limit if hard == resource.RLIM_INFINITY \
-            else min(limit, hard)
-        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
-    except (ImportError, OSError, ValueError, AttributeError):
-        pass  # not POSIX, or not allowed: the pool's crash handling still applies
-
-
 def _worker_main(jobs: Connection, results: Connection, key: bytes, log_path: str,
                  threads: int, warm: Sequence[str], gate_pid: int = 0,
                  memory_limit: int | None = None) -> None:
@@ -261,10 +159,10 @@ def _worker_main(jobs: Connection, results: Connection, key: bytes, log_path: st
     os.set_inheritable(jobs.fileno(), False)
     send = Sender(results.fileno(), key)
     _leave_resource_tracker()
-    if gate_pid:
-        _die_with(gate_pid)
-        _start_sentinel(gate_pid, str(Path(log_path).parent))
-    limit_memory(memory_limit)
+    if gate_pid:  # engine.sandbox: the one rule for code run on a model's behalf
+        enter(gate_pid, memory_limit, str(Path(log_path).parent))
+    else:
+        limit_memory(memory_limit)
     scratch = f"{log_path}.tmp"  # the worker's and its modules' temporary files
     os.makedirs(scratch, exist_ok=True)
     os.environ["TMPDIR"] = scratch
@@ -337,30 +235,6 @@ def _leave_resource_tracker() -> None:
             tracker._pid = None  # type: ignore[union-attr]
 
 
-def descendants(pid: int) -> list[int]:
-    """Every process below `pid`, from /proc's parent links (Linux; [] elsewhere)."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as fh:
-                    ppid = int(fh.read().rpartition(")")[2].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    found: list[int] = []
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
 def _release_memory() -> None:
     """Between jobs: free the last module's graphs, sessions and references, and hand the
     pages back to the OS, so a worker's peak is one module's, not the sum of all it ran."""
@@ -374,6 +248,32 @@ def _release_memory() -> None:
 # A worker that has not reported ready by then never will: its imports hang. The module's
 # own timeout starts when it is ready, so a loaded machine's slow start costs it nothing.
 STARTUP_S = 120.0
+
+
+def _accept(worker: _Worker, result: CaseResult) -> bool:
+    """A planned case still pending, or a probe (`shapes: auto`, chosen by the worker after
+    its export, so not planned) of this job reported for the first time."""
+    if result.key in worker.pending:
+        worker.pending.remove(result.key)
+        return True
+    job = worker.job
+    if result.probe and job is not None and result.key.module == job.name \
+            and result.key not in worker.probed:
+        worker.probed.add(result.key)
+        return True
+    return False
+
+
+def _probe_in_flight(worker: _Worker) -> CaseKey | None:
+    """The probe case the worker was running when it stopped, when it was one."""
+    step, job = worker.step, worker.job
+    if job is None or step.stage is not Stage.RUNNING or not step.detail.startswith(PROBE_STEP):
+        return None
+    parts = step.subject.split("/")
+    if len(parts) != 5 or parts[0] != job.name or not parts[3][1:].isdigit():
+        return None
+    key = CaseKey(parts[0], parts[1], parts[2], int(parts[3][1:]), parts[4])
+    return None if key in worker.probed else key
 
 
 class _End(enum.Enum):
@@ -456,6 +356,7 @@ class _Worker:
     deadline: float = 0.0
     step: Step = field(default_factory=lambda: Step(Stage.STARTING))
     pending: list[CaseKey] = field(default_factory=list)
+    probed: set[CaseKey] = field(default_factory=set)  # `shapes: auto` cases it reported
     log_start: int = 0  # where this job's output begins in the worker's log
     mark: float = 0.0  # when the worker last reported (a step or a result)
     untimed: list[CaseResult] = field(default_factory=list)
@@ -595,6 +496,7 @@ class WorkerPool:
     def _assign(self, worker: _Worker, job: Job) -> None:
         worker.job = job
         worker.pending = list(job.cases)
+        worker.probed = set()
         worker.step = Step(Stage.STARTING)
         worker.untimed = []
         worker.done = None
@@ -628,14 +530,12 @@ class WorkerPool:
             if message is None:
                 break
             if isinstance(message, CaseResult) and not message.timings:
-                if message.key in worker.pending:  # timed when its batch is complete
-                    worker.pending.remove(message.key)
+                if _accept(worker, message):  # timed when its batch is complete
                     worker.untimed.append(message)
                 continue
             events += self._timed(worker)
             if isinstance(message, CaseResult):
-                if message.key in worker.pending:
-                    worker.pending.remove(message.key)
+                if _accept(worker, message):
                     events.append(message)
                 worker.mark = time.monotonic()
             elif isinstance(message, Finding):
@@ -681,6 +581,10 @@ class WorkerPool:
             yield CaseResult(key, outcome, reason=reason, detail=detail, lost=lost,
                              timings=dict(share))
         worker.pending = []
+        probe = _probe_in_flight(worker)
+        if probe is not None:  # not planned, so not pending: said here or lost unseen
+            yield CaseResult(probe, outcome, reason=reason, detail=detail, lost=lost,
+                             timings=dict(share), probe=worker.step.detail[len(PROBE_STEP):-1])
 
     def _dump_stacks(self, worker: _Worker, wait_s: float = 2.0) -> None:
         """Ask a hung worker for its Python stacks (faulthandler, SIGUSR1) before the kill,
@@ -748,12 +652,7 @@ class WorkerPool:
             self._live.remove(worker)
         pid = worker.process.pid
         if pid is not None:
-            below = descendants(pid)
-            with contextlib.suppress(OSError):  # not yet its own group leader, or gone
-                os.killpg(pid, signal.SIGKILL)
-            for child in below:
-                with contextlib.suppress(OSError):
-                    os.kill(child, signal.SIGKILL)
+            kill_tree(pid)
         if worker.process.is_alive():
             worker.process.kill()
         worker.process.join(timeout=10)

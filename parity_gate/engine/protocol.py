@@ -103,6 +103,9 @@ def entry_point(job: Job) -> Callable[[Any, Emit], None]:
     return fn
 
 
+PROBE_STEP = "(probe "  # starts the detail of the step a probe case runs under
+
+
 class CaseStream:
     """Worker side: each planned case is reported exactly once, as it ends.
 
@@ -115,6 +118,7 @@ class CaseStream:
         self.job = job
         self.emit = emit
         self.pending: list[CaseKey] = list(job.cases)
+        self.probed: set[CaseKey] = set()  # `shapes: auto` cases, chosen after the export
 
     def step(self, stage: Stage, subject: str = "", detail: str = "",
              evidence: dict[str, str] | None = None) -> None:
@@ -123,6 +127,9 @@ class CaseStream:
     def result(self, result: CaseResult) -> None:
         if result.key in self.pending:
             self.pending.remove(result.key)
+            self.emit(result)
+        elif result.probe and result.key not in self.probed:  # not planned: once each
+            self.probed.add(result.key)
             self.emit(result)
 
     def finding(self, finding: Finding) -> None:

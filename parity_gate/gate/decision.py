@@ -4,11 +4,13 @@ Without a baseline every failure is a regression (the original any-failure gate)
 With one, a known failure blocks only when it got worse: a more severe outcome,
 or an error figure beyond its record times the worsen factor. The decision is
 a pure function of a RunResult and a Baseline, so shard merging re-decides it
-and tests build it from RunResult objects without running anything.
+(never reusing a shard's recorded rulings) and tests build it from RunResult
+objects without running anything.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from parity_gate.gate.baseline import Baseline, Entry
@@ -29,8 +31,9 @@ from parity_gate.model.gate import (
 )
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.performance import PerformanceFlag
-from parity_gate.model.precision import rounding_level
+from parity_gate.model.precision import ROUNDOFF, rounding_level
 from parity_gate.model.results import CaseResult, RunResult
+from parity_gate.model.text import one_line
 
 ALL_SKIPPED = ("every case was skipped, so nothing was checked: blocking (expected at least "
                "one case to run; pass --allow-all-skipped, or the Action input "
@@ -122,7 +125,7 @@ def unreported(run: RunResult) -> int:
     """Planned cases without an outcome, in a run no signal stopped (else 0)."""
     if run.interrupted or run.planned is None:
         return 0
-    return max(0, run.planned - len({c.id for c in run.cases}))
+    return max(0, run.planned - len({c.id for c in run.cases if not c.probe}))
 
 
 def rule(case: CaseResult, baseline: Baseline | None, factor: float) -> Ruling | None:
@@ -144,7 +147,7 @@ def rule(case: CaseResult, baseline: Baseline | None, factor: float) -> Ruling |
 
     if not case.failed:
         return ruling(FIXED, f"now passes: remove it from the baseline ({where})")
-    worse = worsened(entry, case.outcome, significant(case), factor)
+    worse = worsened(entry, case.outcome, significant(case), factor, growth_floor(case))
     if worse:
         return ruling(REGRESSION, f"known failure got worse: {worse} ({where})")
     if worsened(entry, case.outcome, figures, factor):
@@ -159,6 +162,24 @@ def rule(case: CaseResult, baseline: Baseline | None, factor: float) -> Ruling |
 # error must be before its growth counts: below it, figures move with the machine
 # (vector width, summation order, an ORT upgrade), not with the exporter.
 ABOVE_ROUNDING = 1.0
+
+
+# How many roundings of the output's dtype, at the worst element's scale, the needed
+# tolerance must grow by before a known failure counts as worse (the same CPU kind with
+# another vector width or summation order moves it by one or two).
+GROWTH_STEPS = 4
+
+
+def growth_floor(case: CaseResult, steps: int = GROWTH_STEPS) -> float:
+    """`steps` roundings of the worst output's dtype at the scale of its worst element
+    (the larger of eager's and ONNX's value there; 1 where none is recorded)."""
+    worst = case.worst()
+    if worst is None:
+        return 0.0
+    values = [abs(v) for v in (worst.ref_value, worst.got_value)
+              if v is not None and math.isfinite(v)]
+    scale = max(values) if values else 1.0
+    return steps * ROUNDOFF.get(worst.dtype_ref, 0.0) * max(scale, 1e-30)
 
 
 def significant(case: CaseResult, above: float = ABOVE_ROUNDING) -> Figures:
@@ -178,15 +199,23 @@ def significant(case: CaseResult, above: float = ABOVE_ROUNDING) -> Figures:
     return figures
 
 
-def worsened(entry: Entry, outcome: Outcome, figures: Figures, factor: float) -> str:
-    """How a known failure got worse than its record, or '' if it did not."""
+def worsened(entry: Entry, outcome: Outcome, figures: Figures, factor: float,
+             floor: float = 0.0) -> str:
+    """How a known failure got worse than its record, or '' if it did not. `floor`: the
+    absolute growth of the needed tolerance that counts at all (a few roundings of the
+    output's dtype at the output's scale, `growth_floor`). Where both sides have a max_abs,
+    it decides alone: a max_rel that grows while max_abs does not is a near-zero element
+    (one rounding step on another CPU), not a worse export."""
     if entry.outcome is not None and outcome.severity > entry.outcome.severity:
         return f"outcome {entry.outcome.value} → {outcome.value}"
     if entry.outcome is not None and outcome is not entry.outcome:
         return ""  # a milder outcome: its figures measure something else
+    absolute = entry.figures.max_abs is not None and figures.max_abs is not None
     for name in FIGURES:
         recorded, now = getattr(entry.figures, name), getattr(figures, name)
-        if recorded is None or now is None:
+        if recorded is None or now is None or (name == "max_rel" and absolute):
+            continue
+        if name == "max_abs" and now - recorded <= floor:
             continue
         if now > recorded * factor and now > recorded:
             times = "∞" if recorded == 0 else f"{now / recorded:.3g}"
@@ -195,28 +224,14 @@ def worsened(entry: Entry, outcome: Outcome, figures: Figures, factor: float) ->
     return ""
 
 
-def combine(run: RunResult, gates: list[GateDecision], *, fail_on: str | None = None,
-            strict: bool | None = None, allow_all_skipped: bool | None = None
-            ) -> GateDecision:
-    """One decision from the shards' recorded ones (merge without --baseline).
-
-    Each shard ruled its own cases; an entry is stale only if every shard found it stale.
-    """
-    first = gates[0]
-    rulings = [r for g in gates for r in g.rulings]
-    common = set.intersection(*({s.entry for s in g.stale} for g in gates))
-    stale = [s for s in first.stale if s.entry in common]
-    return finish(run, rulings, stale, fail_on or first.fail_on,
-                  first.strict if strict is None else strict, first.baseline,
-                  first.worsen_factor or DEFAULT_WORSEN_FACTOR,
-                  first.allow_all_skipped if allow_all_skipped is None else allow_all_skipped,
-                  sorted((f for g in gates for f in g.performance),
-                         key=lambda f: (not f.blocks, f.id, f.rule)))
-
-
 def notices(decision: GateDecision) -> list[str]:
     """Console lines: nothing checked; for a baseline run regressions, then fixed, then
-    stale entries."""
+    stale entries. Each is `one_line`: ids and reasons come from results files (`merge`,
+    `ops --from`), and a line must not start a workflow command or carry control bytes."""
+    return [one_line(line) for line in _notices(decision)]
+
+
+def _notices(decision: GateDecision) -> list[str]:
     lines = [f"parity-gate: {ALL_SKIPPED}"] if decision.unchecked else []
     if decision.unreported:
         lines.append(f"parity-gate: {UNREPORTED.format(n=decision.unreported)}")

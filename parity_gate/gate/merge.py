@@ -9,6 +9,7 @@ of those is a user error naming the file. The checks and the merge are pure;
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +73,9 @@ def problems(loaded: list[Loaded]) -> list[str]:
                 break
             seen[case.id] = path
         else:
-            if run.planned is not None and len(run.cases) > run.planned:
-                out.append(f"{path}: {len(run.cases)} cases where the run planned "
+            planned = [c for c in run.cases if not c.probe]  # probes are extra, by design
+            if run.planned is not None and len(planned) > run.planned:
+                out.append(f"{path}: {len(planned)} cases where the run planned "
                            f"{run.planned} (expected no case the run did not plan)")
     return out
 
@@ -135,14 +137,62 @@ def merge_runs(runs: list[RunResult]) -> RunResult:
     )
 
 
-def merge_files(paths: list[Path]) -> tuple[RunResult, list[RunResult]]:
-    """Read, check and merge; also returns the shards (their recorded gate decisions)."""
+def merge_files(paths: list[Path]) -> tuple[RunResult, list[Loaded]]:
+    """Read, check and merge; also returns the shards (with their display paths)."""
     loaded = [read_results(p) for p in paths]
     found = problems(loaded)
     if found:
         raise UserError(found)
-    shards = [run for _, run in loaded]
-    return merge_runs(shards), shards
+    return merge_runs([run for _, run in loaded]), loaded
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """The gate settings the shards ran with: merge's defaults, never its rulings.
+
+    A shard's rulings (which case is known, which blocks) are claims a merge must not
+    take on trust: a results file edited or written by an older tool could rule a failing
+    case away. Only the settings are taken, and every case is re-decided from its outcome
+    against the baseline these name.
+    """
+
+    baseline: str | None = None
+    fail_on: str | None = None
+    strict: bool | None = None
+    worsen_factor: float | None = None
+    allow_all_skipped: bool | None = None
+    stale: frozenset[str] | None = None  # entries every shard found stale (None: unknown)
+
+
+def recorded(loaded: list[Loaded]) -> Recorded:
+    """The shards' common gate settings, or a UserError naming the shard that differs."""
+    gated = [(path, run.gate) for path, run in loaded if run.gate is not None]
+    if not gated:
+        return Recorded()
+    first_path, first = gated[0]
+    for path, gate in gated[1:]:
+        for key in ("baseline", "fail_on", "strict", "worsen_factor", "allow_all_skipped"):
+            if getattr(gate, key) != getattr(first, key):
+                raise UserError(f"{path}: gate.{key} {getattr(gate, key)!r} differs from "
+                                f"{first_path}'s {getattr(first, key)!r} (expected the shards "
+                                f"of one matrix to run with the same gate settings)")
+    stale = frozenset.intersection(*(frozenset(s.entry for s in g.stale) for _, g in gated)) \
+        if len(gated) == len(loaded) else None
+    return Recorded(first.baseline, first.fail_on, first.strict, first.worsen_factor,
+                    first.allow_all_skipped, stale)
+
+
+def recorded_baseline(loaded: list[Loaded], settings: Recorded) -> Path | None:
+    """The baseline file the shards were gated against, which must still be readable here."""
+    if settings.baseline is None:
+        return None
+    path = Path(settings.baseline)
+    if not path.is_file():
+        raise UserError(f"{loaded[0][0]}: gate.baseline: the shards were gated against "
+                        f"{settings.baseline}, which is not a file here (expected it at that "
+                        "path, as the shards read it, or --baseline PATH; the shards' own "
+                        "rulings are never reused)")
+    return path
 
 
 def _few(items: list[str], shown: int = 6) -> str:

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from parity_gate.errors import EXIT_FAIL, EXIT_INTERNAL, EXIT_PASS, EXIT_USAGE
+from parity_gate.errors import EXIT_FAIL, EXIT_INTERNAL, EXIT_PASS, EXIT_USAGE, UserError
 from parity_gate.github.annotations import OUTPUTS, annotate, module_lines, outputs
 from parity_gate.github.commands import (
     ANNOTATION_LIMIT,
@@ -31,7 +31,7 @@ from parity_gate.github.commands import (
 )
 from parity_gate.github.inputs import INPUTS, InputError, input_env, read_inputs, without_secrets
 from parity_gate.github.install import install_self
-from parity_gate.github.paths import Paths, resolve_paths
+from parity_gate.github.paths import Paths, folder_links, resolve_paths
 from parity_gate.github.project import install_command
 from parity_gate.model.files import append_step_summary
 from parity_gate.model.units import parse_age
@@ -267,6 +267,8 @@ def prune_export_cache(inputs: Mapping[str, str], paths: Paths) -> Annotation | 
         return None
     try:
         said = ExportCache(folder).pruned(older_than_s=parse_age(age))
+    except UserError as exc:
+        return Annotation("warning", "parity-gate: export cache prune failed", str(exc))
     except OSError as exc:
         return Annotation("warning", "parity-gate: export cache prune failed",
                           f"{folder}: {exc.strerror or exc}")
@@ -276,7 +278,6 @@ def prune_export_cache(inputs: Mapping[str, str], paths: Paths) -> Annotation | 
 
 def _load(path: Path) -> RunResult | None:
     """The run's report through the result model; None when there is none to read."""
-    from parity_gate.errors import UserError
     from parity_gate.gate.merge import read_results
 
     if not path.is_file():
@@ -316,6 +317,15 @@ def main(argv: list[str] | None = None) -> int:
         write_outputs(env.get("GITHUB_OUTPUT"), {"result": "error"})
         return EXIT_USAGE
     paths = resolve_paths(inputs, env)
+    linked = folder_links(inputs, paths, env)
+    if linked:  # before anything is made, walked or run there
+        for problem in linked:
+            print(Annotation("error" if not post else "warning", "parity-gate: invalid input",
+                             problem).render())
+        if post:  # the gate step refused them already; nothing is posted from them
+            return EXIT_PASS
+        write_outputs(env.get("GITHUB_OUTPUT"), {"result": "error"})
+        return EXIT_USAGE
     roots = [p for p in (paths.workspace, paths.out_dir, paths.cache_dir) if p is not None]
     before = snapshot(roots)
     problems = [] if post else folder_problems(inputs, paths)

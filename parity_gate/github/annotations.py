@@ -78,7 +78,7 @@ def _culprit_annotation(view: ModuleView, level: str, manifest_file: str | None,
                         workspace: Path | None) -> Annotation | None:
     """The failing module's culprit on its own source line, where the diff shows it."""
     cause = view.cause
-    if cause is None or not cause.located:
+    if cause is None or not cause.located or workspace is None:  # no file to show it on
         return None
     where = culprit_location(cause.source, manifest_file, workspace)
     if where is None:

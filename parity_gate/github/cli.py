@@ -114,7 +114,7 @@ def _cmd_comment(args: argparse.Namespace) -> int:
 
 def _cmd_upstream(args: argparse.Namespace) -> int:
     from parity_gate.github import upstream, upstream_pass
-    from parity_gate.github.client import GitHubClient, search_rate
+    from parity_gate.github.client import ClientSettings, GitHubClient, search_rate
     from parity_gate.github.upstream import issue_url
     from parity_gate.model.text import one_line
     from parity_gate.report.write import atomic_write, run_json
@@ -131,9 +131,9 @@ def _cmd_upstream(args: argparse.Namespace) -> int:
     folder = args.results.parent
     cache = args.cache_dir or folder / "upstream-cache"
     mode = "create" if args.create else "search" if args.search_only else "draft"
-    client = GitHubClient(args.api_url, token, cache_dir=cache,
-                          search_per_minute=search_rate(os.environ),
-                          search_budget=args.search_budget)
+    client = GitHubClient(args.api_url, token, ClientSettings(
+        cache_dir=cache, search_per_minute=search_rate(os.environ),
+        search_budget=args.search_budget))
     options = upstream.UpstreamOptions(
         mode=mode, drafts=args.draft or folder / "upstream-drafts",
         repro_dir=args.repro_dir or folder / "repro", max_create=args.max_create,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -25,6 +26,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 import requests
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from parity_gate import __version__
 
@@ -71,28 +73,37 @@ class Response:
     headers: Mapping[str, str]
 
 
+@dataclass(frozen=True)
+class ClientSettings:
+    """How a client paces, retries and caches: the per-call timeout; retries with
+    exponential backoff (doubling from `backoff_s`); the longest rate-limit reset worth
+    waiting for; searches per minute (None: GitHub's own limit, 30 with a token and 10
+    without) and the pause between writes; the cross-run search cache and its lifetime;
+    the searches this run may send (None: no limit); and the sleep to wait with (the
+    tests' clock)."""
+
+    timeout_s: float = 10.0
+    retries: int = 3
+    backoff_s: float = 1.0
+    max_wait_s: float = 60.0
+    search_per_minute: float | None = None
+    write_interval_s: float = 2.0
+    cache_dir: Path | None = None
+    cache_ttl_s: float = 6 * 3600.0
+    search_budget: int | None = None
+    sleep: Callable[[float], None] = time.sleep
+
+
 class GitHubClient:
     """REST calls against `api_url` with `token` (None: unauthenticated)."""
 
-    def __init__(self, api_url: str = DEFAULT_API_URL, token: str | None = None, *,
-                 timeout_s: float = 10.0, retries: int = 3, backoff_s: float = 1.0,
-                 max_wait_s: float = 60.0, search_per_minute: float | None = None,
-                 write_interval_s: float = 2.0, cache_dir: Path | None = None,
-                 cache_ttl_s: float = 6 * 3600.0, search_budget: int | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(self, api_url: str = DEFAULT_API_URL, token: str | None = None,
+                 settings: ClientSettings | None = None) -> None:
         self.api_url = api_url.rstrip("/")
         self._token = token or None
-        self.timeout_s = timeout_s
-        self.retries = retries
-        self.backoff_s = backoff_s
-        self.max_wait_s = max_wait_s
-        per_minute = search_per_minute or (30.0 if self._token else 10.0)
+        self.settings = settings = settings or ClientSettings()
+        per_minute = settings.search_per_minute or (30.0 if self._token else 10.0)
         self.search_interval_s = 60.0 / per_minute
-        self.write_interval_s = write_interval_s
-        self.cache_dir = cache_dir
-        self.cache_ttl_s = cache_ttl_s
-        self.search_budget = search_budget  # searches this run may send (None: no limit)
-        self._sleep = sleep
         self._last: dict[str, float] = {}  # kind → monotonic time of its last request
         self._run_cache: dict[str, Response] = {}
         self.stats = CallStats()
@@ -153,15 +164,15 @@ class GitHubClient:
             self.stats.run_cache_hits += 1
             return self._run_cache[key]
         stored = self._disk_read(key) if persistent else None
-        if stored is not None and time.time() - stored["fetched_at"] < self.cache_ttl_s:
+        if stored is not None and time.time() - stored["fetched_at"] < self.settings.cache_ttl_s:
             self.stats.disk_cache_hits += 1
             response = Response(200, stored["body"], {})
             self._run_cache[key] = response
             return response
         headers = {"If-None-Match": stored["etag"]} if stored and stored.get("etag") else {}
-        if kind == "search" and self.search_budget is not None \
-                and self.stats.requests["search"] >= self.search_budget:
-            raise BudgetSpent(f"the search budget of {self.search_budget} searches per run "
+        budget = self.settings.search_budget
+        if kind == "search" and budget is not None and self.stats.requests["search"] >= budget:
+            raise BudgetSpent(f"the search budget of {budget} searches per run "
                               "is spent (the answers are cached: the next run goes on)")
         response = self._send(method, url, params, body, headers, kind)
         if response.status == 304 and stored is not None:
@@ -183,29 +194,29 @@ class GitHubClient:
             self.stats.requests[kind] += 1
             try:
                 r = self.session.request(method, url, params=params, json=body,
-                                         headers=headers, timeout=self.timeout_s)
+                                         headers=headers, timeout=self.settings.timeout_s)
             except (requests.ConnectionError, requests.Timeout) as exc:
-                if attempt < self.retries:
+                if attempt < self.settings.retries:
                     attempt += 1
                     self._backoff(attempt)
                     continue
                 raise GitHubError(self.redact(f"{what}: no answer after {attempt + 1} tries "
                                               f"({type(exc).__name__})")) from None
-            if r.status_code in RETRIABLE and attempt < self.retries:
+            if r.status_code in RETRIABLE and attempt < self.settings.retries:
                 attempt += 1
                 self._backoff(attempt)
                 continue
             wait = _rate_limit_wait(r)
             if wait is not None:
                 reset = time.time() + wait
-                if wait <= self.max_wait_s and attempt < self.retries:
+                if wait <= self.settings.max_wait_s and attempt < self.settings.retries:
                     attempt += 1
                     self.stats.waited_s += wait
-                    self._sleep(wait)
+                    self.settings.sleep(wait)
                     continue
                 raise RateLimited(f"{what}: rate limit exceeded (HTTP {r.status_code}); it "
-                                  f"resets in {wait:.0f} s, more than the {self.max_wait_s:.0f}"
-                                  " s this run waits", reset)
+                                  f"resets in {wait:.0f} s, more than the "
+                                  f"{self.settings.max_wait_s:.0f} s this run waits", reset)
             if r.status_code == 304 or 200 <= r.status_code < 300:
                 return Response(r.status_code, _json(r) if r.status_code != 304 else None,
                                 dict(r.headers))
@@ -213,36 +224,44 @@ class GitHubClient:
 
     def _pace(self, kind: str) -> None:
         """Space searches by the search limit and writes by `write_interval_s`."""
-        interval = {"search": self.search_interval_s, "write": self.write_interval_s}.get(kind)
+        interval = {"search": self.search_interval_s,
+                    "write": self.settings.write_interval_s}.get(kind)
         last = self._last.get(kind)
         if interval and last is not None:
             wait = last + interval - time.monotonic()
             if wait > 0:
                 self.stats.waited_s += wait
-                self._sleep(wait)
+                self.settings.sleep(wait)
         self._last[kind] = time.monotonic()
 
     def _backoff(self, attempt: int) -> None:
         self.stats.retries += 1
-        delay = self.backoff_s * 2 ** (attempt - 1)
+        delay = self.settings.backoff_s * 2 ** (attempt - 1)
         self.stats.waited_s += delay
-        self._sleep(delay)
+        self.settings.sleep(delay)
 
     # ---- the cross-run cache: one JSON file per request, keyed by a hash of it
 
     def _disk_path(self, key: str) -> Path | None:
-        if self.cache_dir is None:
+        if self.settings.cache_dir is None:
             return None
-        return self.cache_dir / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
+        return self.settings.cache_dir / f"{hashlib.sha256(key.encode()).hexdigest()[:32]}.json"
 
     def _disk_read(self, key: str) -> dict[str, Any] | None:
+        """The stored answer to `key`, validated as a whole; a malformed file is one
+        warning and a miss (the request is made again and the file rewritten)."""
         path = self._disk_path(key)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8")) if path else None
-        except (OSError, ValueError):
+        if path is None or not path.exists():
             return None
-        ok = isinstance(data, dict) and data.get("key") == key and "body" in data
-        return data if ok else None
+        try:
+            entry = _DiskEntry.model_validate_json(path.read_bytes())
+        except (OSError, ValidationError) as err:
+            why = (f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}"
+                   if isinstance(err, ValidationError) and (e := err.errors()[0]) else str(err))
+            print(f"parity-gate: warning: {path}: malformed GitHub answer cache ({why}); "
+                  "asking again", file=sys.stderr)
+            return None
+        return entry.model_dump() if entry.key == key else None  # a hash collision
 
     def _disk_write(self, key: str, response: Response) -> None:
         path = self._disk_path(key)
@@ -258,6 +277,16 @@ class GitHubClient:
             os.replace(tmp, path)
         except OSError:  # a cache that cannot be written is only a slower next run
             pass
+
+
+class _DiskEntry(BaseModel):
+    """One cached GitHub answer, as `_disk_write` stores it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    key: str
+    fetched_at: float
+    etag: str | None
+    body: Any
 
 
 def search_rate(env: Mapping[str, str]) -> float | None:

@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING
 from parity_gate.errors import UserError
 from parity_gate.gate.merge import read_results
 from parity_gate.github import comment, upstream, upstream_pass
-from parity_gate.github.client import DEFAULT_API_URL, GitHubClient, GitHubError, search_rate
+from parity_gate.github.client import (
+    DEFAULT_API_URL,
+    ClientSettings,
+    GitHubClient,
+    GitHubError,
+    search_rate,
+)
 from parity_gate.github.commands import Annotation, escape_data, write_outputs
 from parity_gate.model.files import append_step_summary
 from parity_gate.model.results import RunResult
@@ -88,7 +94,7 @@ def _post(inputs: Mapping[str, str], workspace: Path, out_dir: Path, cache_dir: 
     cache = cache_dir / CACHE_SUBDIR if cache_dir else None
     if inputs["upstream"] != "off":
         client = GitHubClient(inputs["upstream_api_url"], upstream_token(inputs, env),
-                              cache_dir=cache, search_per_minute=search_rate(env))
+                              ClientSettings(cache_dir=cache, search_per_minute=search_rate(env)))
         run, warnings = _upstream(run, client, inputs, out_dir, results, cache)
         if run.upstream:
             atomic_write(results, run_json(run))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
+from pydantic import TypeAdapter, ValidationError
 
 from parity_gate.github.client import BudgetSpent, GitHubClient, GitHubError, RateLimited
 from parity_gate.model.results import CaseResult, RunResult
@@ -298,12 +300,22 @@ def _find_own(client: GitHubClient, repo: str, fp: str) -> str | None:
     return None
 
 
+_LEDGER = TypeAdapter(dict[str, str])
+
+
 def _read_ledger(path: Path | None) -> dict[str, str]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8")) if path else {}
-    except (OSError, ValueError):
+    """Issues this tool created (fingerprint → URL), validated as a whole: a malformed file
+    is one warning and an empty ledger (the issue search still finds what was created)."""
+    if path is None or not path.exists():
         return {}
-    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+    try:
+        return _LEDGER.validate_json(path.read_bytes(), strict=True)
+    except (OSError, ValidationError) as err:
+        why = (f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}"
+               if isinstance(err, ValidationError) and (e := err.errors()[0]) else str(err))
+        print(f"parity-gate: warning: {path}: malformed ledger of created issues ({why}); "
+              "starting a new one", file=sys.stderr)
+        return {}
 
 
 def _write_ledger(path: Path | None, done: dict[str, str]) -> None:

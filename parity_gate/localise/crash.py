@@ -5,7 +5,8 @@ The worker writes down, before it exports, loads or runs a model, what a crash t
 could be replayed from (`Step.evidence`: the export call as data and its example; the
 model file, the case's feeds, the provider). When the worker dies in that step, this
 copies the evidence into the case's repro folder with a `repro.py` that does the same
-step the way the gate did, runs it in a fresh process to check that it crashes the same
+step the way the gate did, runs it in a fresh process (as documented: `python repro.py`
+from its folder, in the sandbox a worker runs in) to check that it crashes the same
 way, and, for ONNX Runtime, tries every graph optimization level (a crash only at `all`
 points at a fusion pass, at every level at the kernel). A repro that does not crash is
 never presented as one. Which stage replays how is one record each (`REPLAYS`).
@@ -14,11 +15,11 @@ never presented as one. Which stage replays how is one record each (`REPLAYS`).
 from __future__ import annotations
 
 import signal
-import subprocess
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from parity_gate.engine import sandbox
 from parity_gate.localise.repro import folder_name
 from parity_gate.model.files import atomic_write, copy_file, make_folder
 from parity_gate.model.findings import CrashRepro, Stage
@@ -161,10 +162,11 @@ REPLAYS = (
 )
 
 
-def replay(case: CaseResult, artifacts: Path, version: str,
-           timeout_s: float = 120.0) -> CaseResult:
+def replay(case: CaseResult, artifacts: Path, version: str, timeout_s: float = 600.0,
+           memory_limit: int | None = None) -> CaseResult:
     """`case` with its `crash` record when it is a crash in ONNX Runtime or the exporter
-    that left evidence; otherwise unchanged."""
+    that left evidence; otherwise unchanged. Each replay runs as the module's worker did
+    (engine.sandbox): its timeout `timeout_s`, its memory limit, no credentials."""
     lost = case.lost
     if case.outcome is not Outcome.CRASH or lost is None or not lost.signal:
         return case
@@ -191,18 +193,19 @@ def replay(case: CaseResult, artifacts: Path, version: str,
             and_runs=" and runs it on the case's inputs" if evidence.get("inputs") else ""))
     except (OSError, ValueError, KeyError) as exc:
         return replace(case, crash=CrashRepro(str(folder), False, error=f"{exc}"))
-    levels = {level: _run(folder, level, timeout_s) for level in how.levels}
+    levels = {level: _run(folder, level, timeout_s, memory_limit) for level in how.levels}
     died = levels.get(optimization, "ok")
     return replace(case, crash=CrashRepro(str(folder), died.startswith("SIG"), signal=died,
                                           levels=levels if len(levels) > 1 else {}))
 
 
-def _run(folder: Path, level: str, timeout_s: float) -> str:
-    """`ok`, the signal the script died of, or how else it ended, in a fresh process."""
-    try:
-        done = subprocess.run([sys.executable, str(folder / "repro.py"), *filter(None, [level])],
-                              capture_output=True, timeout=timeout_s, cwd=folder, check=False)
-    except subprocess.TimeoutExpired:
+def _run(folder: Path, level: str, timeout_s: float, memory_limit: int | None) -> str:
+    """`ok`, the signal the script died of, or how else it ended: run as its docstring says
+    (`python repro.py` from its folder), in the sandbox a worker runs in."""
+    folder = folder.absolute()  # a relative --out names it from the gate's folder, not its own
+    done = sandbox.run([sys.executable, str(folder / "repro.py"), *filter(None, [level])],
+                       cwd=folder, timeout_s=timeout_s, memory_limit=memory_limit)
+    if done.returncode is None:
         return "timeout"
     if done.returncode < 0:
         return signal.Signals(-done.returncode).name

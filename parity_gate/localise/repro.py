@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -175,33 +176,65 @@ class _Folder:
             remove(self.folder / WITHHELD)
 
 
-def write_node(folder: Path, *, case_id: str, scope: str, aten: str, model: bytes,
-               feeds: dict[str, np.ndarray], output: str, eager: np.ndarray,
-               reference: np.ndarray | None, call: str | None, args: dict[str, np.ndarray],
-               atol: float, rtol: float, provider: str, version: str) -> Path:
-    """The culprit's nodes alone (see the module docstring); returns the folder."""
+@dataclass(frozen=True)
+class ReproCase:
+    """What a repro re-checks and says it came from: the failing case, its tolerance,
+    the execution providers the script runs on, and the parity-gate version."""
+
+    case_id: str
+    atol: float
+    rtol: float
+    providers: list[str]
+    version: str
+
+
+@dataclass(frozen=True)
+class NodeParts:
+    """A node-level repro's parts: where the culprit is (its scope and aten op), the
+    ONNX nodes it became cut out as a model, the values they were fed, the output
+    compared, eager's value of it (and ONNX's reference evaluator's, when it ran), and
+    the one eager call with its arguments (None when it has no literal form: eager's
+    recorded value then stands in)."""
+
+    scope: str
+    aten: str
+    model: bytes
+    feeds: dict[str, np.ndarray]
+    output: str
+    eager: np.ndarray
+    reference: np.ndarray | None = None
+    call: str | None = None
+    args: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def write_node(folder: Path, case: ReproCase, parts: NodeParts) -> Path:
+    """The culprit's nodes alone (see the module docstring); returns the folder. The
+    script runs on the case's first provider."""
     out = _Folder(folder)
-    out.put("model.onnx", model)
-    out.put("inputs.npz", _npz(feeds))
-    out.put("expected.npz", _npz({output: eager}))
+    provider = case.providers[0]
+    call = parts.call
+    out.put("model.onnx", parts.model)
+    out.put("inputs.npz", _npz(parts.feeds))
+    out.put("expected.npz", _npz({parts.output: parts.eager}))
     if call is not None:
-        out.put("args.npz", _npz(args))
+        out.put("args.npz", _npz(parts.args))
     else:
         remove(folder / "args.npz")
-    if reference is not None:
-        out.put("reference.npz", _npz({output: reference}))
+    if parts.reference is not None:
+        out.put("reference.npz", _npz({parts.output: parts.reference}))
     else:
         remove(folder / "reference.npz")
     out.put("case.json", json.dumps({
-        "case": case_id, "scope": scope, "aten": aten, "call": call, "atol": atol,
-        "rtol": rtol, "providers": [provider], "output": output}, indent=1) + "\n",
-        binary=False)
+        "case": case.case_id, "scope": parts.scope, "aten": parts.aten, "call": call,
+        "atol": case.atol, "rtol": case.rtol, "providers": [provider],
+        "output": parts.output}, indent=1) + "\n", binary=False)
     out.withheld()
     body = _CALL.format(call=call) if call is not None else _RECORDED
     recorded = "" if call is not None else " (recorded: it has no literal form)"
     out.put("repro.py", NODE_SCRIPT.format(
-        case_id=case_id, aten=aten, scope=scope, provider=provider, atol=atol, rtol=rtol,
-        version=version, withheld=WITHHELD, eager=body, recorded=recorded), binary=False)
+        case_id=case.case_id, aten=parts.aten, scope=parts.scope, provider=provider,
+        atol=case.atol, rtol=case.rtol, version=case.version, withheld=WITHHELD, eager=body,
+        recorded=recorded), binary=False)
     return folder
 
 
@@ -222,10 +255,11 @@ def run_script(folder: Path) -> tuple[int, str]:
     return code, printed.getvalue()
 
 
-def write(folder: Path, *, case_id: str, model: bytes | str, inputs: dict[str, np.ndarray],
-          expected: dict[str, np.ndarray], got: dict[str, np.ndarray] | None, atol: float,
-          rtol: float, providers: list[str], version: str) -> Path:
-    """Write one repro folder; returns it. Outputs are keyed by the graph's output names."""
+def write(folder: Path, case: ReproCase, *, model: bytes | str,
+          inputs: dict[str, np.ndarray], expected: dict[str, np.ndarray],
+          got: dict[str, np.ndarray] | None) -> Path:
+    """Write one repro folder; returns it. Outputs are keyed by the graph's output names;
+    a `model` given as a path is a model with external weights (both files are copied)."""
     out = _Folder(folder)
     put = out.put
     if isinstance(model, str):  # weights as external data: the file and its weights
@@ -238,11 +272,13 @@ def write(folder: Path, *, case_id: str, model: bytes | str, inputs: dict[str, n
     if got is not None:
         put("onnx.npz", _npz(got))
     put("case.json", json.dumps({
-        "case": case_id, "atol": atol, "rtol": rtol, "providers": providers,
-        "outputs": list(expected)}, indent=1) + "\n", binary=False)
+        "case": case.case_id, "atol": case.atol, "rtol": case.rtol,
+        "providers": case.providers, "outputs": list(expected)}, indent=1) + "\n",
+        binary=False)
     out.withheld()
-    put("repro.py", SCRIPT.format(case_id=case_id, provider=providers[0], atol=atol,
-                                  rtol=rtol, version=version, withheld=WITHHELD), binary=False)
+    put("repro.py", SCRIPT.format(case_id=case.case_id, provider=case.providers[0],
+                                  atol=case.atol, rtol=case.rtol, version=case.version,
+                                  withheld=WITHHELD), binary=False)
     return folder
 
 

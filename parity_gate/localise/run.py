@@ -40,10 +40,10 @@ def jobs_for(run: RunResult, modules: Iterable[ModuleJob], policy: LocalisePolic
     """The follow-up jobs for a finished run, worst cases first; `handoff`: the folder of
     the pool that ran the cases, where its workers left their exports."""
     by_name = {m.name: m for m in modules}
-    # a module with a KV cache runs behind the gate's cache step, which the localiser does
-    # not rebuild yet: its cases keep the gate's own diagnosis (generation: the step)
+    # a module with a KV cache is rebuilt behind the gate's cache step; a generation case
+    # is localised on the step that first diverged, fed eager's cache at that step
     failing = sorted((c for c in run.cases if c.outcome in LOCALISED
-                      and c.key.module in by_name and by_name[c.key.module].module.cache is None),
+                      and c.key.module in by_name),
                      key=lambda c: (-_worst_abs(c), c.id))
     groups: dict[tuple[str, str], list[CaseResult]] = {}
     for case in failing:

@@ -29,14 +29,16 @@ from typing import Any
 import numpy as np
 
 from parity_gate import compare as cmp
-from parity_gate.compare.reference import judge_against_float64
+from parity_gate.compare.reference import OutputRules, judge_against_float64
 from parity_gate.engine import stages
 from parity_gate.engine.binding import Binding, bind, output_names
 from parity_gate.engine.cache import handed_off
+from parity_gate.engine.discrete import discrete_outputs
 from parity_gate.engine.exporting import export_module
-from parity_gate.engine.fixtures import generate
+from parity_gate.engine.fixtures import Draw, generate
 from parity_gate.engine.module_worker import build_module, export_batch_size, tolerance_for
 from parity_gate.engine.protocol import CaseStream, Emit
+from parity_gate.engine.referee import range_disagreement
 from parity_gate.engine.runtime import first_line
 from parity_gate.engine.tensors import leaves, to_numpy, to_torch
 from parity_gate.localise import known as known_ops
@@ -59,6 +61,7 @@ from parity_gate.model.localisation import (
 from parity_gate.model.precision import Ruling
 from parity_gate.model.results import CaseResult
 from parity_gate.model.upstream import Owner
+from parity_gate.plan.cases import GENERATE
 
 SESSION_BYTES = 256 << 20  # what the job's kept sessions may hold of the model's weights
 
@@ -125,7 +128,8 @@ def run(job: LocaliseJob, emit: Emit) -> None:
     stream = CaseStream(job, emit)
     stream.step(Stage.BUILDING, job.module.name, "for localisation")
     try:
-        prepared = _prepare(job)
+        job, prepared = _cached(job)
+        prepared = _prepare(job, prepared)
     except Exception as exc:
         note = f"could not rebuild and export the module: {first_line(repr(exc))}"
         for result in job.failing:
@@ -142,12 +146,31 @@ def run(job: LocaliseJob, emit: Emit) -> None:
         stream.result(replace(result, localisation=loc))
 
 
-def _prepare(job: LocaliseJob) -> _Prepared:
-    import torch
-
+def _cached(job: LocaliseJob) -> tuple[LocaliseJob, Any]:
+    """A module with a KV cache behind the gate's own cache step (the same layout and
+    flat inputs the gate exported), the job rewritten to feed it; else as it is."""
     mj = job.module
     module = build_module(mj)
     module.eval()
+    if mj.module.cache is None:
+        return job, module
+    from parity_gate.engine.kvcache import cached_module, layout, observed, rewrite
+
+    lay, problems = layout(module, mj.module)
+    if problems or lay is None:
+        raise ValueError(problems[0] if problems else "cache: no layout")
+    lay = observed(module, lay)
+    step = cached_module(module, lay, [i.name for i in mj.module.inputs])
+    return replace(job, module=rewrite(mj, lay)), step
+
+
+def _prepare(job: LocaliseJob, module: Any = None) -> _Prepared:
+    import torch
+
+    mj = job.module
+    if module is None:
+        job, module = _cached(job)
+        mj = job.module
     binding, problems = bind(module, mj.module)
     if problems:
         raise ValueError(problems[0])
@@ -162,8 +185,9 @@ def _prepare(job: LocaliseJob) -> _Prepared:
         if prep is not None:
             return prep
     batch = export_batch_size(mj)
-    plain = sorted(mj.fixtures, key=lambda n: isinstance(mj.fixtures[n], EdgeFixture))
-    example = generate(plain[0], mj.fixtures[plain[0]], names, batch, job.dtype, 0,
+    plain = sorted((n for n in mj.fixtures if GENERATE not in n),
+                   key=lambda n: isinstance(mj.fixtures[n], EdgeFixture))
+    example = generate(plain[0], mj.fixtures[plain[0]], names, Draw(batch, job.dtype),
                        seed=mj.seed, base_dir=mj.base_dir)
     tensors = {n: to_torch(example[n]) for n in binding.order}
     with torch.inference_mode():
@@ -235,7 +259,8 @@ def _fx_named_outputs(proto: Any, program: Any) -> bool:
 
 def _localise(job: LocaliseJob, prep: _Prepared, result: CaseResult) -> Localisation:
     loc = Localisation()
-    sample = _failing_sample(job, prep, result.key)
+    sample = (_generation_sample(job, prep, result) if result.generation is not None
+              else _failing_sample(job, prep, result.key))
     tol = tolerance_for(job.module, job.dtype, None)
     checks: list[tuple[Check, Callable[[], str]]] = [
         (Check.OPTIMIZER, lambda: _optimizer(job, prep, result.key, sample, loc)),
@@ -243,7 +268,7 @@ def _localise(job: LocaliseJob, prep: _Prepared, result: CaseResult) -> Localisa
         (Check.CAPTURE, lambda: _capture(job, prep, sample, tol, loc)),
         (Check.CONDITIONING, lambda: _conditioning(prep, sample, tol, loc)),
         (Check.LAYER, lambda: _layer(job, prep, sample, tol, loc, result.key.provider)),
-        (Check.OP, lambda: _op(job, prep, sample, loc, result.key)),
+        (Check.OP, lambda: _op(job, prep, sample, loc, result)),
         (Check.OWNER, lambda: _owner(job, prep, sample, tol, loc, result.key.provider)),
         (Check.REPRO, lambda: _repro(job, prep, result, sample, tol, loc)),
     ]
@@ -276,8 +301,9 @@ def _failing_sample(job: LocaliseJob, prep: _Prepared, key: CaseKey) -> _Sample:
     tol = tolerance_for(mj, job.dtype, None)
     first: _Sample | None = None
     for index in range(fixture.samples):
-        inputs = generate(key.inputs, fixture, prep.input_names, key.batch_size or 0, job.dtype,
-                          index, seed=mj.seed, base_dir=mj.base_dir)
+        inputs = generate(key.inputs, fixture, prep.input_names,
+                          Draw(key.batch_size or 0, job.dtype, index), seed=mj.seed,
+                          base_dir=mj.base_dir)
         eager = prep.call(prep.module, inputs)
         onnx = _ort(session, inputs)
         sample = _Sample(inputs, eager, onnx)
@@ -286,6 +312,22 @@ def _failing_sample(job: LocaliseJob, prep: _Prepared, key: CaseKey) -> _Sample:
             return sample
     assert first is not None
     return first
+
+
+def _generation_sample(job: LocaliseJob, prep: _Prepared, result: CaseResult) -> _Sample:
+    """A generation case's first failing step, as the cached step's inputs: its new tokens
+    and eager's cache after the steps before (the tokens both sides chose so far)."""
+    from parity_gate.engine.generation import prompt_inputs, step_inputs
+
+    gen = result.generation
+    assert gen is not None
+    step = gen.first_failing_step or gen.first_divergent_step or 1
+    model, lay = prep.module.model, prep.module.layout
+    prompt = prompt_inputs(job.module, result.key.inputs, result.key.batch_size or 1, job.dtype)
+    dtype = to_numpy(next(iter(model.parameters()))).dtype
+    inputs = step_inputs(model, lay, prompt, gen.eager_tokens, step, "cpu", dtype)
+    session = prep.session(result.key.provider, job.module.providers[result.key.provider].options)
+    return _Sample(inputs, prep.call(prep.module, inputs), _ort(session, inputs))
 
 
 def _ort(session: Any, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -397,15 +439,37 @@ def _conditioning(prep: _Prepared, sample: _Sample, tol: cmp.Tolerance,
     names = [f"output{i}" for i in range(len(eager))]
     failing = [i for i, (e, o) in enumerate(zip(eager, onnx, strict=False))
                if not cmp.compare(e, o, tol).passed]
-    judged = judge_against_float64(eager, onnx, truth, names, [tol] * len(eager),
-                                   [False] * len(eager), failing)
+    rules = OutputRules(names, [tol] * len(eager), [False] * len(eager), _discrete(prep.model))
+    judged = judge_against_float64(eager, onnx, truth, rules, failing)
     if judged.ruling is Ruling.UNVERIFIED:
         return f"skipped: {judged.describe()}"
+    if not judged.ruling.defect:  # the gate's own rule: float64 must compute the same function
+        dtype = next((str(p.dtype).removeprefix("torch.") for p in prep.module.parameters()
+                      if p.is_floating_point()), "")
+        apart = range_disagreement([lambda: prep.call(prep.module, sample.inputs)],
+                                   [lambda: prep.call(wide, upcast)], dtype) if dtype else ""
+        if apart:
+            judged = replace(judged, ruling=Ruling.OUT_OF_RANGE, error=apart)
+    if judged.ruling in (Ruling.OUT_OF_RANGE, Ruling.DISCRETE):
+        loc.artefact = False
+        return f"a defect: {judged.describe()}"
     loc.eager_error, loc.onnx_error = judged.eager_error, judged.onnx_error
     loc.artefact = not judged.ruling.defect
     figures = (f"ONNX Runtime is {judged.onnx_error or 0.0:.3g} from float64 where eager is "
                f"{judged.eager_error or 0.0:.3g}")
     return f"{figures}: {'a tolerance artefact' if loc.artefact else 'a defect'}"
+
+
+def _discrete(model: bytes | str) -> list[bool]:
+    """Per output, whether the gate's ONNX graph computes discrete values ([] if unread)."""
+    try:
+        import onnx
+
+        proto = (onnx.load_model_from_string(model) if isinstance(model, bytes)
+                 else onnx.load(model, load_external_data=False))
+        return discrete_outputs(proto)
+    except Exception:  # advisory: integer outputs are still told apart by their dtype
+        return []
 
 
 def _program_values(traced: _Traced, prep: _Prepared, sample: _Sample, names: list[str]
@@ -610,7 +674,8 @@ def _op_types(traced: _Traced, fx_name: str) -> list[str]:
 
 
 def _op(job: LocaliseJob, prep: _Prepared, sample: _Sample, loc: Localisation,
-        key: CaseKey) -> str:
+        result: CaseResult) -> str:
+    key = result.key
     found = sample.found
     if found is None or (loc.culprit is None and loc.layer is None):
         return "skipped: no culprit to look at"
@@ -624,8 +689,10 @@ def _op(job: LocaliseJob, prep: _Prepared, sample: _Sample, loc: Localisation,
         candidates = [found.traced.fx[n.name] for n in found.traced.graph.inside(scope)]
         where = loc.layer.module
     edge = isinstance(job.module.fixtures[key.inputs], EdgeFixture)
+    shown = {s for c in result.comparisons if not c.passed
+             if (s := known_ops.symptom(c.verdict)) is not None}
     loc.known_op = known_ops.match(candidates, prep.known,
-                                   ("specials", "normal") if edge else ("normal",))
+                                   ("specials", "normal") if edge else ("normal",), shown)
     if loc.known_op is None:
         return f"no known op-sweep finding covers {len(candidates)} ATen call(s) at {where}"
     return loc.known_op.describe(where, job.version_line)
@@ -669,10 +736,9 @@ def _repro(job: LocaliseJob, prep: _Prepared, result: CaseResult, sample: _Sampl
         return "skipped: no artifacts folder"
     folder = Path(job.artifacts) / repro.folder_name(result.id)
     names = prep.output_names
-    repro.write(folder, case_id=result.id, model=prep.model, inputs=sample.inputs,
+    repro.write(folder, _repro_case(job, result, tol), model=prep.model, inputs=sample.inputs,
                 expected=dict(zip(names, sample.eager, strict=False)),
-                got=dict(zip(names, sample.onnx, strict=False)), atol=tol.atol,
-                rtol=tol.rtol, providers=[_ep(result.key.provider)], version=job.version)
+                got=dict(zip(names, sample.onnx, strict=False)))
     code, _ = repro.run_script(folder)
     notes = []
     if code == 1:
@@ -705,11 +771,11 @@ def _node_repro(job: LocaliseJob, result: CaseResult, sample: _Sample, tol: cmp.
         if made is not None:
             call, used = made
             args = {n: to_numpy(t) for n, t in used.items()}
-    repro.write_node(folder, case_id=result.id, scope=loc.culprit.scope if loc.culprit else "",
-                     aten=loc.culprit.aten if loc.culprit else "", model=found.cut.model,
-                     feeds=found.feeds, output=found.cut.output, eager=found.eager,
-                     reference=found.verdict.ref, call=call, args=args, atol=tol.atol,
-                     rtol=tol.rtol, provider=_ep(result.key.provider), version=job.version)
+    repro.write_node(folder, _repro_case(job, result, tol), repro.NodeParts(
+        scope=loc.culprit.scope if loc.culprit else "",
+        aten=loc.culprit.aten if loc.culprit else "", model=found.cut.model,
+        feeds=found.feeds, output=found.cut.output, eager=found.eager,
+        reference=found.verdict.ref, call=call, args=args))
     code, printed = repro.run_script(folder)
     if code == 1:
         loc.node_repro = str(folder)
@@ -717,6 +783,12 @@ def _node_repro(job: LocaliseJob, result: CaseResult, sample: _Sample, tol: cmp.
     remove(folder)
     return (f"the node-level repro exits {code}, not 1 ({first_line(printed) or 'no output'}): "
             "not presented; the model-level repro stands")
+
+
+def _repro_case(job: LocaliseJob, result: CaseResult, tol: cmp.Tolerance) -> repro.ReproCase:
+    """The case both repros re-check, on the case's own execution provider."""
+    return repro.ReproCase(result.id, tol.atol, tol.rtol, [_ep(result.key.provider)],
+                           job.version)
 
 
 def _ep(provider: str) -> str:

@@ -1,7 +1,8 @@
-"""README's manifest key reference, generated from the same models as the schema.
+"""The manifest key reference, generated from the same models as the schema.
 
-`python -m parity_gate.manifest.docs` rewrites the block between the README markers; a
-test fails when the models and README drift apart.
+`python -m parity_gate.manifest.docs` rewrites the block between the markers of
+docs/reference/manifest.md (as `python scripts/gen_reference.py` does with every reference
+page); a test fails when the models and the page drift apart.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("`modules[].outputs[]`", m.OutputSpec),
     ("`modules[].cache`", m.CacheSpec),
     ("`modules[].generation`", m.GenerationSpec),
+    ("`modules[].detections`", m.DetectionSpec),
     ("`export`", m.ExportSettings),
     ("`performance`", m.PerformanceSettings),
+    ("`localise`", m.LocaliseSettings),
     ("`tolerances.<dtype>`", m.Tolerance),
     ("`providers.<cpu|cuda|tensorrt>`", m.ProviderSettings),
     ("`fixtures.<name>` with `kind: random`", m.RandomFixture),
@@ -102,7 +105,7 @@ def render() -> str:
 
 
 def update(readme: Path) -> bool:
-    """Rewrite the generated block; True when README changed."""
+    """Rewrite the generated block; True when the page changed."""
     text = readme.read_text(encoding="utf-8")
     start, end = text.index(START), text.index(END) + len(END)
     new = text[:start] + render() + text[end:]
@@ -112,5 +115,5 @@ def update(readme: Path) -> bool:
 
 
 if __name__ == "__main__":
-    path = Path(sys.argv[1] if len(sys.argv) > 1 else "README.md")
+    path = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/reference/manifest.md")
     print("updated" if update(path) else "up to date")

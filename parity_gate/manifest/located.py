@@ -71,8 +71,9 @@ def parse_yaml(text: str) -> Any:
 
 # Aliases share one node, so `&a [*a]` is a cycle and ten aliases of ten aliases of ...
 # (a "billion laughs") is a small file whose walk never ends: both are refused before
-# anything walks the tree, in time linear in the file.
-MAX_NODES = 100_000  # nodes of the tree with every alias expanded
+# anything walks the tree, in time linear in the file. What is bounded is what aliases
+# add: a large file written out node by node costs what its size says, and is not a bomb.
+MAX_ALIAS_NODES = 100_000  # nodes that aliases add when every alias is expanded
 
 
 class _AliasProblem(Exception):
@@ -88,32 +89,37 @@ def _children(node: yaml.Node) -> list[yaml.Node]:
 
 def _check_aliases(root: yaml.Node) -> None:
     """Raise _AliasProblem at an anchored node used inside itself, or at the deepest node
-    whose aliases expand past MAX_NODES (each shared node is sized once)."""
-    size: dict[int, int] = {}
-    stack: list[tuple[yaml.Node, list[yaml.Node], int]] = [(root, _children(root), 1)]
+    under which aliases add more than MAX_ALIAS_NODES nodes to the expanded tree.
+
+    Each node is walked once. Its expanded size is itself plus its children's; a child met
+    again (an alias of a node already sized) adds its whole expanded size, which is what
+    expanding that alias creates; a child met first adds what aliases add under it."""
+    size: dict[int, int] = {}  # expanded nodes under a walked node, itself included
+    # (node, children left, expanded size so far, nodes aliases added so far)
+    stack: list[tuple[yaml.Node, list[yaml.Node], int, int]] = [(root, _children(root), 1, 0)]
     open_ = {id(root)}
     while stack:
-        node, todo, total = stack[-1]
+        node, todo, total, added = stack[-1]
         if todo:
             child = todo.pop()
             if id(child) in open_:
                 raise _AliasProblem(child, "recursive alias (an anchored node contains an "
                                     "alias of itself)")
             if id(child) in size:
-                stack[-1] = (node, todo, total + size[id(child)])
+                stack[-1] = (node, todo, total + size[id(child)], added + size[id(child)])
             else:
                 open_.add(id(child))
-                stack.append((child, _children(child), 1))
+                stack.append((child, _children(child), 1, 0))
             continue
         stack.pop()
         open_.discard(id(node))
         size[id(node)] = total
-        if total > MAX_NODES:
-            raise _AliasProblem(node, f"aliases expand this node to more than {MAX_NODES} "
-                                "nodes (an alias bomb?)")
+        if added > MAX_ALIAS_NODES:
+            raise _AliasProblem(node, f"aliases add more than {MAX_ALIAS_NODES} nodes under "
+                                "this node when expanded (an alias bomb?)")
         if stack:
-            parent, ptodo, ptotal = stack[-1]
-            stack[-1] = (parent, ptodo, ptotal + total)
+            parent, ptodo, ptotal, padded = stack[-1]
+            stack[-1] = (parent, ptodo, ptotal + total, padded + added)
 
 
 def _compose(text: str) -> tuple[yaml.Node | None, Any]:

@@ -149,7 +149,7 @@ class Settings(_Strict):
     )
     tolerances: ToleranceTable | None = Field(
         None, description="per-dtype tolerance, merged over the built-in defaults; one set "
-        "here is a contract the float64 check does not waive (README: Tolerances)"
+        "here is a contract the float64 check does not waive (docs/explanation/tolerances.md)"
     )
     export: ExportSettings | None = Field(
         None, description="how torch.onnx.export is called (merged key by key)"
@@ -185,6 +185,22 @@ class Settings(_Strict):
         None, description="the performance check: latency ratio, placement, memory "
         "(merged key by key)"
     )
+    shapes: Literal["auto", "declared"] | None = Field(
+        None, description="`auto`: after each export, run extra cases (probes) at sizes of "
+        "the dynamic dims chosen from the export's own assumptions (its guards, deferred "
+        "runtime asserts, ranges: a relation kept and broken, the export size +- 1, range "
+        "bounds); `declared` (default): only the fixture sets' and batch sizes. "
+        "`parity-gate check --explain` lists the probes (docs/how-to/shapes-auto.md)"
+    )
+    max_probes: Annotated[int, Field(ge=0)] | None = Field(
+        None, description="`shapes: auto`: most probe sizes per module and dtype, most "
+        "telling first (default 8)"
+    )
+    small_dims: list[Name] | None = Field(
+        None, description="`shapes: auto`: dynamic dims that can be 0 or 1 where the model "
+        "is served: also probed at 0 and 1 (torch.export specialises those sizes, so they "
+        "are probed only where this says they occur)"
+    )
     worker_memory: Size | None = Field(
         None, description="memory limit of the worker running this module (RLIMIT_DATA); a "
         "case that needs more is `out_of_memory` and the module's other cases still run "
@@ -204,6 +220,11 @@ class InputSpec(_Strict):
         default_factory=lambda: {0: "batch"},
         description="dims exported as dynamic: index → symbol (default {0: batch}; {} for static)",
     )
+    shapes: Literal["auto", "declared"] | None = Field(
+        None, description="`auto`: also probe this input's dynamic dims at sizes chosen from "
+        "what the export assumed about them; `declared`: only the fixture sets' sizes "
+        "(default: the module's `shapes`)"
+    )
 
 
 class OutputSpec(_Strict):
@@ -220,6 +241,11 @@ class OutputSpec(_Strict):
     )
     tolerances: ToleranceTable | None = Field(
         None, description="per-dtype tolerance for this output only"
+    )
+    ties: bool = Field(
+        False, description="a discrete output (rounded, compared, an index) may differ where "
+        "a float64 run shows every differing element within one rounding of a boundary "
+        "(a tie: either side is a correct rounding); off: such a difference fails"
     )
 
 
@@ -479,6 +505,8 @@ BUILTIN_SETTINGS = Settings(
     reference_device="cpu",
     max_case_bytes=ByteSize(DEFAULT_MAX_CASE_BYTES),
     performance=PerformanceSettings(),
+    shapes="declared",
+    max_probes=8,
 )
 
 
@@ -531,6 +559,9 @@ def resolve_settings(manifest: Manifest, module: ModuleSpec) -> Settings:
         target_runtime=pick("target_runtime"),
         max_case_bytes=pick("max_case_bytes"),
         worker_memory=pick("worker_memory"),
+        shapes=pick("shapes"),
+        max_probes=pick("max_probes"),
+        small_dims=pick("small_dims"),
         performance=merge_performance(*(layer.performance for layer in layers)),
     )
 

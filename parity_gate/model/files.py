@@ -77,6 +77,49 @@ def link_problem(root: Path, path: Path) -> str:
     return ""
 
 
+def own_folder_problem(folder: Path, base: Path | None = None, *,
+                       inside: bool = False) -> str:
+    """Why `folder`, one the gate writes and prunes in (the reports' `--out`, the artifacts
+    folder, the export cache's root, the Action's folders), is not where it is meant to
+    be ('' when it is).
+
+    The rule: the folder itself is never a symbolic link, whoever chose it. Below `base`
+    (the working folder for the command line, the workspace or RUNNER_TEMP for the
+    Action) no component is a link either and the path resolves to itself: a checkout can
+    commit a link there (`.parity-cache -> ~`), so a link in the repository's tree points
+    the gate's writes and removals anywhere. What lies above `base` (a home folder that
+    is a link) is the machine's layout, and is followed. A folder outside `base` is the
+    user's explicit choice on the command line (`--out /scratch/reports`: its last
+    component is checked); with `inside` (the Action, whose folders are all derived from
+    the workspace) it is refused."""
+    given = Path(os.path.abspath(folder))  # `..` folded: where the name says it is
+    start = Path(os.path.abspath(base)) if base is not None else None
+    if start is not None and (given == start or start in given.parents):
+        parts = given.relative_to(start).parts
+    elif inside:
+        return f"{folder} is outside {base} (expected a folder inside it)"
+    else:
+        start, parts = given.parent, (given.name,)
+    here = start
+    for part in parts:
+        here = here / part
+        try:
+            st = os.lstat(here)
+        except (FileNotFoundError, NotADirectoryError):
+            break
+        except OSError as err:
+            return f"cannot inspect {here}: {err.strerror or err}"
+        if stat.S_ISLNK(st.st_mode):
+            where = "" if here == given else f", on the way to {folder}"
+            return (f"{here} is a symbolic link{where} (expected a folder, or a path that does "
+                    f"not exist yet; {NO_LINKS})")
+    real, meant = os.path.realpath(Path(folder).absolute()), os.path.realpath(start)
+    meant = os.path.join(meant, *parts) if parts else meant
+    if real != meant:  # `a/link/../b`: a link the folded name hides
+        return (f"{folder} resolves to {real} (expected {meant}; {NO_LINKS})")
+    return ""
+
+
 def make_folder(root: Path, folder: Path) -> Path:
     """Create `folder` below `root` without following a link on the way (UserError if one is
     there, before and after: a link swapped in meanwhile is still refused)."""

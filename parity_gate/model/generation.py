@@ -65,20 +65,50 @@ class Generation(Record):
     parted_after_tie: bool = False  # they parted at a tie: later steps are not compared
     encoder_decoder: bool = False
     float64_error: str = ""  # why failing steps could not be judged against float64
+    # ONNX Runtime raised at this step (its steps before were compared), with its message
+    error_step: int | None = None
+    error_past_length: int | None = None
+    error: str = ""
 
     @property
     def passed(self) -> bool:
-        return self.first_failing_step is None
+        """Every compared step within tolerance on the same tokens, and ONNX Runtime ran
+        every step."""
+        return self.first_failing_step is None and self.error_step is None
+
+    @property
+    def tokens(self) -> tuple[int, int] | None:
+        """Eager's and ONNX Runtime's tokens where they first part (row `divergent_row`)."""
+        step, row = self.first_divergent_step, self.divergent_row
+        if step is None or row is None:
+            return None
+        return self.eager_tokens[row][step - 1], self.onnx_tokens[row][step - 1]
 
     def describe(self) -> str:
         """One line: where the two sides part and why."""
+        text = self._describe()
+        if self.error_step is None:
+            return text
+        where = (f"past length {self.error_past_length}" if self.error_step > 1
+                 else "the prefill")
+        raised = (f"ONNX Runtime raised at step {self.error_step} ({where}): "
+                  f"{self.error}")
+        if self.first_failing_step is not None:
+            return f"{text}; then {raised}"
+        done = self.error_step - 1
+        return (f"{raised}; the {done} step(s) before it match eager" if done
+                else raised)
+
+    def _describe(self) -> str:
         if self.first_failing_step is not None:
             step = self.per_step[self.first_failing_step - 1]
             what = (f"logits off by {step.max_abs:.3g} (atol {self.atol:g}, rtol "
                     f"{self.rtol:g}) at row {step.worst_row}, token {step.worst_token}"
                     if not step.passed and step.max_abs is not None else "")
+            pair = self.tokens
             flip = "" if step.tokens_agree else \
-                f"greedy token differs at row {self.divergent_row}"
+                f"greedy token differs at row {self.divergent_row}" + (
+                    f" (eager {pair[0]}, ONNX Runtime {pair[1]})" if pair else "")
             judged = (f"float64 run: {step.ruling} (onnx needs atol>={step.onnx_error:.3g} "
                       f"against it, eager {step.eager_error:.3g})"
                       if step.ruling and step.onnx_error is not None

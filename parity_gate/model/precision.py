@@ -47,11 +47,16 @@ class Ruling(str, enum.Enum):
     ONNX_ROUNDING = "onnx_rounding"  # within the dtype's rounding of float64: a correct kernel
     AS_EAGER = "as_eager"        # both are about as far from float64: the reference is the noise
     UNVERIFIED = "unverified"    # no float64 run (it failed, or its outputs do not line up)
+    # float64 computes another function: an intermediate overflows (or is NaN) in one run only
+    OUT_OF_RANGE = "out_of_range"
+    DISCRETE = "discrete"        # a rounded/compared/index output differs: never excused
+    TIE = "tie"                  # ... within one rounding of a boundary, and ties are allowed
 
     @property
     def defect(self) -> bool:
         """False when the mismatch is the low-precision reference's own error."""
-        return self in (Ruling.ONNX_WORSE, Ruling.UNVERIFIED)
+        return self in (Ruling.ONNX_WORSE, Ruling.UNVERIFIED, Ruling.OUT_OF_RANGE,
+                        Ruling.DISCRETE)
 
 
 @dataclass(frozen=True, config=CONFIG)
@@ -72,7 +77,7 @@ class Reference(Record):
     factor: Real = CLEARLY_WORSE
     labels_eager_wrong: int | None = None
     labels_onnx_wrong: int | None = None
-    error: str = ""  # why the run is unverified
+    error: str = ""  # why the run is unverified, out of range, or what a discrete output shows
     case_dtype: str = ""  # the case's dtype, whose rounding ONNX_ROUNDING refers to
     # Set when the ruling excuses the mismatch but the tolerance is the manifest's own (a
     # contract): the atol the case needs at the manifest's rtol, and the manifest's atol.
@@ -93,6 +98,8 @@ class Reference(Record):
         if self.ruling is Ruling.UNVERIFIED:
             return f"no {self.dtype} reference: {self.error}" if self.error else \
                 f"no {self.dtype} reference"
+        if self.ruling in (Ruling.OUT_OF_RANGE, Ruling.DISCRETE, Ruling.TIE):
+            return self.error
         figures = (f"against {self.dtype}, {self.output}: onnx needs atol>="
                    f"{_num(self.onnx_error)}, eager {_num(self.eager_error)}")
         if self.labels_onnx_wrong is not None:

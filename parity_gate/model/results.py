@@ -46,6 +46,17 @@ class Provenance(Record):
     export_cached: bool = False  # the exported model came from the export cache
 
 
+@dataclass(frozen=True, config=CONFIG)
+class CheckRun(Record):
+    """One per-case follow-up check the worker ran on a case (engine.followups' table):
+    which, whether it ran to the end, and what it cost."""
+
+    check: str
+    status: Literal["ran", "failed"] = "ran"
+    seconds: float = 0.0
+    note: str = ""  # how it failed
+
+
 @dataclass(config=CONFIG)
 class CaseResult(Record):
     """What happened to one case, with the evidence a reviewer needs."""
@@ -69,6 +80,8 @@ class CaseResult(Record):
     crash: CrashRepro | None = None     # a crash in ONNX Runtime, replayed in a repro folder
     performance: Performance | None = None  # latency vs eager, placement, memory
     generation: Generation | None = None  # generation cases: N greedy steps, step by step
+    checks: list[CheckRun] = field(default_factory=list)  # follow-up checks run, in order
+    probe: str = ""  # `shapes: auto`: the probe's sizes and the assumption it tests
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -101,6 +114,8 @@ class CaseResult(Record):
         if self.op is not None and self.op.low_precision is not None and self.outcome.failed:
             out.append(self.op.low_precision.describe())
         out += loc[2:]
+        if self.probe and self.probe not in self.reason:  # a passing probe says what it tried
+            out.insert(0, f"probe {self.probe}")
         return out
 
     @property
@@ -181,7 +196,7 @@ class RunResult(Record):
     def verdict(self) -> RunVerdict:
         gate = self.gate or GateDecision(blocking=[c.id for c in self.failures])
         failing = len(self.failures)
-        finished, planned = len(self.cases), self.planned
+        finished, planned = sum(not c.probe for c in self.cases), self.planned
         if self.interrupted:
             result, why = "interrupted", (f"interrupted: {finished} of "
                                           f"{planned if planned is not None else '?'} planned "

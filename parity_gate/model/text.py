@@ -17,10 +17,12 @@ from collections.abc import Mapping
 
 # CSI sequences (colours, cursor moves) that exporter and ORT messages carry.
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
-# Control characters XML 1.0 forbids (JUnit), plus DEL; tab, newline and CR stay.
-_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffe\uffff]")
-# Bidirectional overrides and isolates: they reorder what a reader sees ("PASS" from "SSAP").
-_BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]")
+# Control characters XML 1.0 forbids (JUnit), DEL and the C1 controls; tab, newline and CR
+# stay.
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufffe\uffff]")
+# Bidirectional overrides, isolates and marks: they reorder what a reader sees ("PASS" from
+# "SSAP").
+_BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 # A word joiner: invisible, zero width, no line break. Put after the character GitHub keys
 # on, it leaves the text reading (and wrapping) as before while nothing matches any more.
@@ -137,8 +139,14 @@ def md_cell(text: object, limit: int = 160) -> str:
 
 
 def md_code(text: object, limit: int = 200) -> str:
-    """`text` as inline code that a table cell can hold (a `|` or backtick in it included)."""
-    return f"<code>{md_cell(text, limit)}</code>"
+    """`text` as inline code that a table cell can hold: a code span, kept as typed (GitHub
+    links no mention, reference or URL inside code, so an id such as `text@seq=8` pastes
+    back into `--select` as it reads); text holding a `|` (which a table cell cannot carry
+    inside a code span outside GFM's own escape) as escaped HTML code instead."""
+    line = clip(text, limit)
+    if "|" in line or not line.strip():
+        return f"<code>{md_text(line)}</code>"
+    return code_span(line, table=True)
 
 
 def code_span(text: object, table: bool = False) -> str:

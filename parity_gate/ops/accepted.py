@@ -28,6 +28,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
 from parity_gate.errors import UserError
 from parity_gate.ops.records import DTYPES, NORMAL, OpVariant
 
@@ -52,41 +54,84 @@ def cache_path(version: str) -> Path:
     return root / "parity-gate" / f"accepted-dtypes-torch-{version}.json"
 
 
-def _read(path: Path, version: str) -> dict[str, Any]:
+class Entry(BaseModel):
+    """What one probe found: the variant's signature then, and the dtypes eager took."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    signature: str
+    dtypes: list[str]
+
+    @field_validator("dtypes")
+    @classmethod
+    def _known(cls, dtypes: list[str]) -> list[str]:
+        unknown = [d for d in dtypes if d not in DTYPES]
+        if unknown:
+            raise ValueError(f"unknown dtype {unknown[0]!r} (expected some of "
+                             f"{', '.join(DTYPES)})")
+        return dtypes
+
+
+class AcceptedFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    torch: str
+    variants: dict[str, Entry]
+
+
+def _read(path: Path, version: str) -> tuple[dict[str, Entry], bool]:
+    """The file's entries for this torch, validated as a whole, and whether it was
+    malformed: then one warning and no entries (what it held is probed again and the
+    cache rewritten)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict) or data.get("torch") != version:
-        return {}
-    variants = data.get("variants")
-    return variants if isinstance(variants, dict) else {}
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}, False
+    except (OSError, ValueError) as err:
+        return _malformed(path, str(err))
+    try:
+        data = json.loads(text)
+    except ValueError as err:
+        return _malformed(path, f"invalid JSON: {err}")
+    if isinstance(data, dict) and data.get("torch") != version:
+        return {}, False  # another torch's probes: not wrong, only not these
+    try:
+        return AcceptedFile.model_validate(data).variants, False
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        return _malformed(path, f"{where}: {first['msg']}")
+
+
+def _malformed(path: Path, why: str) -> tuple[dict[str, Entry], bool]:
+    print(f"parity-gate ops: warning: {path}: malformed accepted-dtypes cache ({why}); "
+          "rebuilding it", file=sys.stderr)
+    return {}, True
 
 
 def accepted(variants: dict[str, OpVariant], sources: tuple[str, ...],
              bundled: Path = BUNDLED) -> dict[str, tuple[str, ...]]:
     """variant id → the dtypes eager accepts (in DTYPES order), probing what no cache knows."""
     version = torch_version()
-    known = {**_read(bundled, version), **_read(cache_path(version), version)}
+    home, malformed = _read(cache_path(version), version)
+    known = {**_read(bundled, version)[0], **home}
     found: dict[str, tuple[str, ...]] = {}
     missing: list[str] = []
     for vid, v in variants.items():
         entry = known.get(vid)
-        if isinstance(entry, dict) and entry.get("signature") == signature(v):
-            found[vid] = tuple(d for d in DTYPES if d in entry.get("dtypes", ()))
+        if entry is not None and entry.signature == signature(v):
+            found[vid] = tuple(d for d in DTYPES if d in entry.dtypes)
         else:
             missing.append(vid)
-    if missing:
-        probed = run_probe(sources, missing)
+    if missing or malformed:
+        probed = run_probe(sources, missing) if missing else {}
         found.update(probed)
         _write(cache_path(version), version, variants, {**known}, probed)
     return found
 
 
-def _write(path: Path, version: str, variants: dict[str, OpVariant], known: dict[str, Any],
-           probed: dict[str, tuple[str, ...]]) -> None:
+def _write(path: Path, version: str, variants: dict[str, OpVariant],
+           known: dict[str, Entry], probed: dict[str, tuple[str, ...]]) -> None:
     """Best effort: a read-only home only costs the next run another probe."""
-    entries = dict(known)
+    entries: dict[str, Any] = {k: e.model_dump() for k, e in known.items()}
     entries.update({vid: {"signature": signature(variants[vid]), "dtypes": list(d)}
                     for vid, d in probed.items()})
     text = json.dumps({"torch": version, "variants": dict(sorted(entries.items()))}, indent=1)

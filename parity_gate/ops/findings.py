@@ -16,7 +16,7 @@ from parity_gate.model.findings import FindingClass, RecheckVerdict, Stage
 from parity_gate.model.gate import GateDecision
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, RunResult
-from parity_gate.model.text import md_cell
+from parity_gate.model.text import code_span, md_cell, md_text, one_line
 from parity_gate.model.upstream import Owner
 
 STATUS_ORDER = ("new", "known", "n/a")
@@ -222,28 +222,37 @@ def _dtypes_of(rows: list[Row]) -> str:
 
 
 def _variants_of(rows: list[Row]) -> str:
-    return ", ".join(f"`{v}`" for v in dict.fromkeys(r.variant for r in rows))
+    return ", ".join(_code(v) for v in dict.fromkeys(r.variant for r in rows))
+
+
+def _code(text: str) -> str:
+    """A table cell's code span: kept as typed (GitHub acts on no `@` or `#` in code, so a
+    case id stays pasteable), fenced past any backtick, controls and bidi removed."""
+    return code_span(text, table=True)
 
 
 def summary_lines(table: list[Row]) -> list[str]:
     """The findings, one line each: exporter rows, then one line per missing op/kernel."""
-    lines = [f"[{r.status}] {r.line()}" for r in table if section(r) == "exporter"]
-    lines += [f"[eager] {r.line()}" for r in table if section(r) == "eager"]
+    lines = [f"[{r.status}] {one_line(r.line())}" for r in table if section(r) == "exporter"]
+    lines += [f"[eager] {one_line(r.line())}" for r in table if section(r) == "eager"]
     for op, rows in _grouped([r for r in table if section(r) == "unsupported"],
                              _MISSING).items():
-        lines.append(f"[unsupported] {op}: {', '.join(dict.fromkeys(r.variant for r in rows))}")
+        lines.append(one_line(f"[unsupported] {op}: "
+                              f"{', '.join(dict.fromkeys(r.variant for r in rows))}"))
     for kernel, rows in _grouped([r for r in table if section(r) == "runtime"],
                                  _KERNEL).items():
-        lines.append(f"[no kernel] {kernel} on {_dtypes_of(rows)}: "
-                     f"{', '.join(dict.fromkeys(r.variant for r in rows))}")
+        lines.append(one_line(f"[no kernel] {kernel} on {_dtypes_of(rows)}: "
+                              f"{', '.join(dict.fromkeys(r.variant for r in rows))}"))
     return lines
 
 
 def render(run: RunResult, table: list[Row], decision: GateDecision | None,
            repro_dir: str | None = None) -> str:
+    """findings.md (and the job summary): every text from the results file goes through
+    `model.text`, since `ops --from` renders shards another job wrote."""
     counts = ", ".join(f"{k}: {v}" for k, v in run.counts().items())
-    versions = ", ".join(f"{k} {run.versions[k]}" for k in ("torch", "onnxscript", "onnx",
-                                                           "onnxruntime") if k in run.versions)
+    versions = md_text(", ".join(f"{k} {run.versions[k]}" for k in (
+        "torch", "onnxscript", "onnx", "onnxruntime") if k in run.versions))
     new = sum(1 for r in table if r.status == "new")
     verdict = "✅" if decision is None or decision.passed else "❌"
     head = f"## {verdict} parity-gate ops: {len(table)} findings ({new} new) in " \
@@ -272,10 +281,11 @@ def render(run: RunResult, table: list[Row], decision: GateDecision | None,
                   "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in sorted(part, key=lambda r: (STATUS_ORDER.index(r.status), r.family,
                                              r.variant, r.outcome)):
-            repro = f"`{repro_dir}/{r.slug}.py`" if repro_dir else ""
+            repro = _code(f"{repro_dir}/{r.slug}.py") if repro_dir else ""
             lines.append(
-                f"| {r.status} | `{r.op}` | `{r.aten}` | `{r.variant}` | "
-                f"{', '.join(r.input_classes)} | {', '.join(r.dtypes)} | **{r.outcome}** | "
+                f"| {r.status} | {_code(r.op)} | {_code(r.aten)} | {_code(r.variant)} | "
+                f"{md_cell(', '.join(r.input_classes))} | {md_cell(', '.join(r.dtypes))} | "
+                f"**{md_text(r.outcome)}** | "
                 f"{md_cell(r.effect, 200)} | {md_cell(r.example, 120)} | "
                 f"{md_cell(r.recheck, 80)} | {repro} |")
         lines.append("")
@@ -283,14 +293,14 @@ def render(run: RunResult, table: list[Row], decision: GateDecision | None,
     if missing:
         lines += ["", f"### Unsupported by the exporter: feature requests ({len(missing)} ops)",
                   "", "| missing translation | variants | dtypes |", "|---|---|---|"]
-        lines += [f"| `{op}` | {_variants_of(rows)} | {_dtypes_of(rows)} |"
+        lines += [f"| {_code(op)} | {_variants_of(rows)} | {md_cell(_dtypes_of(rows))} |"
                   for op, rows in missing.items()]
     kernels = _grouped([r for r in table if section(r) == "runtime"], _KERNEL)
     if kernels:
         lines += ["", f"### No kernel on this provider: valid graphs the runtime cannot run "
                   f"({len(kernels)} kernels)", "",
                   "| ONNX op (opset) | dtypes | variants |", "|---|---|---|"]
-        lines += [f"| `{k}` | {_dtypes_of(rows)} | {_variants_of(rows)} |"
+        lines += [f"| {_code(k)} | {md_cell(_dtypes_of(rows))} | {_variants_of(rows)} |"
                   for k, rows in kernels.items()]
     lines.append("")
     return "\n".join(lines)

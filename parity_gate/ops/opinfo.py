@@ -36,9 +36,12 @@ import sys
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from parity_gate.errors import UserError
+from parity_gate.manifest.limits import ITEMSIZE
 from parity_gate.ops.records import EMPTY, NORMAL, SPECIALS, Arg, OpVariant
 
 FORMAT = 3  # 2: swapped and attribute spellings, complex outputs as real pairs; 3: reproducible
@@ -85,18 +88,23 @@ def cache_path(version: str, ops: tuple[str, ...] | None = None) -> Path:
 
 def variants(ops: Iterable[str] | None = None) -> list[OpVariant]:
     """The OpInfo variants of the installed torch (or of the OpInfos named `ops`),
-    built in a subprocess on first use and read from the cache afterwards."""
+    built in a subprocess on first use and read from the cache afterwards. A cache of
+    another torch or format is rebuilt silently; one of this torch and format whose
+    contents are wrong (edited, truncated by hand, written by a bug) with one warning."""
     subset = None if ops is None else tuple(sorted(ops))
     version = torch_version()
     path = cache_path(version, subset)
-    data = read(path, version)
+    data, why = read(path, version)
     if data is None:
+        if why:
+            print(f"parity-gate ops: warning: {path}: {why}; rebuilding it", file=sys.stderr)
         generate(path, subset)
-        data = read(path, version)
+        data, why = read(path, version)
         if data is None:
             raise UserError(f"ops: the OpInfo variants written to {path} cannot be read "
-                            "(expected a gzip JSON file; remove it and run again)")
-    return [from_json(v) for v in data["variants"]]
+                            f"({why or 'not written'}; expected a gzip JSON file of "
+                            f"format {FORMAT}; remove it and run again)")
+    return [from_json(v) for v in data.variants]
 
 
 def __getattr__(name: str) -> Any:
@@ -109,15 +117,91 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-def read(path: Path, version: str) -> dict[str, Any] | None:
+# --------------------------------------------------------------------------
+# the cache file, validated as a whole (pure)
+
+_DTYPE = Literal["float32", "float64", "float16", "bfloat16", "int8", "int16", "int32",
+                 "int64", "uint8", "bool"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class CachedArg(_Strict):
+    name: str = Field(pattern=r"^t\d+$")
+    shape: list[int] = Field(max_length=16)
+    dtype: _DTYPE | None
+    stored: _DTYPE
+    sample: str
+
+    @model_validator(mode="after")
+    def _sample_fits_the_shape(self) -> CachedArg:
+        """The sample's bytes are the shape's elements in the stored dtype: a worker
+        reshapes them, so a wrong length is caught here, not as a crash in a batch."""
+        try:
+            raw = base64.b64decode(self.sample, validate=True)
+        except ValueError:
+            raise ValueError("sample: not base64") from None
+        if any(d < 0 for d in self.shape):
+            raise ValueError(f"shape {self.shape}: a negative size")
+        need = math.prod(self.shape) * ITEMSIZE[self.stored]
+        if len(raw) != need:
+            raise ValueError(f"sample: {len(raw)} bytes where shape {self.shape} of "
+                             f"{self.stored} holds {need}")
+        return self
+
+
+class CachedVariant(_Strict):
+    id: str = Field(pattern=rf"^{re.escape(PREFIX)}[A-Za-z0-9_.-]+\.\d+$")
+    family: str = Field(min_length=1)
+    call: str = Field(min_length=1)
+    dtypes: list[_DTYPE] = Field(min_length=1)
+    classes: list[Literal["normal", "specials", "empty", "range"]] = Field(min_length=1)
+    ranged: bool | None
+    shape_only: list[int]
+    args: list[CachedArg]
+
+
+class CachedVariants(_Strict):
+    """The whole cache file, as `write` produces it."""
+
+    torch: str
+    format: int
+    ops: list[str] | None
+    dropped: dict[str, int]
+    variants: list[CachedVariant]
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> CachedVariants:
+        seen: set[str] = set()
+        for v in self.variants:
+            if v.id in seen:
+                raise ValueError(f"variant id {v.id!r} twice")
+            seen.add(v.id)
+        return self
+
+
+def read(path: Path, version: str) -> tuple[CachedVariants | None, str]:
+    """The cache validated as a whole, or None and why it cannot be used ('' where it is
+    simply absent or of another torch or format: a rebuild is expected, nothing to say)."""
     try:
         data = json.loads(gzip.decompress(path.read_bytes()))
-    except (OSError, ValueError, EOFError):
-        return None
-    if not isinstance(data, dict) or data.get("torch") != version or \
-            data.get("format") != FORMAT:
-        return None
-    return data
+    except FileNotFoundError:
+        return None, ""
+    except (OSError, ValueError, EOFError) as err:
+        return None, f"unreadable ({type(err).__name__}: {err})"[:300]
+    if isinstance(data, dict) and (data.get("torch") != version or
+                                   data.get("format") != FORMAT):
+        return None, ""
+    try:
+        return CachedVariants.model_validate(data), ""
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        more = f" and {err.error_count() - 1} more" if err.error_count() > 1 else ""
+        return None, (f"malformed OpInfo variant cache ({where}: {first['msg']}{more}; "
+                      f"expected the file `python -m parity_gate.ops.opinfo` writes)")
 
 
 def generate(path: Path, ops: tuple[str, ...] | None) -> None:
@@ -152,13 +236,12 @@ def to_json(v: OpVariant) -> dict[str, Any]:
                      for a in v.args]}
 
 
-def from_json(d: dict[str, Any]) -> OpVariant:
-    args = tuple(Arg(a["name"], tuple(a["shape"]), kind="sample", dtype=a["dtype"],
-                     stored=a["stored"], sample=base64.b64decode(a["sample"]))
-                 for a in d["args"])
-    return OpVariant(d["id"], d["family"], d["call"], args, tuple(d["dtypes"]),
-                     tuple(d["classes"]), shape_only=tuple(d["shape_only"]),
-                     ranged=d["ranged"])
+def from_json(d: CachedVariant) -> OpVariant:
+    args = tuple(Arg(a.name, tuple(a.shape), kind="sample", dtype=a.dtype,
+                     stored=a.stored, sample=base64.b64decode(a.sample))
+                 for a in d.args)
+    return OpVariant(d.id, d.family, d.call, args, tuple(d.dtypes), tuple(d.classes),
+                     shape_only=tuple(d.shape_only), ranged=d.ranged)
 
 
 # --------------------------------------------------------------------------

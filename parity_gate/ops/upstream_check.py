@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+
 FILENAME = "<upstream-repro>"
 NODE_LIMIT = 12
 
@@ -231,12 +233,43 @@ def _signal_name(code: int) -> str:
     return f"exit code {code}"
 
 
+class _Answer(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    stage: str
+    error: str
+    output: str
+    nodes: list[str]
+
+
+class _Lowering(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    at: list[str]
+
+
+_CACHE = TypeAdapter(dict[str, dict[str, Any]])
+
+
 def _read_cache(path: Path | None) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8")) if path else {}
-    except (OSError, ValueError):
+    """The cached answers, validated as a whole: a file with one wrong entry is dropped
+    (one warning; every script runs again), never half-trusted into a draft."""
+    if path is None or not path.exists():
         return {}
-    return data if isinstance(data, dict) else {}
+    where: tuple[Any, ...] = ()
+    try:
+        data = _CACHE.validate_json(path.read_bytes())
+        for key, entry in data.items():
+            where = (key,)
+            (_Lowering if key.startswith("lowering:") else _Answer).model_validate(entry)
+    except (OSError, ValidationError) as err:
+        first = err.errors()[0] if isinstance(err, ValidationError) else None
+        inner: tuple[Any, ...] = tuple(first["loc"]) if first else ()
+        msg = first["msg"] if first else str(err)
+        loc = ".".join(str(p) for p in (*where, *inner))
+        print(f"parity-gate: warning: {path}: malformed repro-check cache "
+              f"({loc + ': ' if loc else ''}{msg}); checking every repro again",
+              file=sys.stderr)
+        return {}
+    return data
 
 
 def _write_cache(path: Path | None, data: dict[str, Any]) -> None:

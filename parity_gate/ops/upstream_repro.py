@@ -105,25 +105,24 @@ def _check(symptom: Symptom, k: int | None, where: str, tol: tuple[float, float]
     return out
 
 
-def _script(sig: Signature, variant: OpVariant, inputs: list[str], case: CaseResult,
-            where: str, tol: tuple[float, float], kind: str,
+@dataclass(frozen=True)
+class _Subject:
+    """What every candidate script of one report reproduces: the signature (its
+    symptom), the op variant, the sweep's lead case and the case's tolerance."""
+
+    sig: Signature
+    variant: OpVariant
+    case: CaseResult
+    tol: tuple[float, float]
+
+
+def _script(subject: _Subject, inputs: list[str], where: str, kind: str,
             checker: bool = False) -> Repro:
-    example = case.op.example if case.op is not None else None
-    k = int(example.output[1:]) if example is not None and example.output[1:].isdigit() \
-        else 0
-    multi = len(case.comparisons) > 1  # the op returns a tuple: pick the output that differs
-    params = ", ".join(variant.arg_names)
-    uses = [f"import {m}" for m in ("math",) if re.search(rf"\b{m}\.", variant.call)]
-    if re.search(r"(?<![\w.])F\.", variant.call):
-        uses.append("import torch.nn.functional as F")
-    lines = ["import torch", *uses, "import onnxruntime as ort", "", "",
-             "class Model(torch.nn.Module):",
-             f"    def forward(self, {params}):",
-             f"        return {variant.call}", "", ""]
-    if kind == "seeded":
-        lines.append("torch.manual_seed(0)")
-    lines += ["inputs = (", *(f"    {t}," for t in inputs), ")",
-              "model = Model().eval()"]
+    """One candidate: the op as a module on `inputs` (torch literals), exported, loaded
+    (through the ONNX checker first with `checker`) and run in ONNX Runtime, ending in
+    the statement that fails when the defect shows; `where` indexes the element printed."""
+    sig, case = subject.sig, subject.case
+    lines = _model_lines(subject.variant, inputs, kind)
     stages: dict[int, str] = {}
     low = sig.symptom is Symptom.LOW_PRECISION
     lines.append("onnx_program = torch.onnx.export(model, inputs, dynamo=True"
@@ -144,6 +143,40 @@ def _script(sig: Signature, variant: OpVariant, inputs: list[str], case: CaseRes
     else:
         lines.append("feeds = {i.name: t.detach().numpy() for i, t in "
                      "zip(session.get_inputs(), inputs)}")
+    _failing_lines(subject, where, bf16, lines, stages)
+    needs = _NOT_IMPLEMENTED if sig.symptom is Symptom.MISSING_KERNEL else _said(case) \
+        if sig.symptom in (Symptom.EXPORT_FAILS, Symptom.UNSUPPORTED) else ""
+    return Repro("\n".join(lines) + "\n", stages, EXPECTED_STAGE.get(sig.symptom, "assert"),
+                 kind, needs)
+
+
+def _model_lines(variant: OpVariant, inputs: list[str], kind: str) -> list[str]:
+    """The script's head: its imports (math and F only when the call uses them), the op
+    as a module, the inputs (seeded for a "seeded" candidate) and the model."""
+    params = ", ".join(variant.arg_names)
+    uses = [f"import {m}" for m in ("math",) if re.search(rf"\b{m}\.", variant.call)]
+    if re.search(r"(?<![\w.])F\.", variant.call):
+        uses.append("import torch.nn.functional as F")
+    lines = ["import torch", *uses, "import onnxruntime as ort", "", "",
+             "class Model(torch.nn.Module):",
+             f"    def forward(self, {params}):",
+             f"        return {variant.call}", "", ""]
+    if kind == "seeded":
+        lines.append("torch.manual_seed(0)")
+    lines += ["inputs = (", *(f"    {t}," for t in inputs), ")", "model = Model().eval()"]
+    return lines
+
+
+def _failing_lines(subject: _Subject, where: str, bf16: bool, lines: list[str],
+                   stages: dict[int, str]) -> None:
+    """The script's tail, by symptom, with the stage of each statement that may fail: a
+    run that must raise (or die), the precision audit's op in the typed graph, or the
+    printed values and the comparison that fails (on the output that differs)."""
+    sig, case = subject.sig, subject.case
+    example = case.op.example if case.op is not None else None
+    k = int(example.output[1:]) if example is not None and example.output[1:].isdigit() \
+        else 0
+    multi = len(case.comparisons) > 1  # the op returns a tuple: pick the output that differs
     if EXPECTED_STAGE.get(sig.symptom) in ("export", "session"):
         lines.append("session.run(None, feeds)")
         stages[len(lines)] = "run"
@@ -151,7 +184,7 @@ def _script(sig: Signature, variant: OpVariant, inputs: list[str], case: CaseRes
     elif sig.symptom in (Symptom.RUN_FAILS, Symptom.CRASH):
         lines.append("print(session.run(None, feeds))")
         stages[len(lines)] = "run"
-    elif low:
+    elif sig.symptom is Symptom.LOW_PRECISION:
         op_type = _low_op(case)
         base = len(lines)
         lines += ["import onnx",
@@ -167,7 +200,7 @@ def _script(sig: Signature, variant: OpVariant, inputs: list[str], case: CaseRes
         stages[len(lines)] = "assert"
         stages[base + 2] = "session"
     else:
-        checks = _check(sig.symptom, k if multi else None, where, tol)
+        checks = _check(sig.symptom, k if multi else None, where, subject.tol)
         if bf16:
             checks[0] = checks[0].replace("torch.from_numpy(session.run(None, feeds)",
                                           "torch.from_dlpack(session.run_with_ort_values("
@@ -178,10 +211,6 @@ def _script(sig: Signature, variant: OpVariant, inputs: list[str], case: CaseRes
         lines += checks
         stages[base + 1] = "run"
         stages[len(lines)] = "assert"
-    needs = _NOT_IMPLEMENTED if sig.symptom is Symptom.MISSING_KERNEL else _said(case) \
-        if sig.symptom in (Symptom.EXPORT_FAILS, Symptom.UNSUPPORTED) else ""
-    return Repro("\n".join(lines) + "\n", stages, EXPECTED_STAGE.get(sig.symptom, "assert"),
-                 kind, needs)
 
 
 def candidates(sig: Signature, case: CaseResult, variant: OpVariant,
@@ -196,21 +225,21 @@ def candidates(sig: Signature, case: CaseResult, variant: OpVariant,
     raises = sig.symptom.info.raises
     index = tuple(example.index) if example is not None else ()
     where = f"[{', '.join(map(str, index))}]" if index else ""
+    subject = _Subject(sig, variant, case, tolerance)
     if example is not None and not raises and set(example.inputs) >= set(arrays) and all(
             a.shape == arrays[variant.arg_names[0]].shape and a.ndim for a in arrays.values()):
         one = [_element(example.inputs[n], arrays[n].dtype, grads.get(n, False))
                for n in variant.arg_names]
-        out.append(_script(sig, variant, one, case, "[0]", tolerance, "one element"))
+        out.append(_script(subject, one, "[0]", "one element"))
     if cls in ("normal", "range") and any(a.dtype.name in FLOATS for a in arrays.values()) \
             and any(a.kind == "data" for a in variant.args):
         seeded = [_tensor(arrays[n], grads.get(n, False), _is_data(variant, n))
                   for n in variant.arg_names]
-        out.append(_script(sig, variant, seeded, case, where, tolerance, "seeded"))
+        out.append(_script(subject, seeded, where, "seeded"))
     given = [_tensor(arrays[n], grads.get(n, False), False) for n in variant.arg_names]
-    out.append(_script(sig, variant, given, case, where, tolerance, "sweep inputs"))
+    out.append(_script(subject, given, where, "sweep inputs"))
     if sig.symptom is Symptom.INVALID_MODEL:  # ONNX Runtime may load it: the checker does not
-        out.append(_script(sig, variant, given, case, where, tolerance, "sweep inputs",
-                           checker=True))
+        out.append(_script(subject, given, where, "sweep inputs", checker=True))
     return out
 
 

@@ -450,7 +450,8 @@ def _load_and_run(model: onnx.ModelProto, sub: list[_Case], provider: str, whole
                   inputs: dict[str, str] | None = None) -> dict[str, np.ndarray]:
     names = [n for c in sub for n in c.output_names]
     part = model if whole else og.extract(model, names)
-    stages.check(part)
+    if (disagreement := stages.check(part)) is not None:
+        raise disagreement.failure()  # the bundled known findings were recorded so
     session = stages.open_session(part, provider, {}, optimization=optimization)
     feeds: dict[str, np.ndarray] = {}
     wanted = {i.name for i in session.get_inputs()}

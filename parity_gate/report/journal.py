@@ -10,16 +10,17 @@ that appears twice (its localisation came later) counts once, the last line;
 but a later line never turns a failure into a pass (only the localisation's
 `artefacts: pass` settlement may), and a case the header did not plan is left
 out: both are flagged in the report as findings. Every line is masked like the
-reports. A run holds a lock on its out folder (`OUT/.parity-gate.lock`, flock,
-removed at the end) from its first look at the journal to its end, so a second run into the same
-folder is refused instead of moving the live run's journal aside. A journal the
-disk refuses (ENOSPC) is said once and the run goes on, its results in memory
-for the reports; the run then ends with that line, exit 2.
+reports. A run holds a lock on its out folder (`OUT/.parity-gate.lock`: the `filelock`
+library's native lock, flock on POSIX; removed at the end) from its first look at the
+journal to its end, so a second run into the same folder is refused instead of moving
+the live run's journal aside. A journal the disk refuses (ENOSPC) is said once and the
+run goes on, its results in memory for the reports; the run then ends with that line,
+exit 2.
 """
 
 from __future__ import annotations
 
-import fcntl
+import contextlib
 import json
 import os
 import signal
@@ -28,6 +29,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import filelock
 
 from parity_gate.errors import UserError
 from parity_gate.gate.jsonfile import loads, read_text
@@ -41,7 +44,7 @@ VERSION = 1
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 WHAT = "a parity-gate journal (OUT/journal.jsonl, one JSON object a line)"
 LOCK = ".parity-gate.lock"
-_held: dict[Path, int] = {}  # out folder → the fd of its lock, held by this process
+_held: dict[Path, filelock.BaseFileLock] = {}  # out folder → its lock, held by this process
 
 
 @dataclass
@@ -121,45 +124,55 @@ class Journal:
 
 
 def hold_lock(out: Path) -> None:
-    """Lock the out folder for this run (flock on OUT/.parity-gate.lock, released when the
-    journal closes or the process ends, however it ends): another live run there is a
-    UserError naming it, before its journal is touched. The file is removed on release;
-    a lock taken on a file removed meanwhile is taken again on the new one."""
+    """Lock the out folder for this run (a non-blocking exclusive lock on
+    OUT/.parity-gate.lock, released when the journal closes or the process ends, however it
+    ends): another live run there is a UserError naming it, before its journal is touched.
+    The file holds the holder's pid and is removed on release; a lock that could not be
+    taken because its file was removed meanwhile is taken again on the new one."""
     key = out.absolute()
     if key in _held:
         return
-    lock = out / LOCK
+    path = out / LOCK
     while True:
-        problem = target_problem(lock)
+        problem = target_problem(path)
         if problem:
             raise UserError(f"--out: {problem}")
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
-                     | getattr(os, "O_CLOEXEC", 0), 0o666)
+        lock = filelock.FileLock(path, timeout=0, thread_local=False)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            other = os.pread(fd, 64, 0).decode("ascii", "replace").strip()
-            os.close(fd)
+            lock.acquire()
+            break
+        except filelock.Timeout:
+            if not os.path.lexists(path):
+                continue  # its run released and removed it meanwhile: lock the one there now
+            other = _holder(path)
             raise UserError(f"--out: {out} is in use by another parity-gate run"
                             f"{f' (pid {other})' if other.isdigit() else ''} (expected one run "
                             "per out folder: give this one its own --out, or wait for that one)"
                             ) from None
-        try:
-            if os.fstat(fd).st_ino == os.lstat(lock).st_ino:
-                break
-        except FileNotFoundError:
-            pass
-        os.close(fd)  # its run released and removed it meanwhile: lock the one there now
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    _held[key] = fd
+    fd = os.open(path, os.O_WRONLY | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        os.write(fd, f"{os.getpid()}\n".encode())
+    finally:
+        os.close(fd)
+    _held[key] = lock
+
+
+def _holder(path: Path) -> str:
+    """The pid a lock file's holder wrote into it ('' if none can be read)."""
+    try:
+        with path.open("rb") as fh:
+            return fh.read(64).decode("ascii", "replace").strip()
+    except OSError:
+        return ""
 
 
 def release_lock(out: Path) -> None:
-    fd = _held.pop(out.absolute(), None)
-    if fd is not None:
-        (out / LOCK).unlink(missing_ok=True)  # still locked: no other run holds this file
-        os.close(fd)
+    lock = _held.pop(out.absolute(), None)
+    if lock is not None:
+        # Still locked: no other run holds this file. (Windows removes it on release.)
+        with contextlib.suppress(FileNotFoundError, PermissionError):
+            (out / LOCK).unlink()
+        lock.release()
 
 
 def keep_unfinished(path: Path) -> Path | None:
@@ -188,6 +201,29 @@ def read(path: Path) -> Replay:
     """The run a journal describes, or a located UserError. A torn last line (the gate
     was killed mid-write) is dropped; the run is interrupted unless the journal ended
     complete or holds every planned case."""
+    docs = _documents(path)
+    head = docs[0][1]
+    if head.get("journal") != VERSION or not isinstance(head.get("run"), dict):
+        raise UserError(f"{path}:1: not a parity-gate journal header (expected "
+                        f'{{"journal": {VERSION}, "run": ...}} first)')
+    run = RunResult.from_dict({**head["run"], "cases": [], "findings": []}, f"{path}:1")
+    universe = [str(u) for u in head.get("universe") or []]
+    ended, t = _replay(path, docs[1:], set(universe), run)
+    planned = run.planned if run.planned is not None else len(run.cases)
+    if ended is not None:
+        run.interrupted = bool(ended.get("interrupted"))
+        run.duration_s = float(ended.get("duration_s") or t)
+    else:
+        run.interrupted = sum(not c.probe for c in run.cases) < planned
+        run.duration_s = t
+    policy = head.get("policy") if isinstance(head.get("policy"), dict) else {}
+    return Replay(run, policy or {}, universe, ended is not None)
+
+
+def _documents(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """Every line's JSON object with its line number. Only the last line may be torn
+    (the gate killed mid-write: every complete line before it counts); any other bad
+    line is a located UserError."""
     lines = read_text(path, WHAT).split("\n")
     if not lines or not lines[0].strip():
         raise UserError(f"{path}:1: empty journal (expected {WHAT})")
@@ -205,24 +241,26 @@ def read(path: Path) -> Replay:
         if not isinstance(doc, dict):
             raise UserError(f"{path}:{i + 1}: expected a JSON object (expected {WHAT})")
         docs.append((i + 1, doc))
-    line, head = docs[0]
-    if head.get("journal") != VERSION or not isinstance(head.get("run"), dict):
-        raise UserError(f"{path}:1: not a parity-gate journal header (expected "
-                        f'{{"journal": {VERSION}, "run": ...}} first)')
-    run = RunResult.from_dict({**head["run"], "cases": [], "findings": []}, f"{path}:1")
-    universe = [str(u) for u in head.get("universe") or []]
-    planned_ids = set(universe)
+    return docs
+
+
+def _replay(path: Path, docs: list[tuple[int, dict[str, Any]]], planned_ids: set[str],
+            run: RunResult) -> tuple[dict[str, Any] | None, float]:
+    """The body's case, finding and end lines replayed into `run` (its cases and
+    findings); returns the end line (None: the run never ended) and the last case's
+    time. A case the header did not plan, or one whose outcome a later line changes,
+    is flagged as a journal finding (the failure is kept)."""
     cases: dict[str, CaseResult] = {}
     first_line: dict[str, int] = {}  # the line each kept case came from
     ended: dict[str, Any] | None = None
     flags: list[Finding] = []
     t = 0.0
-    for line, doc in docs[1:]:
+    for line, doc in docs:
         where = f"{path}:{line}"
         if "case" in doc:
             case = _record(CaseResult, doc["case"], where)
             t = float(doc.get("t") or t)
-            if planned_ids and case.id not in planned_ids:
+            if planned_ids and case.id not in planned_ids and not case.probe:  # probes: extra
                 flags.append(_flag(case, f"{where}: case {case.id} was not planned by this run "
                                    "(not among the header's planned ids); left out"))
                 continue
@@ -246,15 +284,7 @@ def read(path: Path) -> Replay:
                             "(expected case, finding or end)")
     run.cases = list(cases.values())
     run.findings += [f for f in flags if f not in run.findings]
-    planned = run.planned if run.planned is not None else len(run.cases)
-    if ended is not None:
-        run.interrupted = bool(ended.get("interrupted"))
-        run.duration_s = float(ended.get("duration_s") or t)
-    else:
-        run.interrupted = len(run.cases) < planned
-        run.duration_s = t
-    policy = head.get("policy") if isinstance(head.get("policy"), dict) else {}
-    return Replay(run, policy or {}, universe, ended is not None)
+    return ended, t
 
 
 def _may_follow(earlier: CaseResult, later: CaseResult) -> bool:

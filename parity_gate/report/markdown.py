@@ -225,7 +225,7 @@ def _case_row(case: CaseResult, view: ModuleView, gate: bool) -> str:
     ruling = view.rulings.get(case.id) if gate else None
     cell = f" {md_cell(f'{ruling.category}: {ruling.why}', 200)} |" if ruling else (
         " — |" if gate else "")
-    return (f"| {md_code(case.key.junit_name)} | **{case.outcome.value}** | {figures} | "
+    return (f"| {md_code(case.id)} | **{case.outcome.value}** | {figures} | "
             f"{md_cell(why, 400)} |" + cell)
 
 
@@ -333,24 +333,23 @@ _LABEL = re.compile(r"[^A-Za-z0-9_.:/-]")
 
 
 def _generation(run: RunResult) -> str:
-    """Every generation case: prompt, steps, where the sequences part; per failing case (and
-    the first passing one) the step table and a mermaid chart of the per-step error."""
-    cases = [c for c in run.cases if c.generation is not None]
+    """Every generation case (those that raised or were skipped too, so the count is
+    results.json's): prompt, steps, where the sequences part, the two tokens there and the
+    culprit; per failing case (and the first passing one) the step table and a mermaid
+    chart of the per-step error."""
+    cases = [c for c in run.cases if c.generation is not None or "@generate=" in c.key.inputs]
     if not cases:
         return ""
     lines = ["<details><summary><b>Generation parity</b>: "
-             f"{sum(c.failed for c in cases)} of {plural(len(cases), 'case')} fail</summary>",
-             "", "| case | outcome | prompt length | steps | first divergent step | "
-             "first failing step | worst step error |", "|---|---|---|---|---|---|---|"]
+             f"{sum(c.outcome is not Outcome.PASS for c in cases)} of "
+             f"{plural(len(cases), 'case')} do not pass</summary>",
+             "", "| case | outcome | prompt length | steps | first divergent step | tokens "
+             "(eager → ONNX) | first failing step | worst step error | culprit |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for c in cases[:CASE_ROWS]:
-        g = c.generation
-        assert g is not None
-        worst = max((s.max_abs for s in g.per_step if s.max_abs is not None), default=None)
-        diverged = "—" if g.first_divergent_step is None else \
-            f"{g.first_divergent_step}" + (" (tie)" if g.parted_after_tie else "")
-        lines.append(f"| {md_code(c.id)} | {c.outcome.value} | {g.prompt_length} | {g.steps} | "
-                     f"{diverged} | {g.first_failing_step or '—'} | {num(worst)} |")
-    shown = [c for c in cases if c.failed][:3] or cases[:1]
+        lines.append(_generation_row(c))
+    shown = [c for c in cases if c.generation is not None and c.failed][:3] or [
+        c for c in cases if c.generation is not None][:1]
     for c in shown:
         g = c.generation
         assert g is not None
@@ -361,9 +360,36 @@ def _generation(run: RunResult) -> str:
                   f"{'yes' if s.passed else '**no**'} | "
                   f"{'agree' if s.tokens_agree else 'tie' if s.tie else '**differ**'} |"
                   for s in g.per_step]
+        if g.error_step is not None:
+            lines.append(f"| {g.error_step} | {g.error_past_length} | — | — | "
+                         "**ONNX Runtime raised** | — |")
+        culprit = c.localisation.culprit if c.localisation is not None else None
+        if culprit is not None:
+            lines += ["", f"**{md_cell(culprit.describe(), 400)}**"]
         lines += ["", *_step_chart(c)]
     lines += ["</details>", ""]
     return "\n".join(lines)
+
+
+def _generation_row(c: CaseResult) -> str:
+    """One generation case's row; a case with no record (an error before its first step,
+    or skipped) says why in its outcome and leaves the step columns empty."""
+    g = c.generation
+    culprit = c.localisation.culprit if c.localisation is not None else None
+    where = md_cell(f"{culprit.source or culprit.scope}: {culprit.aten}", 80) \
+        if culprit is not None else "—"
+    if g is None:
+        return (f"| {md_code(c.id)} | {c.outcome.value} | — | — | — | — | — | — | "
+                f"{md_cell(c.reason, 120)} |")
+    worst = max((s.max_abs for s in g.per_step if s.max_abs is not None), default=None)
+    diverged = "—" if g.first_divergent_step is None else \
+        f"{g.first_divergent_step}" + (" (tie)" if g.parted_after_tie else "")
+    pair = g.tokens
+    tokens = f"{pair[0]} → {pair[1]}" if pair else "—"
+    failing = (f"{g.first_failing_step}" if g.first_failing_step is not None else
+               f"{g.error_step} (ONNX Runtime error)" if g.error_step is not None else "—")
+    return (f"| {md_code(c.id)} | {c.outcome.value} | {g.prompt_length} | {g.steps} | "
+            f"{diverged} | {tokens} | {failing} | {num(worst)} | {where} |")
 
 
 def _step_chart(case: CaseResult) -> list[str]:

@@ -65,7 +65,7 @@ class Progress:
         return time.monotonic() - self.start
 
     def case(self, case: CaseResult) -> None:
-        self.done += 1
+        self.done += 0 if case.probe else 1  # a probe is an extra case, chosen after export
         if self.quiet:
             return
         worst = case.worst()
@@ -74,7 +74,8 @@ class Progress:
         took = t.get("run_s", 0.0) + t.get("compare_s", 0.0) + t.get("eager_s", 0.0)
         label = _LABEL.get(case.outcome.value, case.outcome.value.upper())
         note = case.reason if case.failed or case.outcome.value == "skipped" else ""
-        line = f"[{self.done:>{len(str(self.total))}}/{self.total}] {label:<14} {case.id}"
+        count = f"{self.done:>{len(str(self.total))}}/{self.total}"
+        line = f"[{'probe' if case.probe else count}] {label:<14} {case.id}"
         line += f"  {figure}  {seconds(took)}" if figure or took else ""
         if note:
             line += f"  — {note[:160]}"

@@ -21,6 +21,7 @@ from parity_gate.model.files import (
     atomic_write,
     current_umask,
     kind_of,
+    own_folder_problem,
     target_problem,
 )
 from parity_gate.model.results import RunResult
@@ -74,6 +75,9 @@ def check_outputs(paths: ReportPaths, journal: bool = True) -> None:
     """Every report (and the journal) can be written: folders exist or can be made and
     are writable, no target is anything but a regular file. Creates the folders; one
     located line per problem."""
+    linked = own_folder_problem(paths.out, Path.cwd()) if paths.out is not None else ""
+    if linked:
+        raise UserError(f"--out: {linked}")
     if paths.out is not None and os.path.lexists(paths.out) and not paths.out.is_dir():
         raise UserError(f"--out: {paths.out} is {kind_of(paths.out)} (expected a folder for "
                         "the reports, or a path that does not exist yet)")

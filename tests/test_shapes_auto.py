@@ -1,0 +1,148 @@
+"""`shapes: auto` (issue 41): probe cases at sizes chosen from the export's assumptions,
+run by the real gate (real torch.export, ONNX Runtime, worker processes), and the pure
+derivation of probe sizes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from parity_gate.manifest.models import InputSpec, RandomFixture
+from parity_gate.plan.probes import (
+    Assumption,
+    Probe,
+    ProbeSettings,
+    Range,
+    derive,
+    probe_label,
+    resize,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+MANIFEST = ROOT / "tests" / "data" / "shapes" / "parity.yml"
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "parity_gate", *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=600,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], dict[str, Any]]:
+    out = tmp_path_factory.mktemp("shapes")
+    proc = _cli("run", str(MANIFEST), "--out", str(out), "--no-cache", "--no-localise",
+                "--select", "pool/**", "--select", "view16/**", "--select", "square/**",
+                "--select", "even/**")
+    doc = json.loads((out / "results.json").read_text())
+    return proc.returncode, doc, {c["id"]: c for c in doc["cases"]}
+
+
+@pytest.mark.process
+def test_a_probe_finds_the_size_the_declared_cases_miss(probed: Any) -> None:
+    """AdaptiveAvgPool2d(4) exported at 20x20: the declared 20x20 passes; the probe that
+    breaks `h // 4 == 5` gets another shape from the ONNX model, with its line named."""
+    code, _doc, cases = probed
+    assert code == 1
+    assert cases["pool/float32/img20/b2/cpu"]["outcome"] == "pass"
+    probe = cases["pool/float32/img20@h=19/b2/cpu"]
+    assert probe["outcome"] == "shape_mismatch"
+    lines = (MANIFEST.parent / "models.py").read_text().splitlines()
+    line = lines.index("        return self.pool(self.conv(x)).flatten(1)") + 1
+    assert f"h // 4 == 5, assumed at models.py:{line}" in probe["probe"]
+    assert cases["pool/float32/img20@h=21/b2/cpu"]["outcome"] == "mismatch"
+
+
+@pytest.mark.process
+def test_sizes_eager_rejects_are_not_failures(probed: Any) -> None:
+    """view(-1, 16) at n=33 and h != w for `x + x.transpose(2, 3)`: eager and ONNX Runtime
+    both refuse; skipped, said, never a mismatch. The kept relations pass."""
+    _code, _doc, cases = probed
+    view = cases["view16/float32/flat@n=33/b2/cpu"]
+    assert view["outcome"] == "skipped"
+    assert "eager rejects it" in view["reason"] and "so does ONNX Runtime" in view["reason"]
+    assert "(batch*n) % 16 == 0" in view["probe"]
+    square = cases["square/float32/square@h=9/b2/cpu"]
+    assert square["outcome"] == "skipped" and "breaks w == h" in square["probe"]
+    assert cases["square/float32/square@h=9@w=9/b2/cpu"]["outcome"] == "pass"
+    failed = {i for i, c in cases.items() if c["outcome"] not in ("pass", "skipped")}
+    assert all(i.startswith("pool/") for i in failed), failed
+
+
+@pytest.mark.process
+def test_an_onnx_answer_where_eager_refuses_is_a_hazard(probed: Any) -> None:
+    """torch._check(t % 2 == 0) is dropped from the graph: eager refuses t=9, the ONNX
+    model answers; a hazard finding, the case skipped (not a mismatch)."""
+    _code, doc, cases = probed
+    odd = cases["even/float32/seq@t=9/b2/cpu"]
+    assert odd["outcome"] == "skipped" and "returns a result silently" in odd["reason"]
+    found = [f for f in doc["findings"] if f.get("hazard", {}).get("rule")
+             == "unchecked-size-assumption" and "even/float32/seq@t=9" in f["message"]]
+    assert found
+
+
+@pytest.mark.process
+def test_a_probe_that_kills_the_worker_is_reported(tmp_path: Path) -> None:
+    """Probes are not planned, so the pool cannot list them as pending: the one the
+    worker was running when it died is reported from its last step, as a crash."""
+    proc = _cli("run", str(MANIFEST), "--out", str(tmp_path), "--no-cache", "--no-localise",
+                "--select", "crash/**")
+    cases = {c["id"]: c for c in json.loads((tmp_path / "results.json").read_text())["cases"]}
+    assert proc.returncode == 1
+    assert cases["crash/float32/seq/b2/cpu"]["outcome"] == "pass"
+    crashed = cases["crash/float32/seq@t=9/b2/cpu"]
+    assert crashed["outcome"] == "crash" and "t one above its export size 8" in crashed["probe"]
+
+
+@pytest.mark.process
+def test_check_explain_lists_the_probes_before_any_run() -> None:
+    proc = _cli("check", str(MANIFEST), "--explain")
+    assert proc.returncode == 0, proc.stderr
+    assert "probe pool/float32/img20@h=19/b2: breaks h // 4 == 5" in proc.stdout
+    assert "probe square/float32/square@h=9/b2: breaks w == h" in proc.stdout
+
+
+def test_probes_keep_and_break_each_relation() -> None:
+    same = Assumption("w == h", ("h", "w"))
+    probes = derive([same], {"batch": 2, "h": 8, "w": 8}, {},
+                    ProbeSettings(("h", "w"), cap=3))
+    assert [(p.changed, bool(p.breaks)) for p in probes[:2]] == [
+        ({"h": 9}, True), ({"h": 9, "w": 9}, False)]
+    assert len(probes) == 3  # the cap
+
+
+def test_probes_stay_in_range_and_skip_declared_sizes() -> None:
+    div = Assumption("t % 4 == 0", ("t",))
+    probes = derive([div], {"t": 8}, {"t": Range(6, 10)}, ProbeSettings(("t",), cap=9),
+                    declared={("t", 9)})
+    sizes = [p.changed["t"] for p in probes]
+    assert 9 not in sizes and all(6 <= s <= 10 for s in sizes) and 7 in sizes
+
+
+def test_a_specialised_dim_is_probed_off_its_size() -> None:
+    """A range of one point: torch.export fixed the dim; the sizes beside it are probed."""
+    probes = derive([], {"t": 8}, {"t": Range(8, 8)}, ProbeSettings(("t",), cap=4))
+    assert [p.changed["t"] for p in probes[:2]] == [9, 7]
+    assert all("t == 8 (specialised during tracing)" in p.breaks for p in probes[:2])
+
+
+def test_a_probe_id_replaces_the_size_its_set_names() -> None:
+    probe = Probe((("batch", 3), ("seq", 9)), "")
+    assert probe_label("text@seq=8", probe, "batch") == "text@seq=9"
+    assert probe_label("text@seq=8", Probe((("h", 9),), ""), "batch") == "text@seq=8@h=9"
+
+
+def test_resize_splits_a_set_dim_shared_by_two_symbols() -> None:
+    fixture = RandomFixture(kind="random", dims={"s": 8},
+                            inputs={"x": {"shape": ["batch", 3, "s", "s"]}})
+    got = resize(fixture, [InputSpec(name="x", dynamic={0: "batch", 2: "h", 3: "w"})],
+                 {"h": 9, "batch": 3})
+    assert not isinstance(got, str)
+    resized, batch = got
+    assert resized.inputs["x"].shape == ["batch", 3, 9, "s"] and batch == 3
