@@ -1,4 +1,4 @@
-"""Command line: `parity-gate run|check|schema|baseline|merge|report|cache|ops|upstream|...`.
+"""Command line: `parity-gate run|check|schema|baseline|merge|report|cache|ops|upstream|bisect|...`.
 
 Exit codes: 0 pass, 1 fail, 2 usage, 3 bug."""
 
@@ -162,6 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument("--summary", type=Path, help="markdown summary (default: "
                        "OUT/summary.md)")
     _add_gate_args(merge, merging=True)
+    from parity_gate.bisect.command import add_parser as add_bisect_parser  # which version
     from parity_gate.github.cli import add_parsers as add_github_parsers  # comment, upstream
     from parity_gate.ops.command import add_parser as add_ops_parser  # `ops`: op-level sweep
 
@@ -169,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_github_parsers(sub, COMMANDS)
 
     add_ops_parser(sub, COMMANDS)
+    add_bisect_parser(sub, COMMANDS)
     return parser
 
 

@@ -265,7 +265,8 @@ class FakeGitHub:
         repo = re.search(r"repo:(\S+)", q)
         kind = re.search(r"is:(issue|pr)", q)
         label = re.search(r'label:"([^"]+)"', q)
-        rest = re.sub(r'repo:\S+|is:\S+|label:"[^"]+"|in:\S+', " ", q)
+        merged = re.search(r"merged:(\S+)\.\.(\S+)", q)  # inclusive dates, as GitHub's
+        rest = re.sub(r'repo:\S+|is:\S+|label:"[^"]+"|in:\S+|merged:\S+', " ", q)
         groups = [[t.strip('"').lower() for t in re.findall(r'"[^"]+"|[^\s()]+', g)
                    if t != "OR"] for g in re.findall(r"\(([^()]*)\)", rest)]
         groups += [[t.strip('"').lower()] for t in re.findall(
@@ -277,6 +278,9 @@ class FakeGitHub:
             if kind and item.pr != (kind.group(1) == "pr"):
                 continue
             if label and label.group(1) not in item.labels:
+                continue
+            if merged and not (item.merged and merged.group(1) <= item.merged_at[:10]
+                               <= merged.group(2)):
                 continue
             text = f"{item.title}\n{item.body}".lower()
             if not all(any(t in text for t in g) for g in groups if g):

@@ -242,6 +242,14 @@ def run_action(inputs: Mapping[str, str], paths: Paths, env: Mapping[str, str]) 
         lines = module_lines(manifest.read_text(encoding="utf-8", errors="replace"))
         notes += annotate(report, manifest_file=file, manifest_lines=lines,
                           limit=ANNOTATION_LIMIT - len(notes), workspace=paths.workspace)
+    if inputs.get("bisect", "off") == "on-regression" and code == EXIT_FAIL:
+        from parity_gate.github import bisect_step
+
+        print("::group::bisect", flush=True)
+        said = bisect_step.run(inputs, paths.workspace, paths.json, paths.out_dir, env,
+                               paths.cache_dir / "bisect" if paths.cache_dir else None)
+        print("::endgroup::", flush=True)
+        print(f"parity-gate: {said}", flush=True)
     pruned = prune_export_cache(inputs, paths)
     for note in [*notes, *([pruned] if pruned else [])]:
         print(note.render())

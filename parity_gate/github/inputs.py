@@ -53,6 +53,34 @@ def _is_path(v: str) -> bool:  # a leading '-' would be read as a flag by `parit
     return not v.startswith("-")
 
 
+DEFAULT_BUDGET = "16,45m"
+_BUDGET = re.compile(r"\s*(\d+)\s*(m|min|h)?\s*")
+
+
+def parse_budget(text: str) -> tuple[int | None, float | None]:
+    """`bisect_budget`: "16,45m" → (16 probes, 45 minutes); either part may be left out
+    ("45m", "16"); ValueError when a part is neither."""
+    probes: int | None = None
+    minutes: float | None = None
+    for part in text.split(","):
+        m = _BUDGET.fullmatch(part)
+        if m is None or int(m.group(1)) < 1:
+            raise ValueError(part)
+        if m.group(2) is None:
+            probes = int(m.group(1))
+        else:
+            minutes = int(m.group(1)) * (60 if m.group(2) == "h" else 1)
+    return probes, minutes
+
+
+def is_budget(text: str) -> bool:
+    try:
+        parse_budget(text)
+    except ValueError:
+        return False
+    return True
+
+
 INPUTS: dict[str, InputSpec] = {
     "manifest": InputSpec("parity.yml", "a path to parity.yml relative to the workspace",
                           _is_path),
@@ -89,6 +117,10 @@ INPUTS: dict[str, InputSpec] = {
     "upstream_token": InputSpec(),
     "upstream_api_url": InputSpec("https://api.github.com", "an http(s) URL",
                                   lambda v: re.fullmatch(r"https?://\S+", v) is not None),
+    # `parity-gate bisect` after a regression on a pull request that bumps dependencies.
+    "bisect": InputSpec("off", "off or on-regression", _one_of("off", "on-regression")),
+    "bisect_budget": InputSpec(DEFAULT_BUDGET, "probes and/or minutes, e.g. 16,45m or 30m",
+                               lambda v: is_budget(v)),
     "results": InputSpec("", "a path to an earlier run's results.json", _is_path),
     "event_file": InputSpec("", "a path to the pull_request run's uploaded event file",
                             _is_path),

@@ -17,6 +17,7 @@ from pydantic import ValidationError, computed_field
 from pydantic.dataclasses import dataclass
 
 from parity_gate.errors import UserError
+from parity_gate.model.bisect import Bisection
 from parity_gate.model.comparison import Comparison
 from parity_gate.model.findings import CrashRepro, Finding, Lost, OpCase, Recheck, Rerun
 from parity_gate.model.gate import GateDecision
@@ -170,6 +171,7 @@ class RunResult(Record):
     planned: int | None = None  # cases the run meant to finish (None: as many as it has)
     gate: GateDecision | None = None
     upstream: list[UpstreamReport] = field(default_factory=list)  # per op, `parity-gate upstream`
+    bisect: list[Bisection] = field(default_factory=list)  # `parity-gate bisect`: per cause
 
     def skip_reasons(self) -> dict[str, int]:
         return skip_reasons(self.cases)

@@ -31,6 +31,7 @@ from parity_gate.model.text import (
     md_link,
     md_text,
 )
+from parity_gate.report import bisect as bisect_md
 from parity_gate.report import performance as perf
 from parity_gate.report.fmt import num, plural, seconds
 from parity_gate.report.modules import (
@@ -550,7 +551,8 @@ def render(run: RunResult, limit: int = STEP_SUMMARY_LIMIT, run_url: str | None 
         return [headline(run, views) + "\n", _verdict(run) + "\n",
                 _causes(run, views, decision, run_url),
                 _module_table(views, decision, cap), _gate_sections(decision),
-                _delta_section(decision.compare_to), perf.markdown(run, run.gate)]
+                _delta_section(decision.compare_to), perf.markdown(run, run.gate),
+                bisect_md.markdown(run.bisect)]  # `parity-gate bisect`: which version broke it
 
     gate = decision.baseline is not None
     optional = ([_Block(_module_fold(v, gate), "case detail") for v in failing]

@@ -1,0 +1,219 @@
+"""`parity-gate bisect`: which package, which version broke the selected cases.
+
+Reads the bad run (its failing cases and their signatures), the good and the bad
+package sets, the versions in between from the index; runs the search
+(`parity_gate.bisect.search`) with real probes (`parity_gate.bisect.probe`); writes
+the answer to OUT/bisect.json and OUT/bisect.md, and into the bad run's results.json
+and summary.md so the PR comment carries it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from parity_gate.errors import EXIT_FAIL, EXIT_PASS, UserError
+
+OUT = Path("parity-reports/bisect")
+
+
+def add_parser(sub: Any, commands: dict[str, Callable[[argparse.Namespace], int]]) -> None:
+    """Register the subcommand (called by cli.build_parser)."""
+    from parity_gate.bisect.probe import DEFAULT_CACHE
+    from parity_gate.bisect.sets import STACK
+
+    p = sub.add_parser("bisect", help="which package and version broke the failing cases: "
+                       "bisect torch, onnxscript, onnx, onnxruntime releases between a good "
+                       "and a bad environment")
+    p.add_argument("manifest", nargs="?", type=Path, default=None,
+                   help="the run's parity.yml (not needed for `parity-gate ops` results)")
+    p.add_argument("--good", required=True, metavar="SPEC",
+                   help="the good environment: a results.json (its recorded versions), a "
+                   "requirements or lock file (its == pins), or pins: onnxscript==0.5.3,...")
+    p.add_argument("--bad", required=True, metavar="SPEC", help="the bad environment, "
+                   "as --good (a results.json here also gives the failing cases)")
+    p.add_argument("--from", dest="source", type=Path, metavar="RESULTS.json",
+                   help="the bad run's results (default: --bad when it is a results.json)")
+    p.add_argument("--select", action="append", default=[], metavar="GLOB",
+                   help="the failing cases to bisect (repeatable; default: the run's "
+                   "regressions, else its failing cases)")
+    p.add_argument("--package", action="append", default=[], metavar="NAME",
+                   help=f"bisect this package too (repeatable; default: {', '.join(STACK)})")
+    p.add_argument("--allow-heavy", action="store_true",
+                   help="probe torch (and other multi-GB builds) too; refused by default")
+    p.add_argument("--pre", action="store_true", help="include pre-releases")
+    p.add_argument("--yanked", action="store_true", help="include yanked releases")
+    p.add_argument("--index", default=os.environ.get("PARITY_GATE_BISECT_INDEX",
+                                                     "https://pypi.org/pypi"),
+                   metavar="URL", help="the index's JSON API that lists versions "
+                   "(default: $PARITY_GATE_BISECT_INDEX, else https://pypi.org/pypi)")
+    p.add_argument("--pip-arg", action="append", default=[], metavar="ARG",
+                   help="passed to pip install in each probe (repeatable), e.g. "
+                   "--pip-arg=--index-url=https://download.pytorch.org/whl/cpu")
+    p.add_argument("--cache-dir", type=Path, default=None, metavar="DIR",
+                   help=f"probe environments, one per package set (default: {DEFAULT_CACHE})")
+    p.add_argument("--out", type=Path, default=OUT,
+                   help=f"bisect.json, bisect.md and each probe's run (default: {OUT})")
+    p.add_argument("--probe-timeout", type=float, default=900.0, metavar="S",
+                   help="a probe's install or run past S seconds is a skip (default 900)")
+    p.add_argument("--max-probes", type=int, default=None, metavar="N",
+                   help="stop after N probes in all")
+    p.add_argument("--max-minutes", type=float, default=None, metavar="M",
+                   help="stop starting probes after M minutes of probing")
+    p.add_argument("--source", dest="ops_source", default="catalogue", metavar="S[,S]",
+                   help="op-sweep cases: the sweep's --source (default: catalogue)")
+    p.add_argument("--upstream", action="store_true",
+                   help="list the pull requests merged between the last good and the first "
+                   "bad release that mention the culprit's function or kernel (GitHub search; "
+                   "GITHUB_TOKEN if set)")
+    p.add_argument("--api-url", default=os.environ.get("GITHUB_API_URL",
+                                                       "https://api.github.com"),
+                   help="GitHub REST API base URL for --upstream")
+    p.add_argument("--no-write", action="store_true",
+                   help="leave the bad run's results.json and summary.md as they are")
+    commands["bisect"] = cmd_bisect
+
+
+def failing_cases(run: Any, select: list[str], good: Any = None) -> list[Any]:
+    """The cases to bisect: --select globs over the run's failing cases, else those that
+    passed in the good run (when --good is a results.json), else the run's regressions
+    (the gate's blocking cases), else every failing case."""
+    failing = {c.id: c for c in run.failures}
+    if good is not None and not select:
+        passed = {c.id for c in good.cases if c.outcome.value == "pass"}
+        chosen = [c for i, c in failing.items() if i in passed]
+        if not chosen:
+            raise UserError("no case fails in the bad run that passed in the good one "
+                            "(expected a regression between them; --select names cases)")
+        return chosen
+    if select:
+        chosen = [c for i, c in failing.items() if any(fnmatch.fnmatchcase(i, g) for g in select)]
+        if not chosen:
+            raise UserError(f"--select {' '.join(select)}: matches no failing case of the "
+                            f"bad run ({len(failing)} failing)")
+        return chosen
+    blocking = run.gate.blocking if run.gate is not None else []
+    chosen = [failing[i] for i in blocking if i in failing] or list(failing.values())
+    if not chosen:
+        raise UserError("the bad run has no failing case to bisect")
+    return chosen
+
+
+def cmd_bisect(args: argparse.Namespace) -> int:
+    from parity_gate.bisect import index
+    from parity_gate.bisect.judge import failure_signature
+    from parity_gate.bisect.probe import (
+        DEFAULT_CACHE,
+        CaseRunner,
+        OverlayInstaller,
+        Prober,
+        installed,
+        refusal,
+    )
+    from parity_gate.bisect.search import Budget, search
+    from parity_gate.bisect.sets import STACK, differing, load_set
+    from parity_gate.gate.merge import read_results
+
+    good, _ = load_set(args.good)
+    bad, _ = load_set(args.bad)
+    source = args.source or (Path(args.bad) if args.bad.endswith(".json") else None)
+    if source is None:
+        raise UserError("bisect: which cases failed? (expected --from RESULTS.json, the bad "
+                        "run's results, or --bad as a results.json)")
+    run = read_results(source)[1]
+    good_run = read_results(Path(args.good))[1] if args.good.endswith(".json") else None
+    cases = failing_cases(run, args.select, good_run)
+    ops = all(c.op is not None for c in cases)
+    if not ops and args.manifest is None:
+        raise UserError("bisect: the cases come from `parity-gate run`: give its manifest "
+                        "(parity-gate bisect parity.yml --good ... --bad ...)")
+    if args.manifest is not None and not args.manifest.is_file():
+        raise UserError(f"{args.manifest}: no such manifest")
+    names = [*STACK, *args.package]
+    packages = differing(good, bad, names)
+    refs = {p: index.releases(p, args.index) for p in packages}
+    candidates = {p: index.between(refs[p], good[p], bad[p], args.pre, args.yanked)
+                  for p in packages}
+    root = (args.cache_dir or DEFAULT_CACHE).absolute()
+    out = args.out.absolute()
+    out.mkdir(parents=True, exist_ok=True)
+    base = installed(names)
+    order = sorted(packages, key=lambda p: (p in ("torch", "onnxruntime-gpu"), names.index(p)
+                                            if p in names else len(names)))
+    groups: dict[str, list[Any]] = {}
+    for case in cases:  # one search per failure signature: one cause, one answer
+        groups.setdefault(failure_signature(case), []).append(case)
+    results: list[Any] = []
+    start = time.monotonic()
+    for n, group in enumerate(groups.values()):
+        runner = CaseRunner(out=out / "probes" / f"{n + 1:02d}", cases=[c.id for c in group],
+                            manifest=args.manifest.absolute() if args.manifest else None,
+                            ops_args=["--source", args.ops_source] if ops else [],
+                            timeout=args.probe_timeout)
+        prober = Prober(OverlayInstaller(root, index_args=args.pip_arg,
+                                         timeout=args.probe_timeout),
+                        runner, {c.id: failure_signature(c) for c in group})
+        budget = Budget(args.max_probes, args.max_minutes * 60 if args.max_minutes else None,
+                        used_probes=sum(len(r.probes) for r in results),
+                        used_seconds=time.monotonic() - start)
+        group_start = time.monotonic()
+        result = search({p: good[p] for p in order}, {p: bad[p] for p in order},
+                        {p: candidates[p] for p in order}, prober,
+                        refuse=lambda pins: refusal(pins, base, args.allow_heavy),
+                        budget=budget, cases=[c.id for c in group])
+        result.wall_s = round(time.monotonic() - group_start, 1)
+        if args.upstream and result.culprit:
+            _upstream(result, refs, group, args.api_url)
+        results.append(result)
+        print(f"parity-gate bisect: {result.answer()} ({len(result.probes)} probes, "
+              f"{result.wall_s:g} s; {len(group)} case(s): {group[0].id}"
+              + (" ..." if len(group) > 1 else "") + ")", file=sys.stderr)
+    write(results, out, None if args.no_write else source)
+    print(f"parity-gate bisect: {len(results)} failure(s) bisected; {out / 'bisect.md'}",
+          file=sys.stderr)
+    return EXIT_PASS if all(r.culprit for r in results) else EXIT_FAIL
+
+
+def _upstream(result: Any, refs: dict[str, Any], cases: list[Any], api_url: str) -> None:
+    from dataclasses import replace
+
+    from parity_gate.bisect.upstream import merged_between, touched
+    from parity_gate.github.client import GitHubClient
+
+    token = os.environ.get("PARITY_GATE_UPSTREAM_TOKEN") or os.environ.get("GITHUB_TOKEN")
+    client = GitHubClient(api_url, token)
+    for i, rec in enumerate(result.packages):
+        if rec.package != result.culprit or rec.first_bad is None:
+            continue
+        term = next((t for t in (touched(c, rec.package) for c in cases) if t), "")
+        dates = {r.version: r.uploaded for r in refs[rec.package]}
+        prs, note = merged_between(client, rec.package, dates.get(str(rec.last_good), ""),
+                                   dates.get(str(rec.first_bad), ""), term)
+        result.packages[i] = replace(rec, upstream=prs, upstream_note=note)
+
+
+def write(results: list[Any], out: Path, source: Path | None) -> None:
+    """OUT/bisect.json and bisect.md; the bad run's results.json (and its summary.md, when
+    it has one) carry the answers too."""
+    from parity_gate.gate.merge import read_results
+    from parity_gate.report import bisect as bisect_md
+    from parity_gate.report.markdown import render
+
+    (out / "bisect.json").write_text(json.dumps([r.to_dict() for r in results], indent=2)
+                                     + "\n")
+    (out / "bisect.md").write_text(bisect_md.markdown(results) + "\n")
+    if source is None:
+        return
+    run = read_results(source)[1]
+    run.bisect = results
+    source.write_text(json.dumps(run.to_dict(), indent=2) + "\n")
+    summary = source.parent / "summary.md"
+    if summary.is_file():
+        summary.write_text(render(run) + "\n")

@@ -1,0 +1,89 @@
+"""A good or a bad environment as a package set: from a results.json (the versions the run
+recorded), a requirements or lock file (its `==` pins), or `pkg==ver,pkg==ver`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+
+from parity_gate.errors import UserError
+
+# What bisect moves by default: the exporter stack (the user adds their own with --package).
+STACK = ("torch", "onnxscript", "onnx", "onnxruntime", "onnxruntime-gpu")
+
+
+def parse_pins(text: str, where: str) -> dict[str, str]:
+    """`name==version` items separated by commas or newlines; `#` comments and pip options
+    ignored; anything else that is not an exact pin is an error naming the line."""
+    out: dict[str, str] = {}
+    for n, raw in enumerate(text.replace(",", "\n").splitlines(), 1):
+        line = raw.split(" #", 1)[0].split("\\", 1)[0].strip()
+        if not line or line.startswith(("#", "-")):
+            continue
+        try:
+            req = Requirement(line)
+        except InvalidRequirement as exc:
+            raise UserError(f"{where}:{n}: {line!r} is not a requirement ({exc})") from None
+        spec = list(req.specifier)
+        if len(spec) != 1 or spec[0].operator not in ("==", "==="):
+            continue  # a range says nothing about which version ran
+        out[canonicalize_name(req.name)] = spec[0].version
+    return out
+
+
+def _lock(path: Path) -> dict[str, str]:
+    """uv.lock / poetry.lock / pylock.toml: `[[package]]` tables with name and version."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        try:
+            import tomli as tomllib  # type: ignore[import-not-found]
+        except ImportError:
+            raise UserError(f"{path}: reading a TOML lock file needs Python >= 3.11 "
+                            "or tomli") from None
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"{path}: not a TOML lock file ({exc})") from None
+    packages = data.get("package") or data.get("packages") or []
+    return {canonicalize_name(str(p["name"])): str(p["version"]) for p in packages
+            if isinstance(p, dict) and "name" in p and "version" in p}
+
+
+def _results(path: Path, data: Any) -> dict[str, str]:
+    versions = data.get("versions") if isinstance(data, dict) else None
+    if not isinstance(versions, dict):
+        raise UserError(f"{path}: no `versions` object (expected a parity-gate results.json)")
+    return {canonicalize_name(k): str(v) for k, v in versions.items()
+            if isinstance(v, str) and k not in ("python", "platform", "tool")}
+
+
+def load_set(spec: str) -> tuple[dict[str, str], str]:
+    """(pins, what it was read from) for --good/--bad."""
+    path = Path(spec)
+    if path.is_file():
+        if path.suffix == ".json":
+            try:
+                data = json.loads(path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as exc:
+                raise UserError(f"{path}:{exc.lineno}: not JSON ({exc.msg})") from None
+            return _results(path, data), f"{path} (recorded versions)"
+        if path.suffix in (".lock", ".toml"):
+            return _lock(path), f"{path} (lock file)"
+        return parse_pins(path.read_text(encoding="utf-8"), str(path)), f"{path} (pins)"
+    if "==" not in spec:
+        raise UserError(f"{spec}: not a file, and not pins like onnxscript==0.5.3 "
+                        "(expected a results.json, a requirements or lock file, or pkg==ver)")
+    return parse_pins(spec, "pins"), "pins"
+
+
+def differing(good: dict[str, str], bad: dict[str, str],
+              packages: tuple[str, ...] | list[str]) -> list[str]:
+    """The packages bisected: those asked for that both sets pin and that differ."""
+    names = [canonicalize_name(p) for p in packages]
+    return [p for p in names if p in good and p in bad and good[p] != bad[p]]
