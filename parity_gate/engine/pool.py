@@ -144,9 +144,21 @@ def default_worker_memory(workers: int) -> int:
     return max(MIN_WORKER_MEMORY, int(total * 0.8) // max(1, workers))
 
 
-def _worker_main(jobs: Connection, results: Connection, key: bytes, log_path: str,
-                 threads: int, warm: Sequence[str], gate_pid: int = 0,
-                 memory_limit: int | None = None) -> None:
+@dataclass(frozen=True)
+class WorkerSetup:
+    """What a worker process is started with (pickled into the spawned process): the
+    results channel's key, its log, its thread share, the modules to import once, the
+    gate's pid for the sandbox (0: none) and the memory limit."""
+
+    key: bytes
+    log_path: str
+    threads: int
+    warm: Sequence[str]
+    gate_pid: int = 0
+    memory_limit: int | None = None
+
+
+def _worker_main(jobs: Connection, results: Connection, setup: WorkerSetup) -> None:
     """Worker loop: import the heavy stack once, then serve jobs until told to stop.
 
     Jobs arrive pickled on `jobs`; everything goes back as authenticated frames on
@@ -157,13 +169,26 @@ def _worker_main(jobs: Connection, results: Connection, key: bytes, log_path: st
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     os.set_inheritable(jobs.fileno(), False)
-    send = Sender(results.fileno(), key)
+    send = Sender(results.fileno(), setup.key)
     _leave_resource_tracker()
-    if gate_pid:  # engine.sandbox: the one rule for code run on a model's behalf
-        enter(gate_pid, memory_limit, str(Path(log_path).parent))
+    if setup.gate_pid:  # engine.sandbox: the one rule for code run on a model's behalf
+        enter(setup.gate_pid, setup.memory_limit, str(Path(setup.log_path).parent))
     else:
-        limit_memory(memory_limit)
-    scratch = f"{log_path}.tmp"  # the worker's and its modules' temporary files
+        limit_memory(setup.memory_limit)
+    _redirect_output(setup.log_path)
+    try:
+        _import_stack(setup.threads, setup.warm)
+    except BaseException:
+        send(Fatal(traceback.format_exc()))
+        return
+    send(Ready(os.getpid()))
+    _serve(jobs, send, setup.memory_limit)
+
+
+def _redirect_output(log_path: str) -> None:
+    """The worker's (and its modules') temporary files under the log's scratch folder;
+    stdout and stderr into the log, line-buffered, with crash and hang stacks."""
+    scratch = f"{log_path}.tmp"
     os.makedirs(scratch, exist_ok=True)
     os.environ["TMPDIR"] = scratch
     tempfile.tempdir = None
@@ -179,27 +204,30 @@ def _worker_main(jobs: Connection, results: Connection, key: bytes, log_path: st
     if hasattr(signal, "SIGUSR1"):  # POSIX only
         faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
-    try:
-        import logging
 
-        logging.disable(logging.WARNING)
-        import torch
 
-        # Every export and hazard check imports dynamo on first use: 2-5 s that are this
-        # worker's start-up, not the first module's time limit.
-        import torch._dynamo
+def _import_stack(threads: int, warm: Sequence[str]) -> None:
+    """Import torch, dynamo, onnx and onnxruntime once per worker, with its thread share."""
+    import logging
 
-        torch.set_num_threads(threads)
-        set_thread_budget(threads)  # ONNX Runtime sessions get the same share
-        import onnx  # noqa: F401
-        import onnxruntime  # noqa: F401
+    logging.disable(logging.WARNING)
+    import torch
 
-        for name in warm:  # the caller's job code, imported once per worker
-            importlib.import_module(name)
-    except BaseException:
-        send(Fatal(traceback.format_exc()))
-        return
-    send(Ready(os.getpid()))
+    # Every export and hazard check imports dynamo on first use: 2-5 s that are this
+    # worker's start-up, not the first module's time limit.
+    import torch._dynamo
+
+    torch.set_num_threads(threads)
+    set_thread_budget(threads)  # ONNX Runtime sessions get the same share
+    import onnx  # noqa: F401
+    import onnxruntime  # noqa: F401
+
+    for name in warm:  # the caller's job code, imported once per worker
+        importlib.import_module(name)
+
+
+def _serve(jobs: Connection, send: Sender, memory_limit: int | None) -> None:
+    """Run jobs until the gate closes the pipe or sends None."""
     while True:
         try:
             message = jobs.recv()
@@ -405,8 +433,9 @@ class WorkerPool:
         result_reader, result_writer = _CTX.Pipe(duplex=False)
         key = new_key()
         process = _CTX.Process(target=_worker_main,
-                               args=(job_reader, result_writer, key, log_path, self.threads,
-                                     self.warm, os.getpid(), self.memory_limit),
+                               args=(job_reader, result_writer,
+                                     WorkerSetup(key, log_path, self.threads, self.warm,
+                                                 os.getpid(), self.memory_limit)),
                                daemon=True, name=f"parity-gate-worker-{self._spawned}")
         with _sigint_held():
             try:

@@ -25,6 +25,7 @@ time and must give the same answer.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import gzip
 import hashlib
 import json
@@ -35,6 +36,7 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -433,78 +435,128 @@ def _same(a: Any, b: Any) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class _Tools:
+    """The worker functions a variant is checked with (imported lazily: torch is heavy)."""
+
+    compile_call: Any
+    make_inputs: Any
+    to_torch: Any
+    leaves: Any
+
+    @classmethod
+    def load(cls) -> _Tools:
+        from parity_gate.engine.tensors import leaves, to_torch
+        from parity_gate.ops.inputs import make_inputs
+        from parity_gate.ops.worker import compile_call
+
+        return cls(compile_call, make_inputs, to_torch, leaves)
+
+    def run(self, v: OpVariant, reference: str, times: int = 1) -> list[Any]:
+        """The variant's call on its normal inputs in `reference` dtype, `times` times on
+        the same inputs (fresh tensors each time: a call may write into its input)."""
+        inputs = self.make_inputs(v, reference, NORMAL)
+        fn = self.compile_call(v, 0)
+        return [fn(*[self.to_torch(inputs[a.name]) for a in v.args]) for _ in range(times)]
+
+
+@dataclass(frozen=True)
+class _Op:
+    """One OpInfo as the sweep sees it: the dtypes it supports, the dtype its samples are
+    drawn in, the element cap for its samples."""
+
+    info: Any
+    dtypes: tuple[str, ...]
+    reference: str
+    cap: float
+    tools: _Tools
+
+
 def build(ops: tuple[str, ...] | None = None) -> tuple[list[OpVariant], Counter[str]]:
     """Every renderable, deterministic OpInfo sample as a variant, with the dtypes eager
     accepts measured as `ops.accepted` measures them (normal inputs, each dtype)."""
-    import random
     import warnings
 
-    import numpy as np
     import torch
     from torch.testing._internal.common_methods_invocations import op_db
 
-    from parity_gate.engine.fixtures import derive_seed
-    from parity_gate.engine.tensors import leaves, to_torch
-    from parity_gate.ops.accepted import probe
-    from parity_gate.ops.inputs import make_inputs
-    from parity_gate.ops.worker import compile_call
-
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
+    tools = _Tools.load()
     dropped: Counter[str] = Counter()
     out: list[OpVariant] = []
-    wanted = set(ops) if ops is not None else None
     for info in op_db:
-        if wanted is not None and info.name not in wanted:
-            continue
-        if info.name in RANDOM or info.name.startswith("jiterator"):
-            dropped["random or uninitialised values"] += 1
-            continue
-        supported = {str(d).removeprefix("torch.") for d in info.supported_dtypes("cpu")}
-        reference = next((d for d in REFERENCE if d in supported), None)
-        if reference is None:
-            dropped["no dtype the sweep runs (complex only)"] += 1
-            continue
-        seed = derive_seed("opinfo", info.name, info.variant_test_name)
-        torch.manual_seed(seed % 2**63)  # generators draw from torch, `random` and numpy
-        random.seed(seed)
-        np.random.seed(seed % 2**32)
-        try:
-            samples = list(info.sample_inputs("cpu", getattr(torch, reference),
-                                              requires_grad=False))
-        except Exception:
-            dropped["the OpInfo's sample generator raises"] += 1
-            continue
-        dtypes = tuple(d for d in ("float32", "float64", "float16", "bfloat16", "int8",
-                                   "int32", "int64", "uint8", "bool") if d in supported)
-        crossed = 0
-        ways = spellings(info)
-        if not ways:
-            dropped["an anonymous callable without a torch name"] += len(samples)
-            continue
-        # an OpInfo whose every sample is big still runs its smallest one
-        cap = max(MAX_ELEMENTS, min((_elements(s) for s in samples), default=0))
-        for k, sample in enumerate(samples):
-            cross = crossed < CROSS
-            v, reason = None, ""
-            for way in ways:
-                v, reason = _variant(info, k, sample, way, dtypes, cross, reference,
-                                     compile_call, make_inputs, to_torch, leaves, cap=cap)
-                if not reason:
-                    break
-            if reason or v is None:
-                dropped[reason] += 1
-                continue
-            if info.name in TIES:
-                v = _ties(v, reference, compile_call, make_inputs, to_torch, leaves)
-            accepted = probe({v.id: v}, [v.id])[v.id]
-            if not accepted:
-                dropped["eager accepts no dtype on the sample"] += 1
-                continue
-            out.append(OpVariant(v.id, v.family, v.call, v.args, tuple(accepted),
-                                 v.input_classes, shape_only=v.shape_only, ranged=v.ranged))
-            crossed += cross
+        if ops is None or info.name in ops:
+            out.extend(_op_variants(info, tools, dropped))
     return out, dropped
+
+
+def _op_variants(info: Any, tools: _Tools, dropped: Counter[str]) -> list[OpVariant]:
+    """One OpInfo's samples as variants (the first CROSS ones crossed with special and
+    empty inputs); each dropped sample counted under its reason."""
+    from parity_gate.ops.accepted import probe
+
+    if info.name in RANDOM or info.name.startswith("jiterator"):
+        dropped["random or uninitialised values"] += 1
+        return []
+    op, samples, why = _samples(info, tools)
+    if op is None:
+        dropped[why] += 1
+        return []
+    ways = spellings(info)
+    if not ways:
+        dropped["an anonymous callable without a torch name"] += len(samples)
+        return []
+    out: list[OpVariant] = []
+    for k, sample in enumerate(samples):
+        cross = len(out) < CROSS
+        v, reason = None, ""
+        for way in ways:
+            v, reason = _variant(op, k, sample, way, cross)
+            if not reason:
+                break
+        if reason or v is None:
+            dropped[reason] += 1
+            continue
+        if info.name in TIES:
+            v = _ties(v, op)
+        accepted = probe({v.id: v}, [v.id])[v.id]
+        if not accepted:
+            dropped["eager accepts no dtype on the sample"] += 1
+            continue
+        out.append(OpVariant(v.id, v.family, v.call, v.args, tuple(accepted),
+                             v.input_classes, shape_only=v.shape_only, ranged=v.ranged))
+    return out
+
+
+def _samples(info: Any, tools: _Tools) -> tuple[_Op | None, list[Any], str]:
+    """The OpInfo's CPU samples in the first dtype the sweep runs that it supports, drawn
+    under a seed of its own (generators draw from torch, `random` and numpy)."""
+    import random
+
+    import numpy as np
+    import torch
+
+    from parity_gate.engine.fixtures import derive_seed
+
+    supported = {str(d).removeprefix("torch.") for d in info.supported_dtypes("cpu")}
+    reference = next((d for d in REFERENCE if d in supported), None)
+    if reference is None:
+        return None, [], "no dtype the sweep runs (complex only)"
+    seed = derive_seed("opinfo", info.name, info.variant_test_name)
+    torch.manual_seed(seed % 2**63)
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    try:
+        samples = list(info.sample_inputs("cpu", getattr(torch, reference),
+                                          requires_grad=False))
+    except Exception:
+        return None, [], "the OpInfo's sample generator raises"
+    dtypes = tuple(d for d in ("float32", "float64", "float16", "bfloat16", "int8",
+                               "int32", "int64", "uint8", "bool") if d in supported)
+    # an OpInfo whose every sample is big still runs its smallest one
+    cap = max(MAX_ELEMENTS, min((_elements(s) for s in samples), default=0))
+    return _Op(info, dtypes, reference, cap, tools), samples, ""
 
 
 def _elements(sample: Any) -> float:
@@ -520,42 +572,36 @@ def _elements(sample: Any) -> float:
 COMPLEX_OUTPUT = "a complex output (the exporter represents complex as real pairs)"
 
 
-def _variant(info: Any, k: int, sample: Any, way: tuple[str, str], dtypes: tuple[str, ...],
-             cross: bool, reference: str, *helpers: Any,
-             cap: float = MAX_ELEMENTS) -> tuple[OpVariant | None, str]:
+def _variant(op: _Op, k: int, sample: Any, way: tuple[str, str],
+             cross: bool) -> tuple[OpVariant | None, str]:
     """The sample as a variant spelled `way`, or why it cannot be one. A call whose one
     output is complex is compared as `torch.view_as_real(call)`, the exporter's
     representation of complex values."""
     try:
         call, tensors = render(way, sample)
-        args = tuple(_arg(f"t{i}", t, reference) for i, t in enumerate(tensors))
+        args = tuple(_arg(f"t{i}", t, op.reference) for i, t in enumerate(tensors))
     except Unrenderable as why:
         return None, f"the sample holds {why}"
     except Exception as exc:  # a tensor subclass, a meta tensor ...
         return None, f"the sample cannot be stored ({type(exc).__name__})"
     if not args:
         return None, "the sample has no tensor"
-    if sum(int(t.numel()) for t in tensors) > cap:
+    if sum(int(t.numel()) for t in tensors) > op.cap:
         return None, f"over {MAX_ELEMENTS} elements"
-    v = OpVariant(variant_id(info, k), family(info), call, args, dtypes or ("float32",),
-                  (NORMAL, SPECIALS, EMPTY) if cross else (NORMAL,),
-                  ranged=cross and ranged(info))
+    v = OpVariant(variant_id(op.info, k), family(op.info), call, args,
+                  op.dtypes or ("float32",), (NORMAL, SPECIALS, EMPTY) if cross else (NORMAL,),
+                  ranged=cross and ranged(op.info))
     try:
-        reason = _faithful(v, info, sample, reference, *helpers)
+        reason = _faithful(v, op, sample)
         if reason == COMPLEX_OUTPUT:
-            from dataclasses import replace
-
-            v = replace(v, call=real_view(call))
-            compile_call, make_inputs, to_torch, leaves = helpers
-            reason = _faithful(v, info, sample, reference, compile_call, make_inputs,
-                               to_torch, leaves, real=True)
+            v = dataclasses.replace(v, call=real_view(call))
+            reason = _faithful(v, op, sample, real=True)
     except Exception as exc:  # a sparse or nested output: nothing to compare
         reason = f"the output cannot be compared ({type(exc).__name__})"
     return v, reason
 
 
-def _faithful(v: OpVariant, info: Any, sample: Any, reference: str, compile_call: Any,
-              make_inputs: Any, to_torch: Any, leaves: Any, real: bool = False) -> str:
+def _faithful(v: OpVariant, op: _Op, sample: Any, real: bool = False) -> str:
     """Why the rendered call is not the OpInfo's own call on these values ("" if it is):
     it must run, give the same answer as `info.op(sample)`, twice, and return tensors.
     `real`: the call is wrapped in `torch.view_as_real`, the OpInfo's answer is too."""
@@ -563,16 +609,13 @@ def _faithful(v: OpVariant, info: Any, sample: Any, reference: str, compile_call
 
     try:
         with torch.no_grad():
-            expected = info.op(sample.input, *sample.args, **sample.kwargs)
+            expected = op.info.op(sample.input, *sample.args, **sample.kwargs)
             if real:
                 expected = torch.view_as_real(expected.resolve_conj())
-            inputs = make_inputs(v, reference, NORMAL)
-            fn = compile_call(v, 0)
-            got = fn(*[to_torch(inputs[a.name]) for a in v.args])
-            again = fn(*[to_torch(inputs[a.name]) for a in v.args])
+            got, again = op.tools.run(v, op.reference, times=2)
     except Exception:
         return "eager rejects the rendered sample"
-    if any(isinstance(t, torch.Tensor) and t.is_complex() for t in leaves(expected)):
+    if any(isinstance(t, torch.Tensor) and t.is_complex() for t in op.tools.leaves(expected)):
         return COMPLEX_OUTPUT
     if not _same(got, again):
         return "two eager runs differ"
@@ -581,20 +624,16 @@ def _faithful(v: OpVariant, info: Any, sample: Any, reference: str, compile_call
     return ""
 
 
-def _ties(v: OpVariant, reference: str, compile_call: Any, make_inputs: Any, to_torch: Any,
-          leaves: Any) -> OpVariant:
+def _ties(v: OpVariant, op: _Op) -> OpVariant:
     """Integer outputs of sort/topk/median... are indices: among ties any is right."""
-    from dataclasses import replace
-
     import torch
 
-    inputs = make_inputs(v, reference, NORMAL)
     with torch.no_grad():
-        out = leaves(compile_call(v, 0)(*[to_torch(inputs[a.name]) for a in v.args]))
+        out = op.tools.leaves(op.tools.run(v, op.reference)[0])
     index = tuple(m for m, t in enumerate(out)
                   if isinstance(t, torch.Tensor) and not t.is_floating_point()
                   and t.dtype != torch.bool)
-    return replace(v, shape_only=index)
+    return dataclasses.replace(v, shape_only=index)
 
 
 def write(path: Path, ops: tuple[str, ...] | None) -> tuple[int, Counter[str]]:
