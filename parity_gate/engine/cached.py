@@ -42,6 +42,19 @@ from parity_gate.plan.probes import Assumption, Range
 EXPORT, REFERENCE = "export", "reference"
 
 
+
+@dataclass(frozen=True)
+class ExportTarget:
+    """Which export of a module: its dtype and device, what it is for (the gate's own, or
+    a follow-up's), the batch it is exported at, the submodules in training mode."""
+
+    dtype: str
+    device: str
+    purpose: str
+    export_batch: int
+    training: tuple[str, ...] = ()
+
+
 @dataclass
 class WorkerCache:
     """One job's view of the cache: the store and the module's fingerprint."""
@@ -67,16 +80,15 @@ class WorkerCache:
 
     # -- exports ---------------------------------------------------------------------
 
-    def export_key(self, job: ModuleJob, dtype: str, device: str, example: dict[str, Any],
-                   names: Sequence[str], settings: Any, purpose: str,
-                   training: Sequence[str], export_batch: int) -> str:
+    def export_key(self, job: ModuleJob, target: ExportTarget, example: dict[str, Any],
+                   names: Sequence[str], settings: Any) -> str:
         """Everything an export and the hazard checks on it depend on."""
         return export_key(
-            self.fingerprint, [i.model_dump(mode="json") for i in job.module.inputs], dtype,
-            settings.model_dump(mode="json"), digest(example),
+            self.fingerprint, [i.model_dump(mode="json") for i in job.module.inputs],
+            target.dtype, settings.model_dump(mode="json"), digest(example),
             {**versions(), "parity-gate": __version__},
-            context=[purpose, device, list(names), export_batch,
-                     list(job.settings.batch_sizes or []), list(training),
+            context=[target.purpose, target.device, list(names), target.export_batch,
+                     list(job.settings.batch_sizes or []), list(target.training),
                      _dump(job.settings.hazards), _dump(job.settings.target_runtime),
                      list(RULE_IDS)])  # a new rule's findings are not in an older entry
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from parity_gate.engine.assumptions import read_assumptions
 from parity_gate.engine.cache import hand_off
+from parity_gate.engine.cached import ExportTarget
 from parity_gate.engine.evidence import export_evidence
 from parity_gate.engine.exporting import ExportedModel, ExportFailure, export_module
 from parity_gate.engine.fixtures import Draw, FixtureError, generate
@@ -38,18 +39,7 @@ def export_from_good_set(ctx: JobContext, mod: TypedModule,
     own cases, not every set's. None: every case got its failure."""
     job, dtype = ctx.job, mod.dtype
     live = [k for k in ctx.pending if k.dtype == dtype]
-    examples: list[tuple[str, dict[str, np.ndarray]]] = []
-    last: ExportFailure | FixtureError | None = None
-    for name in dict.fromkeys(name for name, _ in refs):
-        if any(r.error is None for (f, _), r in refs.items() if f == name):
-            try:
-                examples.append((name, generate(
-                    name, job.fixtures[name], [i.name for i in job.module.inputs],
-                    Draw(export_batch, dtype), seed=job.seed, base_dir=job.base_dir)))
-            except FixtureError as exc:
-                last = exc
-    examples.sort(key=lambda e: (isinstance(job.fixtures[e[0]], EdgeFixture),
-                                 tiny_dynamic_dim(job, e[1])))
+    examples, last = export_examples(job, refs, dtype, export_batch)
     tried: list[str] = []
     kept: tuple[ExportedModel, dict[str, np.ndarray], bool, list[Hazard]] | None = None
     for name, example in examples[:2]:  # an export is costly: the best two sets at most
@@ -93,6 +83,27 @@ def export_from_good_set(ctx: JobContext, mod: TypedModule,
     return None
 
 
+def export_examples(job: ModuleJob, refs: dict[tuple[str, int | None], EagerRef], dtype: str,
+                    export_batch: int
+                    ) -> tuple[list[tuple[str, dict[str, np.ndarray]]],
+                               ExportFailure | FixtureError | None]:
+    """An example per fixture set eager accepted, best first (generated sets before edge
+    sets, sets without a 0/1-long dynamic dim first), and the last fixture error."""
+    examples: list[tuple[str, dict[str, np.ndarray]]] = []
+    last: ExportFailure | FixtureError | None = None
+    for name in dict.fromkeys(name for name, _ in refs):
+        if any(r.error is None for (f, _), r in refs.items() if f == name):
+            try:
+                examples.append((name, generate(
+                    name, job.fixtures[name], [i.name for i in job.module.inputs],
+                    Draw(export_batch, dtype), seed=job.seed, base_dir=job.base_dir)))
+            except FixtureError as exc:
+                last = exc
+    examples.sort(key=lambda e: (isinstance(job.fixtures[e[0]], EdgeFixture),
+                                 tiny_dynamic_dim(job, e[1])))
+    return examples, last
+
+
 # Export failures that depend on the example's sizes (a guard on a size, a specialised
 # dim): worth one more try with another fixture set's example. Others are not.
 SIZE_BOUND = re.compile(r"Constraints violated|speciali[sz]|data.dependent|GuardOnData",
@@ -114,8 +125,8 @@ def cached_export(ctx: JobContext, mod: TypedModule, example: dict[str, np.ndarr
     or made now and stored; an export failure is cached and raised the same way, with the
     hazards its error text shows on `failure.hazards`."""
     job, cache = ctx.job, ctx.cache
-    key = cache.export_key(job, mod.dtype, mod.device, example, names, settings, purpose,
-                           ctx.training, export_batch) if cache is not None else ""
+    target = ExportTarget(mod.dtype, mod.device, purpose, export_batch, tuple(ctx.training))
+    key = cache.export_key(job, target, example, names, settings) if cache is not None else ""
     hit = cache.load_export(key) if cache is not None else None
     if hit is not None:
         result, stored = hit

@@ -30,7 +30,6 @@ from parity_gate.model.gate import (
     counts_line,
 )
 from parity_gate.model.outcomes import Outcome
-from parity_gate.model.performance import PerformanceFlag
 from parity_gate.model.precision import ROUNDOFF, rounding_level
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.model.text import one_line
@@ -91,34 +90,30 @@ def decide(run: RunResult, fail_on: str | None = "any-failure", *,
     ids = universe if universe is not None else {c.id for c in run.cases}
     stale = [Stale(e.id, baseline.where(e)) for e in baseline.unmatched(ids)] \
         if baseline else []
-    return finish(run, rulings, stale, resolve_fail_on(fail_on, baseline), strict,
-                  baseline.path if baseline else None, factor, allow_all_skipped,
-                  run_flags(run, baseline))
-
-
-def finish(run: RunResult, rulings: list[Ruling], stale: list[Stale], fail_on: str,
-           strict: bool, baseline: str | None, factor: float,
-           allow_all_skipped: bool = False,
-           performance: list[PerformanceFlag] | None = None) -> GateDecision:
-    """Blocking follows from the rulings: regressions (plus known under any-failure,
-    plus fixed under --strict); `never` lists them but passes. A run in which no case
-    ran blocks too, unless `allow_all_skipped`; one that has fewer outcomes than planned
-    cases without being interrupted always does (the invariant: no case is dropped)."""
-    block = {REGRESSION} | ({KNOWN} if fail_on == "any-failure" else set()) \
-        | ({FIXED} if strict else set())
-    blocking_ids = {r.id for r in rulings if r.category in block}
-    blocking = [c.id for c in sorted((c for c in run.cases if c.id in blocking_ids),
-                                     key=lambda c: (-c.outcome.severity, c.id))]
+    fail_on = resolve_fail_on(fail_on, baseline)
     order = {c: i for i, c in enumerate(CATEGORIES)}
-    rulings = sorted(rulings, key=lambda r: (order[r.category], r.id))
     # An interrupted run says so itself; "nothing was checked" would misstate why.
     all_skipped = not run.interrupted and all(c.outcome is Outcome.SKIPPED for c in run.cases)
     hazards = sorted({f"{f.module}: {f.hazard.rule}" for f in run.findings
                       if f.hazard is not None and f.hazard.blocks})
-    return GateDecision(blocking, fail_on, strict, baseline, factor, rulings, stale,
+    return GateDecision(blocking(run, rulings, fail_on, strict), fail_on, strict,
+                        baseline.path if baseline else None, factor,
+                        sorted(rulings, key=lambda r: (order[r.category], r.id)), stale,
                         all_skipped=all_skipped, allow_all_skipped=allow_all_skipped,
                         hazards=hazards, unreported=unreported(run),
-                        performance=run_flags(run) if performance is None else performance)
+                        performance=run_flags(run, baseline))
+
+
+def blocking(run: RunResult, rulings: list[Ruling], fail_on: str, strict: bool) -> list[str]:
+    """The blocking case ids, worst outcome first: regressions (plus known under
+    any-failure, plus fixed under --strict); `never` lists them but passes. (A run in
+    which no case ran blocks too, unless allowed, and one with fewer outcomes than planned
+    cases without being interrupted always does: GateDecision decides those.)"""
+    block = {REGRESSION} | ({KNOWN} if fail_on == "any-failure" else set()) \
+        | ({FIXED} if strict else set())
+    ids = {r.id for r in rulings if r.category in block}
+    return [c.id for c in sorted((c for c in run.cases if c.id in ids),
+                                 key=lambda c: (-c.outcome.severity, c.id))]
 
 
 def unreported(run: RunResult) -> int:
