@@ -16,6 +16,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -106,18 +107,26 @@ def failing_cases(run: Any, select: list[str], good: Any = None) -> list[Any]:
     return chosen
 
 
-def cmd_bisect(args: argparse.Namespace) -> int:
+@dataclass
+class _Plan:
+    """What a bisect searches: the two sets, the failing cases (op-sweep cases or a
+    manifest's), the packages that differ, in search order, with their releases between."""
+
+    good: dict[str, str]
+    bad: dict[str, str]
+    source: Path
+    cases: list[Any]
+    ops: bool
+    order: list[str]
+    refs: dict[str, Any]
+    candidates: dict[str, Any]
+    base: dict[str, str]
+
+
+def _plan(args: argparse.Namespace) -> _Plan:
+    """Read and check the command's inputs (a located UserError otherwise)."""
     from parity_gate.bisect import index
-    from parity_gate.bisect.judge import failure_signature
-    from parity_gate.bisect.probe import (
-        DEFAULT_CACHE,
-        CaseRunner,
-        OverlayInstaller,
-        Prober,
-        installed,
-        refusal,
-    )
-    from parity_gate.bisect.search import Budget, search
+    from parity_gate.bisect.probe import installed
     from parity_gate.bisect.sets import STACK, differing, load_set
     from parity_gate.gate.merge import read_results
 
@@ -141,44 +150,69 @@ def cmd_bisect(args: argparse.Namespace) -> int:
     refs = {p: index.releases(p, args.index) for p in packages}
     candidates = {p: index.between(refs[p], good[p], bad[p], args.pre, args.yanked)
                   for p in packages}
-    root = (args.cache_dir or DEFAULT_CACHE).absolute()
-    out = args.out.absolute()
-    out.mkdir(parents=True, exist_ok=True)
-    base = installed(names)
     order = sorted(packages, key=lambda p: (p in ("torch", "onnxruntime-gpu"), names.index(p)
                                             if p in names else len(names)))
+    return _Plan(good, bad, source, cases, ops, order, refs, candidates, installed(names))
+
+
+def cmd_bisect(args: argparse.Namespace) -> int:
+    from parity_gate.bisect.judge import failure_signature
+
+    plan = _plan(args)
+    out = args.out.absolute()
+    out.mkdir(parents=True, exist_ok=True)
     groups: dict[str, list[Any]] = {}
-    for case in cases:  # one search per failure signature: one cause, one answer
+    for case in plan.cases:  # one search per failure signature: one cause, one answer
         groups.setdefault(failure_signature(case), []).append(case)
     results: list[Any] = []
     start = time.monotonic()
     for n, group in enumerate(groups.values()):
-        runner = CaseRunner(out=out / "probes" / f"{n + 1:02d}", cases=[c.id for c in group],
-                            manifest=args.manifest.absolute() if args.manifest else None,
-                            ops_args=["--source", args.ops_source] if ops else [],
-                            timeout=args.probe_timeout)
-        prober = Prober(OverlayInstaller(root, index_args=args.pip_arg,
-                                         timeout=args.probe_timeout),
-                        runner, {c.id: failure_signature(c) for c in group})
-        budget = Budget(args.max_probes, args.max_minutes * 60 if args.max_minutes else None,
-                        used_probes=sum(len(r.probes) for r in results),
-                        used_seconds=time.monotonic() - start)
-        group_start = time.monotonic()
-        result = search({p: good[p] for p in order}, {p: bad[p] for p in order},
-                        {p: candidates[p] for p in order}, prober,
-                        refuse=lambda pins: refusal(pins, base, args.allow_heavy),
-                        budget=budget, cases=[c.id for c in group])
-        result.wall_s = round(time.monotonic() - group_start, 1)
-        if args.upstream and result.culprit:
-            _upstream(result, refs, group, args.api_url)
+        result = _search_group(args, plan, group, out / "probes" / f"{n + 1:02d}",
+                               used=(sum(len(r.probes) for r in results),
+                                     time.monotonic() - start))
         results.append(result)
         print(f"parity-gate bisect: {result.answer()} ({len(result.probes)} probes, "
               f"{result.wall_s:g} s; {len(group)} case(s): {group[0].id}"
               + (" ..." if len(group) > 1 else "") + ")", file=sys.stderr)
-    write(results, out, None if args.no_write else source)
+    write(results, out, None if args.no_write else plan.source)
     print(f"parity-gate bisect: {len(results)} failure(s) bisected; {out / 'bisect.md'}",
           file=sys.stderr)
     return EXIT_PASS if all(r.culprit for r in results) else EXIT_FAIL
+
+
+def _search_group(args: argparse.Namespace, plan: _Plan, group: list[Any], out: Path,
+                  used: tuple[int, float]) -> Any:
+    """One search for the cases of one failure signature, within what is left of the
+    budget (`used`: probes and seconds the earlier searches took)."""
+    from parity_gate.bisect.judge import failure_signature
+    from parity_gate.bisect.probe import (
+        DEFAULT_CACHE,
+        CaseRunner,
+        OverlayInstaller,
+        Prober,
+        refusal,
+    )
+    from parity_gate.bisect.search import Budget, search
+
+    runner = CaseRunner(out=out, cases=[c.id for c in group],
+                        manifest=args.manifest.absolute() if args.manifest else None,
+                        ops_args=["--source", args.ops_source] if plan.ops else [],
+                        timeout=args.probe_timeout)
+    prober = Prober(OverlayInstaller((args.cache_dir or DEFAULT_CACHE).absolute(),
+                                     index_args=args.pip_arg, timeout=args.probe_timeout),
+                    runner, {c.id: failure_signature(c) for c in group})
+    budget = Budget(args.max_probes, args.max_minutes * 60 if args.max_minutes else None,
+                    used_probes=used[0], used_seconds=used[1])
+    group_start = time.monotonic()
+    order = plan.order
+    result = search({p: plan.good[p] for p in order}, {p: plan.bad[p] for p in order},
+                    {p: plan.candidates[p] for p in order}, prober,
+                    refuse=lambda pins: refusal(pins, plan.base, args.allow_heavy),
+                    budget=budget, cases=[c.id for c in group])
+    result.wall_s = round(time.monotonic() - group_start, 1)
+    if args.upstream and result.culprit:
+        _upstream(result, plan.refs, group, args.api_url)
+    return result
 
 
 def _upstream(result: Any, refs: dict[str, Any], cases: list[Any], api_url: str) -> None:

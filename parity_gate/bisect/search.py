@@ -99,20 +99,8 @@ def search(good: Mapping[str, str], bad: Mapping[str, str],
         seen = confirm.why or confirm.signature
         return finish("the selected cases do not pass in a probe of the good set "
                       f"({confirm.verdict.value}: {seen}); no version can be judged")
-    for rec in records.values():
-        rec_probes = 2
-        result = run(Phase.ISOLATE, rec.package, rec.bad)
-        if isinstance(result, str):  # refused or over budget: the whole range is unprobed
-            records[rec.package] = replace(
-                rec, probes=1, not_probed=f"{rec.good}..{rec.bad}, {len(rec.candidates)} "
-                f"release(s): {result}")
-            continue
-        if result.verdict is Verdict.SKIP:
-            records[rec.package] = replace(rec, probes=rec_probes,
-                                           not_probed=f"alone at {rec.bad}: skip ({result.why})")
-            continue
-        records[rec.package] = replace(rec, involved=result.verdict is Verdict.BAD,
-                                       probes=rec_probes)
+    for rec in list(records.values()):
+        records[rec.package] = _isolate(rec, run)
     involved = [r for r in records.values() if r.involved]
     for rec in involved:
         records[rec.package] = _bisect_one(rec, run)
@@ -123,6 +111,18 @@ def search(good: Mapping[str, str], bad: Mapping[str, str],
             _together(run, bad, differing)
             if all(r.involved is False for r in records.values()) else "")
     return finish(stopped)
+
+
+def _isolate(rec: PackageBisection, run: Callable[..., Probe | str]) -> PackageBisection:
+    """The package alone at its bad version, the others at their good ones: does it
+    reproduce the failure (involved), not (innocent alone), or cannot it be judged?"""
+    result = run(Phase.ISOLATE, rec.package, rec.bad)
+    if isinstance(result, str):  # refused or over budget: the whole range is unprobed
+        return replace(rec, probes=1, not_probed=f"{rec.good}..{rec.bad}, "
+                       f"{len(rec.candidates)} release(s): {result}")
+    if result.verdict is Verdict.SKIP:
+        return replace(rec, probes=2, not_probed=f"alone at {rec.bad}: skip ({result.why})")
+    return replace(rec, involved=result.verdict is Verdict.BAD, probes=2)
 
 
 def _together(run: Callable[..., Probe | str], bad: Mapping[str, str],

@@ -110,60 +110,85 @@ def derive(assumptions: Sequence[Assumption], sizes: Mapping[str, int],
     fixed = {s: r.low for s, r in ranges.items() if s in symbols and r.high == r.low}
     relevant += [Assumption(f"{s} == {v}", (s,), "specialised during tracing")
                  for s, v in fixed.items()]
-    out: dict[tuple[tuple[str, int], ...], Probe] = {}
+    plan = _Plan(sizes, ranges, settings, fixed, relevant, set(declared))
+    for a in relevant:
+        plan.relation(a, [s for s in a.symbols if s in symbols])
+    for s in symbols:
+        plan.around(s)
+    order = {"relation": 0, "near": 1, "bound": 2, "small": 3}
+    ranked = sorted(plan.out.values(), key=lambda p: (order[p.kind], not p.breaks))
+    return ranked[: settings.cap]
 
-    def lowest(symbol: str) -> int:
-        floor = 0 if symbol in settings.small else 2
-        return floor if symbol in fixed else max(ranges.get(symbol, Range()).low, floor)
 
-    def highest(symbol: str) -> int | None:
-        high = None if symbol in fixed else ranges.get(symbol, Range()).high
-        cap = settings.high.get(symbol)
+@dataclass
+class _Plan:
+    """The probes of one export as they are found (one per distinct set of changed dims)."""
+
+    sizes: Mapping[str, int]
+    ranges: Mapping[str, Range]
+    settings: ProbeSettings
+    fixed: dict[str, int]
+    relevant: list[Assumption]
+    declared: set[tuple[str, int]]
+    out: dict[tuple[tuple[str, int], ...], Probe] = field(default_factory=dict)
+
+    def lowest(self, symbol: str) -> int:
+        floor = 0 if symbol in self.settings.small else 2
+        return floor if symbol in self.fixed else \
+            max(self.ranges.get(symbol, Range()).low, floor)
+
+    def highest(self, symbol: str) -> int | None:
+        high = None if symbol in self.fixed else self.ranges.get(symbol, Range()).high
+        cap = self.settings.high.get(symbol)
         return min(h for h in (high, cap) if h is not None) if (high, cap) != (None, None) \
             else None
 
-    def allowed(symbol: str, value: int) -> bool:
-        top = highest(symbol)
-        return value >= lowest(symbol) and (top is None or value <= top)
+    def allowed(self, symbol: str, value: int) -> bool:
+        top = self.highest(symbol)
+        return value >= self.lowest(symbol) and (top is None or value <= top)
 
-    def add(changed: dict[str, int], why: str, kind: str) -> None:
-        at = {**sizes, **changed}
+    def add(self, changed: dict[str, int], why: str, kind: str) -> None:
+        at = {**self.sizes, **changed}
         key = tuple(sorted(changed.items()))
-        if key in out or not changed or all(pair in declared for pair in key):
+        if key in self.out or not changed or all(pair in self.declared for pair in key):
             return
-        broken = tuple(a.describe() for a in relevant if a.holds(at) is False)
-        out[key] = Probe(key, why, broken, kind)
+        broken = tuple(a.describe() for a in self.relevant if a.holds(at) is False)
+        self.out[key] = Probe(key, why, broken, kind)
 
-    for a in relevant:
-        mine = [s for s in a.symbols if s in symbols]
-        if a.holds(sizes) is not True:
-            continue  # not true as exported: nothing the export relied on
-        broken = _search(a, sizes, mine, allowed, want=False)
+    def relation(self, a: Assumption, mine: list[str]) -> None:
+        """A size that breaks `a` and one that keeps it, nearest the export size."""
+        if a.holds(self.sizes) is not True:
+            return  # not true as exported: nothing the export relied on
+        broken = _search(a, self.sizes, mine, self.allowed, want=False)
         if not broken:
-            continue  # true at every size probed (`batch != 1` from 2 up): restricts nothing
-        add(broken, f"breaks {a.describe()}", "relation")
-        kept = _search(a, sizes, mine, allowed, want=True)
+            return  # true at every size probed (`batch != 1` from 2 up): restricts nothing
+        self.add(broken, f"breaks {a.describe()}", "relation")
+        kept = _search(a, self.sizes, mine, self.allowed, want=True)
         if kept:
-            add(kept, f"keeps {a.describe()}", "relation")
-    for s in symbols:
-        for v in (sizes[s] + 1, sizes[s] - 1):
-            if allowed(s, v):
-                add({s: v}, f"{s} one {'above' if v > sizes[s] else 'below'} its export "
-                    f"size {sizes[s]}", "near")
-        r = ranges.get(s, Range())
-        if r.low >= 2 and allowed(s, r.low):
-            add({s: r.low}, f"the lower bound of {s}'s range [{r.low}, "
-                f"{r.high if r.high is not None else 'inf'}]", "bound")
-        top = highest(s)
-        if r.high is not None and top is not None and allowed(s, top) and s not in fixed:
-            add({s: top}, f"the upper bound of {s}'s range"
-                + (f" (capped at {top} by max_case_bytes)" if top < r.high else ""), "bound")
-        if s in settings.small:
+            self.add(kept, f"keeps {a.describe()}", "relation")
+
+    def around(self, s: str) -> None:
+        """`s` one above and below its export size, at its range's bounds, and at 0 and 1
+        where the manifest says those occur."""
+        size = self.sizes[s]
+        for v in (size + 1, size - 1):
+            if self.allowed(s, v):
+                self.add({s: v}, f"{s} one {'above' if v > size else 'below'} its export "
+                         f"size {size}", "near")
+        r = self.ranges.get(s, Range())
+        if r.low >= 2 and self.allowed(s, r.low):
+            self.add({s: r.low}, f"the lower bound of {s}'s range [{r.low}, "
+                     f"{r.high if r.high is not None else 'inf'}]", "bound")
+        top = self.highest(s)
+        if r.high is not None and top is not None and self.allowed(s, top) \
+                and s not in self.fixed:
+            self.add({s: top}, f"the upper bound of {s}'s range"
+                     + (f" (capped at {top} by max_case_bytes)" if top < r.high else ""),
+                     "bound")
+        if s in self.settings.small:
             for v in (0, 1):
-                add({s: v}, f"{s}={v}, which the manifest says occurs (small_dims)", "small")
-    order = {"relation": 0, "near": 1, "bound": 2, "small": 3}
-    ranked = sorted(out.values(), key=lambda p: (order[p.kind], not p.breaks))
-    return ranked[: settings.cap]
+                self.add({s: v}, f"{s}={v}, which the manifest says occurs (small_dims)",
+                         "small")
 
 
 def _search(a: Assumption, sizes: Mapping[str, int], symbols: Sequence[str],
