@@ -387,3 +387,83 @@ def test_ungated_timing_past_its_budget_stops_once_an_interval_exists() -> None:
     assert timing.enough(e, o, 2.0, 1.0)  # twice the budget: stop regardless
     assert timing.enough([*e, 1.0], [*o, 2.0], 1.2, 1.0)  # 6 pairs: an interval
     assert not timing.enough([*e, 1.0], [*o, 2.0], 1.2, 1.0, limit=1.5)  # gated: decide
+
+
+REUSE_MANIFEST = """\
+seed: 0
+python_path: [{models}]
+defaults:
+  batch_sizes: [2, 4]
+  dtypes: [float32]
+  performance: {{max_slowdown: 100}}
+providers:
+  cpu: {{required: true}}
+fixtures:
+  small:
+    kind: random
+    inputs:
+      x: {{shape: [batch, 256], low: -1, high: 1}}
+  large:
+    kind: random
+    inputs:
+      x: {{shape: [batch, 256], low: -100, high: 100}}
+modules:
+  - name: mlp
+    factory: perf_models:MLP
+    inputs: [{{name: x, dynamic: {{0: batch}}}}]
+    fixtures: [small, large]
+"""
+
+
+@pytest.mark.process
+def test_cases_of_one_input_shape_share_one_timing(tmp_path: Path) -> None:
+    """Two fixture sets at two batch sizes: two timings (one per shape), not four; the
+    second set's cases say which case their figure was timed on."""
+    manifest = tmp_path / "parity.yml"
+    manifest.write_text(REUSE_MANIFEST.format(models=DATA))
+    assert main(["run", str(manifest), "--out", str(tmp_path / "out"), "--quiet",
+                 "--no-localise"]) == 0
+    doc = json.loads((tmp_path / "out" / "results.json").read_text())
+    lat = {c["id"]: c["performance"]["latency"] for c in doc["cases"]}
+    own = sorted(i for i, v in lat.items() if not v["timed_on"])
+    assert [i.split("/")[3] for i in own] == ["b2", "b4"], lat
+    for case, v in lat.items():
+        if v["timed_on"]:
+            source = lat[v["timed_on"]]
+            assert case.split("/")[3] == v["timed_on"].split("/")[3]  # same batch size
+            assert (v["ratio"], v["low"], v["high"]) == (
+                source["ratio"], source["low"], source["high"])
+            assert v["spent_s"] == 0.0 and source["spent_s"] > 0
+    md = (tmp_path / "out" / "summary.md").read_text()
+    assert "Performance" in md
+
+
+def test_an_unstable_figure_says_why_and_is_recorded_where_no_record_is(
+        tmp_path: Path) -> None:
+    from parity_gate.gate import baseline as bl
+
+    eager = [0.014, 0.134, 0.02, 0.09, 0.05, 0.11, 0.03, 0.07]  # a loaded machine
+    onnx = [2e-5] * 8
+    why = timing.instability(eager, onnx)
+    assert why.startswith("eager's calls took 14–134 ms across 8 samples") and "busy" in why
+    assert "too few" in timing.instability([1.0, 2.0], [1.0, 1.0])
+    r = timing.paired_ratio(eager, onnx)
+    lat = Latency(eager_ms=r.eager_s * 1e3, onnx_ms=r.onnx_s * 1e3, ratio=r.ratio, low=r.low,
+                  high=r.high, pairs=r.pairs, stable=r.narrow, why=why)
+    assert not lat.stable and "0.00×" not in lat.describe()
+    assert "0.00034× (95% 0.00015–0.0014" in lat.describe() and why in lat.describe()
+    run = RunResult(cases=[_case("m/float32/x/b1/cpu", Performance(PerformanceLimits(), lat))])
+    recorded, changes = bl.update(bl.Baseline(str(tmp_path / "b.yml")), run)
+    assert [(p.id, p.figures) for p in recorded.performance] == [
+        ("m/float32/x/b1/cpu", (float(f"{r.ratio:.4g}"), float(f"{r.low:.4g}"),
+                                float(f"{r.high:.4g}")))]
+    # too few pairs for an interval: nothing recorded
+    few = Latency(eager_ms=1, onnx_ms=1, ratio=1, low=0.5, high=2, pairs=3, stable=False)
+    none, _ = bl.update(bl.Baseline(str(tmp_path / "c.yml")),
+                        RunResult(cases=[_case("m/float32/x/b1/cpu",
+                                               Performance(PerformanceLimits(), few))]))
+    assert none.performance == ()
+    from parity_gate.report import performance as report
+
+    text = report.markdown(run, decide(run))
+    assert "0.00034× (0.00015–0.0014) ~" in text and "14–134 ms" in text

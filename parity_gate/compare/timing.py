@@ -105,6 +105,23 @@ def enough(eager_s: Sequence[float], onnx_s: Sequence[float], spent_s: float,
     return spent_s >= budget_s and limit is None
 
 
+def instability(eager_s: Sequence[float], onnx_s: Sequence[float], width: float = WIDTH,
+                ) -> str:
+    """Why a ratio did not settle, in one line: which side's per-call times spread (the
+    slowest sample over the fastest), or how many pairs there were. Eager spreading while
+    ONNX Runtime does not is the loaded-machine signature (torch's threads wait for cores
+    the other jobs hold), which the paired ratio cannot cancel."""
+    if order_bounds(len(eager_s)) is None:
+        return f"only {len(eager_s)} pair(s) fit the budget (too few for a 95% interval)"
+    spread = {side: max(v) / min(v) if min(v) > 0 else math.inf
+              for side, v in (("eager", eager_s), ("ONNX Runtime", onnx_s))}
+    side = max(spread, key=lambda k: spread[k])
+    values = eager_s if side == "eager" else onnx_s
+    return (f"{side}'s calls took {min(values) * 1e3:.3g}–{max(values) * 1e3:.3g} ms across "
+            f"{len(values)} samples ({spread[side]:.3g}× apart; the other side "
+            f"{min(spread.values()):.3g}×): the machine was busy")
+
+
 def inner_repeats(seconds_per_call: float, floor_s: float = 1e-3, most: int = 50) -> int:
     """Calls per timed sample so that one sample lasts at least `floor_s`: a call of a few
     microseconds is below the timer's and the scheduler's noise."""

@@ -181,7 +181,7 @@ def timing(state: CaseState) -> None:
     first = state.ref.inputs[0]
     state.result.performance = s.measurer.measure(
         s.run.session, performance.eager_call(s.mod.binding, s.mod.typed, first, s.mod.device),
-        {k: v for k, v in first.items() if k in s.run.feed_names})
+        {k: v for k, v in first.items() if k in s.run.feed_names}, state.result.key.id)
 
 
 def degenerate(state: CaseState) -> None:

@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
+from parity_gate.compare.timing import order_bounds
 from parity_gate.errors import UserError
 from parity_gate.manifest.located import (
     Phrasing,
@@ -387,16 +388,30 @@ def update(old: Baseline, run: RunResult, reason: str = TODO_REASON
 
 def record_performance(old: tuple[Recorded, ...], run: RunResult
                        ) -> tuple[tuple[Recorded, ...], Change | None]:
-    """The run's stable time ratios over the recorded ones (cases the run did not time
-    keep theirs): an unstable figure is no record to measure a later run against."""
-    fresh = {c.id: Recorded(c.id, _round(lat.ratio), _round(lat.low), _round(lat.high))
-             for c in run.cases if c.performance is not None
-             and (lat := c.performance.latency) is not None and lat.stable}
+    """The run's time ratios over the recorded ones (cases the run did not time keep
+    theirs). An unstable figure is recorded with its wide interval, so a later run still
+    has something to compare against (a wide interval claims little: the regression rule
+    needs the new interval wholly above it), unless the record it would replace is
+    narrower. A figure without a 95% interval (too few pairs) is no record."""
+    before = {r.id: r for r in old}
+    fresh: dict[str, Recorded] = {}
+    for c in run.cases:
+        lat = c.performance.latency if c.performance is not None else None
+        if lat is None or order_bounds(lat.pairs) is None:
+            continue
+        now = Recorded(c.id, _round(lat.ratio), _round(lat.low), _round(lat.high))
+        was = before.get(c.id)
+        if lat.stable or was is None or _width(now) <= _width(was):
+            fresh[c.id] = now
     if not fresh:
         return old, None
-    merged = {r.id: r for r in old} | fresh
+    merged = before | fresh
     return (tuple(merged[k] for k in sorted(merged)),
             Change("recorded", "performance", f"time ratios of {len(fresh)} case(s)"))
+
+
+def _width(r: Recorded) -> float:
+    return r.high / r.low if r.low > 0 else math.inf
 
 
 def _round(x: float) -> float:

@@ -36,11 +36,21 @@ class Latency(Record):
     pairs: int
     stable: bool
     spent_s: float = 0.0
+    why: str = ""       # an unstable figure: which side's timings spread, and how far
+    timed_on: str = ""  # the case whose timing this is (same module, dtype, provider, shapes)
 
     def describe(self) -> str:
         return (f"ONNX Runtime {self.onnx_ms:.3g} ms vs eager {self.eager_ms:.3g} ms: "
-                f"{self.ratio:.2f}× (95% {self.low:.2f}–{self.high:.2f}, {self.pairs} pairs"
-                f"{'' if self.stable else ', not stable within the budget'})")
+                f"{figure(self.ratio)}× (95% {figure(self.low)}–{figure(self.high)}, "
+                f"{self.pairs} pairs"
+                f"{'' if self.stable else ', not stable within the budget: ' + self.why}"
+                f"{f'; timed on {self.timed_on}' if self.timed_on else ''})")
+
+
+def figure(ratio: float) -> str:
+    """A time ratio with two decimals, or two significant digits below 0.1 (0.0015×, not
+    0.00×: ONNX Runtime 600 times faster than a loaded eager is still a figure)."""
+    return f"{ratio:.2f}" if not 0 < abs(ratio) < 0.1 else f"{ratio:.2g}"
 
 
 @dataclass(frozen=True, config=CONFIG)

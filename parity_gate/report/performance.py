@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from parity_gate.gate.performance import flags as case_flags
 from parity_gate.model.gate import GateDecision
-from parity_gate.model.performance import Latency, Memory, PerformanceFlag, Placement
+from parity_gate.model.performance import Latency, Memory, PerformanceFlag, Placement, figure
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.model.text import md_cell, md_code
 from parity_gate.model.units import human_size
@@ -72,7 +72,8 @@ def _rank(lat: Latency | None) -> tuple[float, float]:
 def ratio_text(lat: Latency | None) -> str:
     if lat is None:
         return "—"
-    return f"{lat.ratio:.2f}× ({lat.low:.2f}–{lat.high:.2f})" + ("" if lat.stable else " ~")
+    return (f"{figure(lat.ratio)}× ({figure(lat.low)}–{figure(lat.high)})"
+            + ("" if lat.stable else " ~"))
 
 
 def placement_text(p: Placement | None) -> str:
@@ -132,7 +133,9 @@ def markdown(run: RunResult, decision: GateDecision | None) -> str:
     if flagged or not unstable:
         return "\n".join(out) + "\n"
     # Nothing broken and figures too noisy to mean anything: folded, saying why in one line.
+    causes = sorted({m.latency.why for m in unstable if m.latency and m.latency.why})
     why = (f"{len(unstable)} of {len(mods)} modules' timings did not settle within the "
-           "timing budget (a loaded machine), so no ratio here is a measurement to act on")
+           "timing budget (a loaded machine), so no ratio here is a measurement to act on"
+           + (f" ({md_cell(causes[0], 160)})" if causes else ""))
     return "\n".join([f"<details><summary>Performance: no rule broken; {why}</summary>", "",
                       *out[2:], "", "</details>"]) + "\n"
