@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from parity_gate.engine.pool import descendants
+from parity_gate.engine.sandbox import descendants
 
 ROOT = Path(__file__).resolve().parent.parent
 ZOO = ROOT / "examples" / "zoo"
