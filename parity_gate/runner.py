@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from parity_gate import __version__
-from parity_gate.engine.cached import has_exports
 from parity_gate.engine.environment import versions
 from parity_gate.engine.pool import Activity, WorkerPool
 from parity_gate.engine.runtime import available_providers
@@ -169,8 +168,7 @@ def _execute(run: RunResult, work: Plan, options: RunOptions, progress: Progress
     pool: WorkerPool | None = None
     try:
         signals.arm()  # a signal during the set-up stops the run here
-        pool = WorkerPool(options.jobs, warm=(ModuleJob.entry.partition(":")[0],),
-                          exporter=not has_exports(options.cache_dir))
+        pool = WorkerPool(options.jobs, warm=(ModuleJob.entry.partition(":")[0],))
         for event in pool.run(work.jobs):
             if isinstance(event, CaseResult):
                 _record(run, progress, event, journal)

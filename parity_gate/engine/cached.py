@@ -42,14 +42,6 @@ from parity_gate.plan.probes import Assumption, Range
 EXPORT, REFERENCE = "export", "reference"
 
 
-def has_exports(cache_dir: str | Path | None) -> bool:
-    """Whether an export cache holds any export: a warm run, whose workers then need not
-    import torch's exporter at start-up (2-4 s each) for exports they will load."""
-    if cache_dir is None:
-        return False
-    folder = Path(cache_dir) / EXPORT
-    return folder.is_dir() and any(folder.iterdir())
-
 
 
 @dataclass(frozen=True)

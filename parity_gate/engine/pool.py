@@ -156,7 +156,6 @@ class WorkerSetup:
     warm: Sequence[str]
     gate_pid: int = 0
     memory_limit: int | None = None
-    exporter: bool = True  # import torch's exporter (dynamo) at start-up
 
 
 def _worker_main(jobs: Connection, results: Connection, setup: WorkerSetup) -> None:
@@ -178,7 +177,7 @@ def _worker_main(jobs: Connection, results: Connection, setup: WorkerSetup) -> N
         limit_memory(setup.memory_limit)
     _redirect_output(setup.log_path)
     try:
-        _import_stack(setup.threads, setup.warm, setup.exporter)
+        _import_stack(setup.threads, setup.warm)
     except BaseException:
         send(Fatal(traceback.format_exc()))
         return
@@ -207,7 +206,7 @@ def _redirect_output(log_path: str) -> None:
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
 
 
-def _import_stack(threads: int, warm: Sequence[str], exporter: bool = True) -> None:
+def _import_stack(threads: int, warm: Sequence[str]) -> None:
     """Import torch, dynamo, onnx and onnxruntime once per worker, with its thread share."""
     import logging
 
@@ -215,10 +214,9 @@ def _import_stack(threads: int, warm: Sequence[str], exporter: bool = True) -> N
     import torch
 
     # Every export and hazard check imports dynamo on first use: 2-5 s that are this
-    # worker's start-up, not the first module's time limit. A run whose exports come
-    # from the cache may need none: then the first export (a miss) pays for it.
-    if exporter:
-        import torch._dynamo
+    # worker's start-up, not the first module's time limit (a run whose exports all come
+    # from the cache would not need it, but which will is known only in the job).
+    import torch._dynamo
 
     torch.set_num_threads(threads)
     set_thread_budget(threads)  # ONNX Runtime sessions get the same share
@@ -412,14 +410,12 @@ class WorkerPool:
 
     def __init__(self, size: int = 1, threads: int | None = None,
                  warm: Sequence[str] = (), memory_limit: int | None = None,
-                 start_timeout_s: float = STARTUP_S, exporter: bool = True) -> None:
+                 start_timeout_s: float = STARTUP_S) -> None:
         """`memory_limit`: bytes each worker may allocate (default: its share of the
         machine's memory, see default_worker_memory); a job with a `memory_limit` of its
         own (a module's `worker_memory`) runs under that instead. `start_timeout_s`: how
-        long a new worker may take to import its stack before its job fails. `exporter`:
-        import torch's exporter at start-up (False where the exports are likely cached)."""
+        long a new worker may take to import its stack before its job fails."""
         self.size = max(1, size)
-        self.exporter = exporter
         self.warm = tuple(warm)
         self.memory_limit = memory_limit or default_worker_memory(self.size)
         self.threads = threads or max(1, usable_cores() // self.size)  # no oversubscription
@@ -440,8 +436,7 @@ class WorkerPool:
         process = _CTX.Process(target=_worker_main,
                                args=(job_reader, result_writer,
                                      WorkerSetup(key, log_path, self.threads, self.warm,
-                                                 os.getpid(), self.memory_limit,
-                                                 self.exporter)),
+                                                 os.getpid(), self.memory_limit)),
                                daemon=True, name=f"parity-gate-worker-{self._spawned}")
         with _sigint_held():
             try:
