@@ -17,7 +17,7 @@ import hashlib
 import json
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,7 +30,10 @@ from parity_gate.github.client import BudgetSpent, GitHubClient, GitHubError, Ra
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.model.text import code_span, github_url, md_cell, md_link
 from parity_gate.model.upstream import (
+    OPPOSITE,
     ROUTES,
+    TRIGGER_PHRASE,
+    TRIGGER_WORDS,
     MatchKind,
     OpRef,
     Owner,
@@ -39,7 +42,7 @@ from parity_gate.model.upstream import (
     UpstreamMatch,
     UpstreamReport,
 )
-from parity_gate.ops import signatures
+from parity_gate.ops import causes, signatures
 
 KINDS = ("issue", "pr")
 STATE_SCORE = {MatchKind.OPEN_PR: 3.0, MatchKind.MERGED_PR: 2.5, MatchKind.OPEN_ISSUE: 2.0,
@@ -83,27 +86,28 @@ def fingerprint(sig: Signature) -> str:
 
 
 def op_terms(sig: Signature) -> list[str]:
-    """How reports name the op: its name, and `aten::name` (the exporter's spelling)."""
+    """How reports name the op: its name, a name of several words also as plain words
+    ("take along dim"), and `aten::name` (the exporter's spelling)."""
     name = sig.op_name
     if sig.symptom is Symptom.MISSING_KERNEL and sig.kernel:
         return [sig.kernel.split("(")[0]]
-    return [name, f'"aten::{OpRef(sig.overload).name}"'] if OpRef(sig.overload).name != name \
-        else [name]
+    out = [name]
+    if "_" in name.strip("_"):
+        out.append(f'"{name.strip("_").replace("_", " ")}"')
+    if OpRef(sig.overload).name != name:
+        out.append(f'"aten::{OpRef(sig.overload).name}"')
+    return out
 
 
 def queries(sig: Signature) -> list[tuple[str, str, str]]:
-    """(repo, kind, q) for one signature: the op and the symptom, in each searched place."""
+    """(repos, kinds, q): one search per defect, issues and pull requests of every place
+    its owner's defects are filed at once, with the op and the symptom."""
     ops = op_terms(sig)
     words = [f'"{w}"' if " " in w else w for w in sig.symptom.info.words[:3]]
     terms = (f"({' OR '.join(ops)})" if len(ops) > 1 else ops[0]) + \
         f" ({' OR '.join(words)})"
-    out = []
-    for route, kinds in SEARCHED[sig.owner]:
-        label = f'label:"{route.label}"' if route.label else ""
-        for kind in kinds:
-            out.append((route.repo, kind, " ".join(p for p in (
-                f"repo:{route.repo}", f"is:{kind}", label, terms) if p)))
-    return out
+    repos = [route.repo for route, _ in SEARCHED[sig.owner]]
+    return [(",".join(repos), "issue,pr", " ".join([*(f"repo:{r}" for r in repos), terms]))]
 
 
 def kind_of(item: Mapping[str, Any]) -> MatchKind:
@@ -115,12 +119,17 @@ def kind_of(item: Mapping[str, Any]) -> MatchKind:
     return MatchKind.OPEN_ISSUE if item.get("state") == "open" else MatchKind.CLOSED_ISSUE
 
 
-def _names(sig: Signature) -> list[str]:
-    """Spellings that name this op as code, never as an English word: `torch.mean(`,
-    `.mean(`, `aten::mean`, `aten.mean`, `aten_mean`, the full overload, the lowering."""
+def _names(sig: Signature, also: Sequence[str] = ()) -> list[str]:
+    """Spellings that name this op as code, never as a one-word English word: `torch.mean(`,
+    `.mean(`, `aten::mean`, `aten.mean`, `aten_mean`, the full overload, the lowering, and
+    a name of several words written plainly ("take along dim"); `also`: the cause's
+    function and its other calls."""
     short = OpRef(sig.overload).name
     names = {sig.overload, f"aten::{short}", f"aten.{short}", f"aten_{short}", sig.user_op,
-             f".{sig.op_name}(", f"F.{sig.op_name}(", sig.lowering}
+             f".{sig.op_name}(", f"F.{sig.op_name}(", sig.lowering, *also}
+    for word in (sig.op_name, short):
+        if "_" in word.strip("_"):
+            names |= {word, word.strip("_").replace("_", " ")}
     if sig.symptom is Symptom.MISSING_KERNEL and sig.kernel:
         names |= {sig.kernel, sig.kernel.split('(')[0]}
     return sorted(n for n in names if n and n != "(")
@@ -135,22 +144,45 @@ def _said(pattern_or_text: str, text: str, regex: bool = False) -> bool:
                      text.lower()) is not None
 
 
+def _any(patterns: Iterable[str], text: str) -> bool:
+    return any(_said(p, text, regex=True) for p in patterns)
+
+
+def _reading(sig: Signature, text: str, trigger: str) -> tuple[bool, bool, bool]:
+    """(symptom described, the opposite one described instead, trigger named): a NaN where
+    eager gives a number is not a number where eager gives NaN; a value defect that needs
+    an input class (an empty input) is that one only where the text says so."""
+    info = sig.symptom.info
+    symptom = _any(info.evidence, text)
+    opposite = OPPOSITE.get(sig.symptom)
+    contrary = opposite is not None and _any(opposite.info.says, text) \
+        and not _any(info.says, text)
+    words = TRIGGER_WORDS.get(trigger)
+    return symptom and not contrary, contrary, words is None or _any(words, text)
+
+
 def assess(sig: Signature, repo: str, item: Mapping[str, Any],
-           installed: Mapping[str, str], now: datetime | None = None) -> UpstreamMatch | None:
-    """One candidate read against a signature: None when it is not about this op; else a
-    match, confident only when it names the op as code, describes the symptom, carries the
-    arguments that matter and is not a pull request that introduces the op; a merged fix
-    only when its release is newer than the installed one (`fixed_in`)."""
+           installed: Mapping[str, str], now: datetime | None = None,
+           also: Sequence[str] = (), trigger: str = "") -> UpstreamMatch | None:
+    """One candidate read against a signature: None when it is not about this op (or its
+    cause's function, `also`); else a match, confident only when it names the op as code
+    or in plain words, describes the symptom (not the opposite one), names the trigger,
+    carries the arguments that matter and is not a pull request that introduces the op; a
+    merged fix only when its release is newer than the installed one (`fixed_in`)."""
     title, body = str(item.get("title") or ""), str(item.get("body") or "")
     text = f"{title}\n{body}"
     why: list[str] = []
-    named = [n for n in _names(sig) if _said(n, text)]
+    named = [n for n in _names(sig, also) if _said(n, text)]
     if not named:
         return None
     why.append(f"names {named[0]}")
-    symptom = any(_said(p, text, regex=True) for p in sig.symptom.info.evidence)
+    symptom, contrary, triggered = _reading(sig, text, trigger)
     if symptom:
         why.append(f"describes: {sig.symptom.info.title}")
+    if contrary:
+        why.append(f"describes the opposite: {OPPOSITE[sig.symptom].info.title}")
+    if not triggered:
+        why.append(f"not about {TRIGGER_PHRASE.get(trigger) or trigger} inputs")
     args = [a for a in sig.args if _said(a.split("=")[-1].strip("'\""), text)]
     # a value the call passes (reduce='mean') must be there; a flag's name need not be
     all_args = all(a in args for a in sig.args if "=" in a)
@@ -158,7 +190,7 @@ def assess(sig: Signature, repo: str, item: Mapping[str, Any],
         why.append(f"arguments {', '.join(args)}")
     kind = kind_of(item)
     introduces = bool(_INTRODUCES.search(title)) and not _FIXES.search(title)
-    confident = symptom and all_args and not introduces
+    confident = symptom and triggered and all_args and not introduces
     if kind in (MatchKind.OPEN_PR, MatchKind.MERGED_PR, MatchKind.CLOSED_PR):
         confident = confident and bool(_FIXES.search(text))
     fixed_in = None
@@ -170,7 +202,7 @@ def assess(sig: Signature, repo: str, item: Mapping[str, Any],
     if introduces:
         why.append("introduces the op (not a fix)")
     score = 3.0 * len(named) ** 0.5 + 2.0 * symptom + len(args) + STATE_SCORE[kind] + \
-        _recency(item, now)
+        _recency(item, now) - 3.0 * contrary
     return UpstreamMatch(repo=repo, number=int(item["number"]), title=title,
                          url=str(item.get("html_url") or ""), kind=kind,
                          updated_at=str(item.get("updated_at") or ""),
@@ -209,44 +241,85 @@ def _order(m: UpstreamMatch) -> tuple[bool, float, str, int]:
     return (not m.confident, -m.score, m.repo, m.number)
 
 
+def _repo_of(item: Mapping[str, Any], default: str) -> str:
+    """The repository a search hit belongs to (one search covers several)."""
+    url = str(item.get("repository_url") or "")
+    return url.split("/repos/", 1)[1] if "/repos/" in url else default
+
+
+def _search_cause(client: GitHubClient, cause: causes.Cause, installed: Mapping[str, str]
+                  ) -> list[UpstreamMatch]:
+    """Every candidate of one root cause, ranked: one search, each hit read against the
+    cause's lead signature, its function and the other calls it shows in."""
+    sig = cause.lead
+    also = [cause.function, *(o.user_op for o in cause.also)]
+    also += [f"{o.op_name}(" for o in cause.also]
+    matches: dict[tuple[str, int], UpstreamMatch] = {}
+    for repos, _kinds, q in queries(sig):
+        for item in client.search_issues(q).body.get("items") or []:
+            repo = _repo_of(item, repos.split(",")[0])
+            if not _in_scope(repo, item):
+                continue
+            m = assess(sig, repo, item, installed, also=also, trigger=cause.trigger)
+            if m is not None:
+                matches.setdefault((m.repo, m.number), m)
+    return sorted(matches.values(), key=_order)
+
+
+def _in_scope(repo: str, item: Mapping[str, Any]) -> bool:
+    """A hit from a repository that files exporter reports under a label (pytorch's
+    "module: onnx") counts only with that label or where it talks about ONNX: the search
+    covers several repositories at once, so the label cannot be in the query."""
+    label = next((r.label for r in ROUTES.values() if r.repo == repo), "")
+    labels = {str(lab.get("name")) for lab in item.get("labels") or [] if isinstance(lab, Mapping)}
+    text = f"{item.get('title') or ''} {item.get('body') or ''}".lower()
+    return not label or label in labels or "onnx" in text
+
+
+def _related(ranked: list[UpstreamMatch], best: UpstreamMatch | None) -> list[UpstreamMatch]:
+    """Possibly related candidates: every pull request about the op (one introduced or fixed
+    the behaviour), then the best-ranked issues, five in all at least."""
+    rest = [m for m in ranked if m is not best]
+    pulls = [m for m in rest if m.kind in (MatchKind.OPEN_PR, MatchKind.MERGED_PR,
+                                           MatchKind.CLOSED_PR)]
+    keep = {(m.repo, m.number): m for m in [*pulls, *rest[:max(0, 5 - len(pulls))]]}
+    return sorted(keep.values(), key=_order)
+
+
 def search(client: GitHubClient, found: list[tuple[Signature, list[CaseResult]]],
            installed: Mapping[str, str]) -> tuple[list[UpstreamReport], list[str]]:
-    """One report per signature, and the warnings; a rate limit or a spent search budget
-    stops the searching (each remaining signature says why); cached answers still count."""
-    reports: list[UpstreamReport] = []
+    """One report per signature, searched once per root cause (`ops.causes`): every
+    signature of a cause shares its candidates; and the warnings. A rate limit or a spent
+    search budget stops the searching (each remaining signature says why)."""
     warnings: list[str] = []
     stopped: str | None = None
     spent: str | None = None
+    by_cause: dict[str, tuple[list[UpstreamMatch], str | None]] = {}
+    for cause in causes.group(found):
+        error = stopped
+        ranked: list[UpstreamMatch] = []
+        if not stopped:
+            try:
+                ranked = _search_cause(client, cause, installed)
+            except BudgetSpent as exc:  # answers already cached still serve the next ones
+                spent = error = f"not searched: {exc}"
+            except RateLimited as exc:
+                when = (datetime.fromtimestamp(exc.reset, timezone.utc).strftime("%H:%M UTC")
+                        if exc.reset else "later")
+                warnings.append(f"upstream search stopped at {cause.lead.op_name}: {exc}")
+                stopped = error = f"search stopped: GitHub rate limit until {when}"
+            except GitHubError as exc:
+                error = f"search failed: {exc}"
+                warnings.append(f"upstream search for {cause.lead.op_name} failed: {exc}")
+        for sig, _ in cause.members:
+            by_cause[sig.key] = (ranked, error)
+    reports: list[UpstreamReport] = []
     for sig, cases in found:
-        ref, ids = op_ref(sig, cases), [c.id for c in cases]
-        matches: dict[tuple[str, int], UpstreamMatch] = {}
-        error = None
-        if stopped:
-            reports.append(UpstreamReport(op=ref, cases=ids, signature=sig, searched=False,
-                                          error=stopped))
-            continue
-        try:
-            for repo, _kind, q in queries(sig):
-                for item in client.search_issues(q).body.get("items") or []:
-                    m = assess(sig, repo, item, installed)
-                    if m is not None:
-                        matches.setdefault((m.repo, m.number), m)
-        except BudgetSpent as exc:  # answers already cached still serve the next ones
-            spent = f"not searched: {exc}"
-            error = spent
-        except RateLimited as exc:
-            when = (datetime.fromtimestamp(exc.reset, timezone.utc).strftime("%H:%M UTC")
-                    if exc.reset else "later")
-            warnings.append(f"upstream search stopped at {sig.op_name}: {exc}")
-            stopped = error = f"search stopped: GitHub rate limit until {when}"
-        except GitHubError as exc:
-            error = f"search failed: {exc}"
-            warnings.append(f"upstream search for {sig.op_name} failed: {exc}")
-        ranked = sorted(matches.values(), key=_order)
+        ranked, error = by_cause[sig.key]
         best = ranked[0] if ranked and ranked[0].confident and error is None else None
-        related = [m for m in ranked if m is not best][:5]
-        reports.append(UpstreamReport(op=ref, cases=ids, signature=sig, match=best,
-                                      related=related, searched=error is None, error=error))
+        reports.append(UpstreamReport(
+            op=op_ref(sig, cases), cases=[c.id for c in cases], signature=sig, match=best,
+            related=_related(ranked, best), searched=error is None, error=error))
     if spent:
         skipped = sum(1 for r in reports if r.error == spent)
         warnings.append(f"upstream: {skipped} defect(s) {spent}")
