@@ -82,6 +82,13 @@ def fingerprint(sig: Signature) -> str:
     return f"{FINGERPRINT_PREFIX}-{hashlib.sha256(sig.key.encode()).hexdigest()[:12]}"
 
 
+def own_fingerprint(text: str) -> str | None:
+    """The fingerprint a drafted report carries: one per root cause, shared by the
+    signatures it covers, so one issue is opened for all of them."""
+    found = re.search(rf"<!-- ({FINGERPRINT_PREFIX}-[0-9a-f]{{12}}) -->", text)
+    return found.group(1) if found else None
+
+
 # ---- searching
 
 
@@ -344,7 +351,7 @@ def create_issues(client: GitHubClient, reports: list[UpstreamReport],
             out.append(report)
             continue
         repo, title, body = drafted[sig.key]
-        fp = fingerprint(sig)
+        fp = own_fingerprint(body) or fingerprint(sig)
         try:
             url = done.get(fp) or _find_own(client, repo, fp)
             if url is None and opened >= limit:
