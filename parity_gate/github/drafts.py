@@ -26,6 +26,7 @@ from parity_gate.github.upstream import (
     own_fingerprint,
 )
 from parity_gate.model.files import atomic_write, make_folder
+from parity_gate.model.findings import Example
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.model.text import code_block, code_span, md_link, md_text, one_line
 from parity_gate.model.upstream import (
@@ -72,8 +73,28 @@ def _shared_args(cause: causes.Cause | None, sig: Signature) -> list[str]:
     return sorted(set.intersection(*names)) if names else []
 
 
+def _special(example: Example | None) -> str:
+    """The one special input value (NaN, ±inf, -0) an example needs, as a trigger."""
+    values = {_value(v) for v in (example.inputs.values() if example is not None else ())}
+    specials = sorted(v for v in values if v in ("NaN", "inf", "-inf", "-0"))
+    article = "an" if specials and specials[0].startswith("i") else "a"
+    return f"for {article} {specials[0]} input" if len(specials) == 1 else \
+        f"for {' and '.join(specials)} inputs" if specials else ""
+
+
+def trigger_words(sig: Signature, cause: causes.Cause | None, example: Example | None
+                  ) -> list[str]:
+    """What it takes to show the defect, as a title says it: the input class ("on an empty
+    input"), the single special value, the keyword arguments every call of it passes."""
+    cls = sig.input_classes[0] if sig.input_classes else ""
+    words = [TRIGGER_PHRASE.get(cls, "") if sig.symptom.info.phrase else "",
+             _special(example) if cls == "specials" and sig.symptom.info.phrase else ""]
+    args = _shared_args(cause, sig)
+    return [w for w in (*words, f"with {', '.join(args)}" if args else "") if w]
+
+
 def title(sig: Signature, cause: causes.Cause | None = None,
-          example: tuple[str, str] | None = None) -> str:
+          example: Example | None = None) -> str:
     """A title as a user writes it, raw text to paste: the repository's prefix (onnxscript
     `[torchlib]`, pytorch `[ONNX]`), the op the user calls, the symptom with the values
     seen, and the trigger ("on an empty input", "with divisor_override")."""
@@ -82,13 +103,9 @@ def title(sig: Signature, cause: causes.Cause | None = None,
                 f"{', '.join(sig.dtypes)}")
     else:
         info = sig.symptom.info
-        eager, got = example or ("", "")
-        what = info.phrase.format(eager=_value(eager), got=_value(got)) \
-            if info.phrase and eager and got else info.title
-        args = _shared_args(cause, sig)
-        where = [TRIGGER_PHRASE.get(sig.input_classes[0], "") if sig.input_classes and
-                 sig.symptom.info.phrase else "", f"with {', '.join(args)}" if args else ""]
-        text = " ".join(p for p in (sig.op_name, what, *where) if p)
+        what = info.phrase.format(eager=_value(example.eager), got=_value(example.onnx)) \
+            if info.phrase and example is not None else info.title
+        text = " ".join([sig.op_name, what, *trigger_words(sig, cause, example)])
         if sig.owner is Owner.KERNEL:
             text = f"CPUExecutionProvider: {text}"
     return one_line(f"{sig.owner.route.prefix} {text}".strip())[:TITLE_LIMIT]
@@ -308,9 +325,8 @@ def prepare(run: RunResult, reports: list[UpstreamReport],
         done[key] = sig
         report = next(r for r in reports if r.signature and r.signature.key == sig.key)
         lead = cases[sig.key][0]
-        example = (lead.op.example.eager, lead.op.example.onnx) \
-            if lead.op is not None and lead.op.example is not None else None
-        text = (sig.owner.route.repo, title(sig, cause, example),
+        text = (sig.owner.route.repo,
+                title(sig, cause, lead.op.example if lead.op is not None else None),
                 body(sig, run, pick.script, answers.get(sig.key),
                      _replace(report, signature=sig.to_dict()), cause, lead))
         drafted.update({member.key: text for member, _ in cause.members})
