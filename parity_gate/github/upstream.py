@@ -106,11 +106,13 @@ def op_terms(sig: Signature) -> list[str]:
     return out
 
 
-def queries(sig: Signature) -> list[tuple[str, str, str]]:
+def queries(sig: Signature, symptoms: Sequence[Symptom] = ()) -> list[tuple[str, str, str]]:
     """(repos, kinds, q): one search per defect, issues and pull requests of every place
-    its owner's defects are filed at once, with the op and the symptom."""
+    its owner's defects are filed at once, with the op and the symptom (any of the
+    cause's `symptoms`)."""
     ops = op_terms(sig)
-    words = [f'"{w}"' if " " in w else w for w in sig.symptom.info.words[:3]]
+    said = dict.fromkeys(w for s in (sig.symptom, *symptoms) for w in s.info.words[:3])
+    words = [f'"{w}"' if " " in w else w for w in said]
     terms = (f"({' OR '.join(ops)})" if len(ops) > 1 else ops[0]) + \
         f" ({' OR '.join(words)})"
     repos = [route.repo for route, _ in SEARCHED[sig.owner]]
@@ -261,15 +263,18 @@ def _search_cause(client: GitHubClient, cause: causes.Cause, installed: Mapping[
     sig = cause.lead
     also = [cause.function, *(o.user_op for o in cause.also)]
     also += [f"{o.op_name}(" for o in cause.also]
+    readers = list({s.symptom: s for s, _ in reversed(cause.members)}.values())[::-1]
     matches: dict[tuple[str, int], UpstreamMatch] = {}
-    for repos, _kinds, q in queries(sig):
+    for repos, _kinds, q in queries(sig, [r.symptom for r in readers]):
         for item in client.search_issues(q).body.get("items") or []:
             repo = _repo_of(item, repos.split(",")[0])
             if not _in_scope(repo, item):
                 continue
-            m = assess(sig, repo, item, installed, also=also, trigger=cause.trigger)
-            if m is not None:
-                matches.setdefault((m.repo, m.number), m)
+            read = [assess(r, repo, item, installed, also=also, trigger=cause.trigger)
+                    for r in readers]  # a report of any symptom the cause shows
+            found = sorted((m for m in read if m is not None), key=_order)
+            if found:
+                matches.setdefault((found[0].repo, found[0].number), found[0])
     return sorted(matches.values(), key=_order)
 
 
