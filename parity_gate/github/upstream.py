@@ -106,13 +106,20 @@ def op_terms(sig: Signature) -> list[str]:
     return out
 
 
+# Words that find the pull requests about an op whatever they say of the symptom: the one
+# that introduced the behaviour ("Implement ...") and the one that fixed it.
+CHANGE_WORDS = ("fix", "implement")
+MAX_OPERATORS = 5  # GitHub's search takes at most five AND/OR/NOT operators
+
+
 def queries(sig: Signature, symptoms: Sequence[Symptom] = ()) -> list[tuple[str, str, str]]:
     """(repos, kinds, q): one search per defect, issues and pull requests of every place
-    its owner's defects are filed at once, with the op and the symptom (any of the
-    cause's `symptoms`)."""
-    ops = op_terms(sig)
-    said = dict.fromkeys(w for s in (sig.symptom, *symptoms) for w in s.info.words[:3])
-    words = [f'"{w}"' if " " in w else w for w in said]
+    its owner's defects are filed at once: the op, and the symptom (any of the cause's
+    `symptoms`) or a change to it; within GitHub's limit of five operators."""
+    ops = op_terms(sig)[:2]
+    said = dict.fromkeys(w.lower() for s in (sig.symptom, *symptoms) for w in s.info.words[:3])
+    room = MAX_OPERATORS - (len(ops) - 1) + 1 - len(CHANGE_WORDS)
+    words = [f'"{w}"' if " " in w else w for w in [*list(said)[:room], *CHANGE_WORDS]]
     terms = (f"({' OR '.join(ops)})" if len(ops) > 1 else ops[0]) + \
         f" ({' OR '.join(words)})"
     repos = [route.repo for route, _ in SEARCHED[sig.owner]]
@@ -262,7 +269,7 @@ def _search_cause(client: GitHubClient, cause: causes.Cause, installed: Mapping[
     cause's lead signature, its function and the other calls it shows in."""
     sig = cause.lead
     also = [cause.function, *(o.user_op for o in cause.also)]
-    also += [f"{o.op_name}(" for o in cause.also]
+    also += [f".{o.op_name}(" for o in cause.also]
     readers = list({s.symptom: s for s, _ in reversed(cause.members)}.values())[::-1]
     matches: dict[tuple[str, int], UpstreamMatch] = {}
     for repos, _kinds, q in queries(sig, [r.symptom for r in readers]):

@@ -126,7 +126,7 @@ _VALUES = ["wrong", "incorrect", "mismatch", "differ", "different"]
 _NAN_DROPPED = [r"instead of (a )?nan", r"(eager|torch|pytorch|expected)\W+(returns?|gives?|"
                 r"is|outputs?)?\W*nan\b", r"nan (is |gets? )?(dropped|lost|ignored|swallowed)",
                 r"(doesn't|does not|not|never) propagates? nan", r"nan propagation"]
-_NAN_INTRODUCED = [r"(returns?|gives?|produces?|outputs?|yields?|becomes?|results? in) "
+_NAN_INTRODUCED = [r"(returns?|returned|gives?|gave|produces?|outputs?|yields?|becomes?|results? in) "
                    r"(a |all )?nans?\b", r"nans? (instead of|where|while|but) (eager|torch|"
                    r"pytorch|\d|zero|a number)", r"(onnx|ort|onnxruntime|exported)[^.\n]{0,30}"
                    r"\bnans?\b"]
