@@ -66,13 +66,6 @@ def _value(text: str) -> str:
         else f"{v:.4g}"
 
 
-def _shared_args(cause: causes.Cause | None, sig: Signature) -> list[str]:
-    """The keyword arguments every call of the cause passes: part of its trigger."""
-    sigs = [sig, *(cause.also if cause is not None else [])]
-    names = [{a.split("=")[0] for a in s.args} for s in sigs]
-    return sorted(set.intersection(*names)) if names else []
-
-
 def _special(example: Example | None) -> str:
     """The one special input value (NaN, ±inf, -0) an example needs, as a trigger."""
     values = {_value(v) for v in (example.inputs.values() if example is not None else ())}
@@ -89,7 +82,7 @@ def trigger_words(sig: Signature, cause: causes.Cause | None, example: Example |
     cls = sig.input_classes[0] if sig.input_classes else ""
     words = [TRIGGER_PHRASE.get(cls, "") if sig.symptom.info.phrase else "",
              _special(example) if cls == "specials" and sig.symptom.info.phrase else ""]
-    args = _shared_args(cause, sig)
+    args = cause.args if cause is not None else [a.split("=")[0] for a in sig.args]
     return [w for w in (*words, f"with {', '.join(args)}" if args else "") if w]
 
 
@@ -138,9 +131,9 @@ def measured(case: CaseResult | None) -> str:
     if rc is not None and rc.unoptimized is not None and rc.unoptimized.error is None:
         said.append("the difference vanishes with graph optimizations off (a fusion or "
                     "rewrite)" if rc.unoptimized.vanishes else "the difference persists "
-                    "with graph optimizations off (ORT_DISABLE_ALL), so it is not a fusion")
+                    "with graph optimizations off (`ORT_DISABLE_ALL`), so it is not a fusion")
     if rc is not None and rc.definition is not None and rc.definition.owner is Owner.KERNEL:
-        said.append(f"the graph computes eager's answer by {rc.definition.oracle}")
+        said.append(f"the graph computes eager's answer by {md_text(rc.definition.oracle)}")
     return "; ".join(said)
 
 
@@ -152,7 +145,7 @@ def _where(sig: Signature, cause: causes.Cause | None = None,
     if sig.owner is Owner.KERNEL:
         seen = measured(case) if sig.symptom is not Symptom.MISSING_KERNEL else ""
         return (f"The {code_span(sig.kernel or 'ONNX')} kernel of ONNX Runtime's CPU "
-                f"execution provider{f' ({md_text(seen)})' if seen else ''}.")
+                f"execution provider{f' ({seen})' if seen else ''}.")
     culprit = cause.culprit if cause is not None and cause.culprit else ""
     if sig.lowering:
         at = f" in {code_span(sig.lowering_at)}" if sig.lowering_at else ""
@@ -168,15 +161,23 @@ def _where(sig: Signature, cause: causes.Cause | None = None,
             "function is registered under that name (it is decomposed first).")
 
 
-def also_seen(cause: causes.Cause | None, limit: int = 12) -> str:
-    """The cause's other calls and symptoms, one line each (a draft per cause, not per
-    symptom or keyword argument)."""
+def also_seen(cause: causes.Cause | None, limit: int = 15) -> str:
+    """The cause's other ops, one line each with the symptoms and a call that shows them
+    (one draft per root cause, not per symptom, keyword argument or call)."""
     if cause is None or not cause.also:
         return ""
-    lines = [f"- {code_span(o.calls[0] if o.calls else o.user_op)}: "
-             f"{md_text(o.symptom.info.title)} ({md_text(scope(o))})" for o in cause.also]
-    more = f"\n- and {len(lines) - limit} more" if len(lines) > limit else ""
-    return "\n".join(lines[:limit]) + more
+    by_op: dict[str, list[Signature]] = {}
+    for other in cause.also:
+        by_op.setdefault(other.user_op or other.op_name, []).append(other)
+    lines = []
+    for op, sigs in by_op.items():
+        symptoms = "; ".join(dict.fromkeys(s.symptom.info.title for s in sigs))
+        calls = [c for s in sigs for c in s.calls[:1]]
+        more = f" and {len(calls) - 1} more call(s)" if len(calls) > 1 else ""
+        lines.append(f"- {code_span(op)}: {md_text(symptoms)} "
+                     f"({code_span(calls[0]) if calls else ''}{more})")
+    rest = f"\n- and {len(lines) - limit} more ops" if len(lines) > limit else ""
+    return "\n".join(lines[:limit]) + rest
 
 
 def body(sig: Signature, run: RunResult, repro: str, answer: Mapping[str, Any] | None,

@@ -107,8 +107,8 @@ def op_terms(sig: Signature) -> list[str]:
 
 
 # Words that find the pull requests about an op whatever they say of the symptom: the one
-# that introduced the behaviour ("Implement ...") and the one that fixed it.
-CHANGE_WORDS = ("fix", "implement")
+# that introduced the behaviour ("Implement ...", "Add op ...") and the one that fixed it.
+CHANGE_WORDS = ("fix", "implement", "add")
 MAX_OPERATORS = 5  # GitHub's search takes at most five AND/OR/NOT operators
 
 
@@ -117,7 +117,9 @@ def queries(sig: Signature, symptoms: Sequence[Symptom] = ()) -> list[tuple[str,
     its owner's defects are filed at once: the op, and the symptom (any of the cause's
     `symptoms`) or a change to it; within GitHub's limit of five operators."""
     ops = op_terms(sig)[:2]
-    said = dict.fromkeys(w.lower() for s in (sig.symptom, *symptoms) for w in s.info.words[:3])
+    kinds = list(dict.fromkeys((sig.symptom, *symptoms)))
+    said = dict.fromkeys(w.lower() for i in range(3) for s in kinds  # each symptom's first
+                         for w in s.info.words[i:i + 1])
     room = MAX_OPERATORS - (len(ops) - 1) + 1 - len(CHANGE_WORDS)
     words = [f'"{w}"' if " " in w else w for w in [*list(said)[:room], *CHANGE_WORDS]]
     terms = (f"({' OR '.join(ops)})" if len(ops) > 1 else ops[0]) + \
@@ -154,10 +156,12 @@ def _names(sig: Signature, also: Sequence[str] = ()) -> list[str]:
 def _said(pattern_or_text: str, text: str, regex: bool = False) -> bool:
     if regex:
         return re.search(pattern_or_text, text, re.IGNORECASE) is not None
-    # a code name: not part of a longer identifier on either side
-    return re.search(rf"(?<![\w]){re.escape(pattern_or_text.lower())}(?![\w])"
-                     if pattern_or_text[-1:].isalnum() else re.escape(pattern_or_text.lower()),
-                     text.lower()) is not None
+    # a code name: not part of a longer identifier on either side (`Tan(7)` is not in
+    # `Atan(7)`, `.mean(` is in `x.mean(`)
+    name = pattern_or_text.lower()
+    left = r"(?<![\w])" if name[:1].isalnum() or name[:1] == "_" else ""
+    right = r"(?![\w])" if name[-1:].isalnum() or name[-1:] == "_" else ""
+    return re.search(f"{left}{re.escape(name)}{right}", text.lower()) is not None
 
 
 def _any(patterns: Iterable[str], text: str) -> bool:
@@ -179,11 +183,13 @@ def _reading(sig: Signature, text: str, trigger: str) -> tuple[bool, bool, bool]
 
 def assess(sig: Signature, repo: str, item: Mapping[str, Any],
            installed: Mapping[str, str], now: datetime | None = None,
-           also: Sequence[str] = (), trigger: str = "") -> UpstreamMatch | None:
+           also: Sequence[str] = (), trigger: str = "", needs: Sequence[str] = (),
+           ) -> UpstreamMatch | None:
     """One candidate read against a signature: None when it is not about this op (or its
     cause's function, `also`); else a match, confident only when it names the op as code
-    or in plain words, describes the symptom (not the opposite one), names the trigger,
-    carries the arguments that matter and is not a pull request that introduces the op; a
+    or in plain words, describes the symptom (not the opposite one), names the trigger
+    (its input class and the arguments every call of the cause passes, `needs`), carries
+    the arguments that matter and is not a pull request that introduces the op; a
     merged fix only when its release is newer than the installed one (`fixed_in`)."""
     title, body = str(item.get("title") or ""), str(item.get("body") or "")
     text = f"{title}\n{body}"
@@ -201,7 +207,8 @@ def assess(sig: Signature, repo: str, item: Mapping[str, Any],
         why.append(f"not about {TRIGGER_PHRASE.get(trigger) or trigger} inputs")
     args = [a for a in sig.args if _said(a.split("=")[-1].strip("'\""), text)]
     # a value the call passes (reduce='mean') must be there; a flag's name need not be
-    all_args = all(a in args for a in sig.args if "=" in a)
+    all_args = all(a in args for a in sig.args if "=" in a) and all(
+        _said(n, text) for n in needs)
     if sig.args and args:
         why.append(f"arguments {', '.join(args)}")
     kind = kind_of(item)
@@ -277,7 +284,8 @@ def _search_cause(client: GitHubClient, cause: causes.Cause, installed: Mapping[
             repo = _repo_of(item, repos.split(",")[0])
             if not _in_scope(repo, item):
                 continue
-            read = [assess(r, repo, item, installed, also=also, trigger=cause.trigger)
+            read = [assess(r, repo, item, installed, also=also, trigger=cause.trigger,
+                           needs=cause.args)
                     for r in readers]  # a report of any symptom the cause shows
             found = sorted((m for m in read if m is not None), key=_order)
             if found:

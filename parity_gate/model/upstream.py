@@ -120,15 +120,16 @@ class SymptomInfo(Record):
     phrase: str = ""           # a title's words, "{got}"/"{eager}" the example's values
 
 
-_VALUES = ["wrong", "incorrect", "mismatch", "differ", "different"]
+_VALUES = ["wrong", "different", "incorrect", "mismatch", "differ"]
 # How a report states which side has the NaN: "returns 0 instead of NaN" is a NaN
 # dropped; "returns NaN where eager gives 0" is one introduced (the opposite defect).
 _NAN_DROPPED = [r"instead of (a )?nan", r"(eager|torch|pytorch|expected)\W+(returns?|gives?|"
                 r"is|outputs?)?\W*nan\b", r"nan (is |gets? )?(dropped|lost|ignored|swallowed)",
                 r"(doesn't|does not|not|never) propagates? nan", r"nan propagation"]
-_NAN_INTRODUCED = [r"(returns?|returned|gives?|gave|produces?|outputs?|yields?|becomes?|results? in) "
-                   r"(a |all )?nans?\b", r"nans? (instead of|where|while|but) (eager|torch|"
-                   r"pytorch|\d|zero|a number)", r"(onnx|ort|onnxruntime|exported)[^.\n]{0,30}"
+_NAN_INTRODUCED = [r"(returns?|returned|gives?|gave|produces?|outputs?|yields?|becomes?|"
+                   r"results? in) (a |all )?nans?\b",
+                   r"nans? (instead of|where|while|but) (eager|torch|pytorch|\d|zero|a number)",
+                   r"(onnx|ort|onnxruntime|exported)[^.\n]{0,30}"
                    r"\bnans?\b"]
 SYMPTOMS = {
     Symptom.EXPORT_FAILS: SymptomInfo("fails to export", ["error", "fails", "exception"],

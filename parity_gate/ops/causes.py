@@ -34,6 +34,12 @@ PLUMBING = frozenset({
     "slice", "select", "lift_fresh_copy"})
 
 
+# Keyword arguments that only choose the part of the input a call works on, never what it
+# computes: never a cause's trigger, though every call of it passes one.
+SHAPE_ARGS = frozenset({"dim", "keepdim", "size", "stride", "padding", "kernel_size",
+                        "output_size", "scale_factor"})
+
+
 @dataclass(frozen=True)
 class Cause:
     """One root cause: the owner, the function at fault, the trigger, and its signatures
@@ -49,6 +55,13 @@ class Cause:
     @property
     def lead(self) -> Signature:
         return self.members[0][0]
+
+    @property
+    def args(self) -> list[str]:
+        """The keyword arguments every call of this cause passes (their names): part of
+        its trigger, so a title names them and a report of it must."""
+        names = [{a.split("=")[0] for a in s.args} for s, _ in self.members]
+        return sorted(set.intersection(*names) - SHAPE_ARGS) if names else []
 
     @property
     def also(self) -> list[Signature]:
