@@ -168,6 +168,14 @@ def _any(patterns: Iterable[str], text: str) -> bool:
     return any(_said(p, text, regex=True) for p in patterns)
 
 
+def _also(cause: causes.Cause | None) -> list[str]:
+    """The other names a report of this cause may use: its function, its other calls."""
+    if cause is None:
+        return []
+    return [cause.function, *(o.user_op for o in cause.also),
+            *(f".{o.op_name}(" for o in cause.also)]
+
+
 def _reading(sig: Signature, text: str, trigger: str) -> tuple[bool, bool, bool]:
     """(symptom described, the opposite one described instead, trigger named): a NaN where
     eager gives a number is not a number where eager gives NaN; a value defect that needs
@@ -183,10 +191,10 @@ def _reading(sig: Signature, text: str, trigger: str) -> tuple[bool, bool, bool]
 
 def assess(sig: Signature, repo: str, item: Mapping[str, Any],
            installed: Mapping[str, str], now: datetime | None = None,
-           also: Sequence[str] = (), trigger: str = "", needs: Sequence[str] = (),
-           ) -> UpstreamMatch | None:
-    """One candidate read against a signature: None when it is not about this op (or its
-    cause's function, `also`); else a match, confident only when it names the op as code
+           cause: causes.Cause | None = None) -> UpstreamMatch | None:
+    """One candidate read against a signature: None when it is not about this op (or the
+    function or another call of its `cause`); else a match, confident only when it names the
+    op as code
     or in plain words, describes the symptom (not the opposite one), names the trigger
     (its input class and the arguments every call of the cause passes, `needs`), carries
     the arguments that matter and is not a pull request that introduces the op; a
@@ -194,7 +202,8 @@ def assess(sig: Signature, repo: str, item: Mapping[str, Any],
     title, body = str(item.get("title") or ""), str(item.get("body") or "")
     text = f"{title}\n{body}"
     why: list[str] = []
-    named = [n for n in _names(sig, also) if _said(n, text)]
+    trigger, needs = (cause.trigger, cause.args) if cause is not None else ("", [])
+    named = [n for n in _names(sig, _also(cause)) if _said(n, text)]
     if not named:
         return None
     why.append(f"names {named[0]}")
@@ -275,8 +284,6 @@ def _search_cause(client: GitHubClient, cause: causes.Cause, installed: Mapping[
     """Every candidate of one root cause, ranked: one search, each hit read against the
     cause's lead signature, its function and the other calls it shows in."""
     sig = cause.lead
-    also = [cause.function, *(o.user_op for o in cause.also)]
-    also += [f".{o.op_name}(" for o in cause.also]
     readers = list({s.symptom: s for s, _ in reversed(cause.members)}.values())[::-1]
     matches: dict[tuple[str, int], UpstreamMatch] = {}
     for repos, _kinds, q in queries(sig, [r.symptom for r in readers]):
@@ -284,8 +291,7 @@ def _search_cause(client: GitHubClient, cause: causes.Cause, installed: Mapping[
             repo = _repo_of(item, repos.split(",")[0])
             if not _in_scope(repo, item):
                 continue
-            read = [assess(r, repo, item, installed, also=also, trigger=cause.trigger,
-                           needs=cause.args)
+            read = [assess(r, repo, item, installed, cause=cause)
                     for r in readers]  # a report of any symptom the cause shows
             found = sorted((m for m in read if m is not None), key=_order)
             if found:
