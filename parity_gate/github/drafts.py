@@ -61,7 +61,7 @@ def _value(text: str) -> str:
     try:
         v = float(text)
     except ValueError:
-        return text
+        return "a different value"
     return "NaN" if v != v else "inf" if v == float("inf") else "-inf" if v == -float("inf") \
         else f"{v:.4g}"
 
@@ -101,7 +101,17 @@ def title(sig: Signature, cause: causes.Cause | None = None,
         text = " ".join([sig.op_name, what, *trigger_words(sig, cause, example)])
         if sig.owner is Owner.KERNEL:
             text = f"CPUExecutionProvider: {text}"
-    return one_line(f"{sig.owner.route.prefix} {text}".strip())[:TITLE_LIMIT]
+    return one_line(f"{sig.owner.route.prefix} {_plain(text)}".strip())[:TITLE_LIMIT]
+
+
+# What a title keeps of the names and values a results file supplies: words, numbers and
+# the punctuation of a call, so the raw title is inert where markdown renders it (no tag,
+# link, mention or emphasis can be spelled) and pasteable as it is.
+_UNSAFE = re.compile(r"[^\w.,:=()+\- ]")
+
+
+def _plain(text: str) -> str:
+    return " ".join(_UNSAFE.sub("", text).split())
 
 
 def _what(sig: Signature) -> str:
@@ -382,7 +392,8 @@ def _verify(run: RunResult, built: dict[str, list[upstream_repro.Repro]], overlo
 
 def write(reports: list[UpstreamReport], drafted: Drafted, folder: Path) -> list[UpstreamReport]:
     """One markdown file per drafted cause, its title raw on the first heading (pasted as
-    GitHub's title, never rendered escaped); reports gain the draft's path."""
+    GitHub's title; `title` keeps it to characters markdown cannot turn into anything);
+    reports gain the draft's path."""
     out = []
     paths: dict[str, Path] = {}  # fingerprint → the file written for it
     for report in reports:
