@@ -403,7 +403,7 @@ def write(reports: list[UpstreamReport], drafted: Drafted, folder: Path) -> list
             fp = own_fingerprint(text) or fingerprint(sig)
             if fp not in paths:
                 make_folder(folder.parent, folder)
-                paths[fp] = folder / f"{_slug(sig)}.md"
+                paths[fp] = folder / f"{_slug(head, fp)}.md"  # the cause's lead's title
                 atomic_write(paths[fp], f"<!-- open at https://github.com/{repo}/issues/new "
                                         f"-->\n# {head}\n\n{text}")
             report = _replace(report, draft=str(paths[fp]))
@@ -411,9 +411,8 @@ def write(reports: list[UpstreamReport], drafted: Drafted, folder: Path) -> list
     return out
 
 
-def _slug(sig: Signature) -> str:
-    kernel = sig.symptom is Symptom.MISSING_KERNEL
-    name = sig.kernel if kernel else sig.op_name
-    extra = "" if kernel else "-".join(a.replace("=", "_") for a in sig.args)
-    text = "__".join(p for p in (sig.owner.value, name, extra, sig.symptom.value) if p)
-    return re.sub(r"[^\w.-]+", "_", text)[:120]
+def _slug(head: str, fp: str) -> str:
+    """A draft's file name: its title's words (the repository's prefix dropped) and the
+    fingerprint's last digits, which keep two causes with one title apart."""
+    words = re.sub(r"[^\w.-]+", "_", head.split("] ", 1)[-1]).strip("_")
+    return f"{words[:100]}-{fp[-6:]}"
