@@ -262,7 +262,7 @@ class FakeGitHub:
         """GitHub's issue search, as far as the tests need it: qualifiers filter; a
         parenthesised group matches when any of its terms (OR) is in the title or body;
         groups and bare terms must all match (AND); a quoted term is one phrase."""
-        repo = re.search(r"repo:(\S+)", q)
+        repos = re.findall(r"repo:(\S+)", q)  # several: any of them (GitHub ORs them)
         kind = re.search(r"is:(issue|pr)", q)
         label = re.search(r'label:"([^"]+)"', q)
         merged = re.search(r"merged:(\S+)\.\.(\S+)", q)  # inclusive dates, as GitHub's
@@ -273,7 +273,7 @@ class FakeGitHub:
             r'"[^"]+"|[^\s()]+', re.sub(r"\([^()]*\)", " ", rest)) if t != "OR"]
         out = []
         for item in self.items:
-            if repo and item.repo != repo.group(1):
+            if repos and item.repo not in repos:
                 continue
             if kind and item.pr != (kind.group(1) == "pr"):
                 continue

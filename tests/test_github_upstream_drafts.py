@@ -27,6 +27,7 @@ from parity_gate.ops import signatures, upstream_check
 
 FIXTURE = Path(__file__).parent / "data" / "upstream" / "bundled-findings.json.gz"
 SIGNATURES = 376
+CAUSES = 246  # ops.causes: the function at fault and the minimal trigger
 RAISES = {Symptom.MISSING_KERNEL: "NOT_IMPLEMENTED", Symptom.INVALID_MODEL: "",
           Symptom.RUN_FAILS: "", Symptom.EXPORT_FAILS: "", Symptom.UNSUPPORTED: "",
           Symptom.CRASH: ""}
@@ -152,7 +153,7 @@ def test_a_repro_that_does_not_reproduce_is_never_drafted(gh: FakeGitHub,
 @pytest.mark.process
 def test_every_bundled_signature_is_drafted_and_its_repro_reproduces(
         gh: FakeGitHub, tmp_path: Path, bundled: RunResult) -> None:
-    """The whole bundled sweep: one draft per signature, and every embedded repro, taken
+    """The whole bundled sweep: one draft per root cause, and every embedded repro, taken
     from the draft's text and run again, fails with its defect (minutes)."""
     got, _ = upstream_pass.attach(bundled, client(gh), upstream.UpstreamOptions(
         mode="draft", drafts=tmp_path / "drafts"))
@@ -160,19 +161,19 @@ def test_every_bundled_signature_is_drafted_and_its_repro_reproduces(
     missing = [r for r in got.upstream if r.draft is None]
     # index_fill on an empty input failed to export only inside the sweep's batch: alone,
     # it exports, so it is not drafted, and says why
-    assert [(r.signature.op_name if r.signature else "", r.not_drafted) for r in missing] == [
+    assert {(r.signature.op_name if r.signature else "", r.not_drafted) for r in missing} == {
         ("index_fill", "no repro candidate reproduced it on its own (the finding depends on "
-                       "the sweep's batch, or is flaky)")]
-    drafted = [r for r in got.upstream if r.draft is not None]
-    assert len(list((tmp_path / "drafts").iterdir())) == len(drafted) == SIGNATURES - 1
+                       "the sweep's batch, or is flaky)")}
+    drafted = {r.draft: r for r in got.upstream if r.draft is not None}
+    assert len(list((tmp_path / "drafts").iterdir())) == len(drafted) == CAUSES - 1
     repros = []
-    for report in drafted:
+    for report in drafted.values():
         assert report.signature is not None and report.draft is not None
         text = Path(report.draft).read_text(encoding="utf-8")
         repros.append({"key": report.signature.key, "stages": {},
                        "script": _check_draft(report.signature, text)})
     checked = upstream_check.check_all(repros, [])
-    for report in drafted:
+    for report in drafted.values():
         sig = report.signature
         assert sig is not None
         answer = checked.answers[sig.key]

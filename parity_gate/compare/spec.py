@@ -133,7 +133,31 @@ def _max_pool(inputs: Sequence[np.ndarray | None], attrs: Attributes) -> np.ndar
     return acc
 
 
+# The element type of a node's first input, passed to a definition that depends on it
+# (Clip's defaults are that type's limits); never an ONNX attribute name.
+DTYPE = "__dtype__"
+CLIP_RULE = ("Clip-13: the bounds \"default to numeric_limits::lowest() and "
+             "numeric_limits::max(), respectively\" and Clip is \"equivalent to "
+             "'Min(max, Max(input, min))'\", so a missing bound clips ±inf to the type's "
+             "largest finite value (FLT_MAX for float32): a translation that leaves a bound "
+             "out where eager means none is the translation's defect")
+
+
+def _clip(inputs: Sequence[np.ndarray | None], attrs: Attributes) -> np.ndarray | None:
+    """Clip by its definition: Min(max, Max(input, min)), a missing bound the element
+    type's lowest (max) finite value; NaN propagates as through Max/Min."""
+    data = inputs[0] if inputs else None
+    kind = np.dtype(attrs.get(DTYPE, np.float64))
+    if data is None or kind.kind != "f":
+        return None  # integer limits: not needed by any finding yet
+    limits = np.finfo(kind)
+    low = inputs[1] if len(inputs) > 1 and inputs[1] is not None else np.float64(limits.min)
+    high = inputs[2] if len(inputs) > 2 and inputs[2] is not None else np.float64(limits.max)
+    return np.minimum(high, np.maximum(data, low))
+
+
 SPECS: dict[str, Spec] = {s.op: s for s in (
+    Spec("Clip", CLIP_RULE, _clip),
     Spec("MaxPool", f"MaxPool: the max of each window; {NAN_RULE}", _max_pool),
     Spec("ReduceMax", f"ReduceMax: the max along the axes; {NAN_RULE}", _reduce(True)),
     Spec("ReduceMin", f"ReduceMin: the min along the axes; {NAN_RULE}", _reduce(False)),
@@ -173,6 +197,8 @@ def evaluate(model: Any, feeds: dict[str, np.ndarray], output: str,
     wide = [None if a is None else a.astype(np.float64) if a.dtype.kind == "f" else a
             for a in inputs]
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    first = inputs[0] if inputs else None
+    attrs[DTYPE] = first.dtype if first is not None else np.dtype(np.float64)
     got = spec.evaluate(wide, attrs)
     if got is None:
         return None

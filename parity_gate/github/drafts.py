@@ -23,12 +23,20 @@ from parity_gate.github.upstream import (
     _replace,
     fingerprint,
     issue_url,
+    own_fingerprint,
 )
 from parity_gate.model.files import atomic_write, make_folder
+from parity_gate.model.findings import Example
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.model.text import code_block, code_span, md_link, md_text, one_line
-from parity_gate.model.upstream import Owner, Signature, Symptom, UpstreamReport
-from parity_gate.ops import upstream_check, upstream_repro
+from parity_gate.model.upstream import (
+    TRIGGER_PHRASE,
+    Owner,
+    Signature,
+    Symptom,
+    UpstreamReport,
+)
+from parity_gate.ops import causes, upstream_check, upstream_repro
 from parity_gate.ops.jobs import SOURCES, source_of
 
 TITLE_LIMIT = 256  # GitHub rejects longer issue titles
@@ -48,21 +56,62 @@ def scope(sig: Signature) -> str:
     return f"{', '.join(sig.dtypes)}; {', '.join(words.get(c, c) for c in sig.input_classes)}"
 
 
-def title(sig: Signature) -> str:
-    """The repository's convention: onnxscript `[torchlib] aten::op ...`, pytorch
-    `[ONNX] torch.op ...`, onnxruntime the kernel and the provider."""
-    route = sig.owner.route
-    args = f" ({', '.join(sig.args)})" if sig.args else ""
+def _value(text: str) -> str:
+    """An example value as a title writes it: `0`, `-3.403e+38`, `NaN`, `inf`."""
+    try:
+        v = float(text)
+    except ValueError:
+        return "a different value"
+    return "NaN" if v != v else "inf" if v == float("inf") else "-inf" if v == -float("inf") \
+        else f"{v:.4g}"
+
+
+def _special(example: Example | None) -> str:
+    """The one special input value (NaN, ±inf, -0) an example needs, as a trigger."""
+    values = {_value(v) for v in (example.inputs.values() if example is not None else ())}
+    specials = sorted(v for v in values if v in ("NaN", "inf", "-inf", "-0"))
+    article = "an" if specials and specials[0].startswith("i") else "a"
+    return f"for {article} {specials[0]} input" if len(specials) == 1 else \
+        f"for {' and '.join(specials)} inputs" if specials else ""
+
+
+def trigger_words(sig: Signature, cause: causes.Cause | None, example: Example | None
+                  ) -> list[str]:
+    """What it takes to show the defect, as a title says it: the input class ("on an empty
+    input"), the single special value, the keyword arguments every call of it passes."""
+    cls = sig.input_classes[0] if sig.input_classes else ""
+    words = [TRIGGER_PHRASE.get(cls, "") if sig.symptom.info.phrase else "",
+             _special(example) if cls == "specials" and sig.symptom.info.phrase else ""]
+    args = cause.args if cause is not None else [a.split("=")[0] for a in sig.args]
+    return [w for w in (*words, f"with {', '.join(args)}" if args else "") if w]
+
+
+def title(sig: Signature, cause: causes.Cause | None = None,
+          example: Example | None = None) -> str:
+    """A title as a user writes it, raw text to paste: the repository's prefix (onnxscript
+    `[torchlib]`, pytorch `[ONNX]`), the op the user calls, the symptom with the values
+    seen, and the trigger ("on an empty input", "with divisor_override")."""
     if sig.owner is Owner.KERNEL and sig.symptom is Symptom.MISSING_KERNEL:
         text = (f"CPUExecutionProvider has no kernel for {sig.kernel} with "
                 f"{', '.join(sig.dtypes)}")
-    elif sig.owner is Owner.KERNEL:
-        text = f"CPUExecutionProvider: {sig.user_op}{args} {sig.symptom.info.title}"
-    elif sig.owner is Owner.TRANSLATION:
-        text = f"{_aten(sig.overload)}{args} {sig.symptom.info.title} ({', '.join(sig.dtypes)})"
     else:
-        text = f"{sig.user_op}{args} {sig.symptom.info.title} ({', '.join(sig.dtypes)})"
-    return one_line(f"{route.prefix} {text}".strip())[:TITLE_LIMIT]
+        info = sig.symptom.info
+        what = info.phrase.format(eager=_value(example.eager), got=_value(example.onnx)) \
+            if info.phrase and example is not None else info.title
+        text = " ".join([sig.op_name, what, *trigger_words(sig, cause, example)])
+        if sig.owner is Owner.KERNEL:
+            text = f"CPUExecutionProvider: {text}"
+    return one_line(f"{sig.owner.route.prefix} {_plain(text)}".strip())[:TITLE_LIMIT]
+
+
+# What a title keeps of the names and values a results file supplies: words, numbers and
+# the punctuation of a call, so the raw title is inert where markdown renders it (no tag,
+# link, mention or emphasis can be spelled) and pasteable as it is.
+_UNSAFE = re.compile(r"[^\w.,:=()+\- ]")
+
+
+def _plain(text: str) -> str:
+    return " ".join(_UNSAFE.sub("", text).split())
 
 
 def _what(sig: Signature) -> str:
@@ -84,23 +133,68 @@ def _aten(overload: str) -> str:
     return overload.replace("aten.", "aten::", 1).removesuffix(".default")
 
 
-def _where(sig: Signature) -> str:
+def measured(case: CaseResult | None) -> str:
+    """What the sweep measured about ONNX Runtime's part, and nothing it did not: the re-run
+    with graph optimizations off, and the graph run by ONNX's definition."""
+    rc = case.recheck if case is not None else None
+    said = []
+    if rc is not None and rc.unoptimized is not None and rc.unoptimized.error is None:
+        said.append("the difference vanishes with graph optimizations off (a fusion or "
+                    "rewrite)" if rc.unoptimized.vanishes else "the difference persists "
+                    "with graph optimizations off (`ORT_DISABLE_ALL`), so it is not a fusion")
+    if rc is not None and rc.definition is not None and rc.definition.owner is Owner.KERNEL:
+        said.append(f"the graph computes eager's answer by {md_text(rc.definition.oracle)}")
+    return "; ".join(said)
+
+
+def _where(sig: Signature, cause: causes.Cause | None = None,
+           case: CaseResult | None = None) -> str:
+    """Whose code it is: the kernel (with what was measured), the torchlib function of the
+    node at fault (the cause's culprit, not the first node of a decomposition), or the
+    decomposition when no node was isolated."""
     if sig.owner is Owner.KERNEL:
+        seen = measured(case) if sig.symptom is not Symptom.MISSING_KERNEL else ""
         return (f"The {code_span(sig.kernel or 'ONNX')} kernel of ONNX Runtime's CPU "
-                "execution provider" + (" (the difference vanishes with graph optimizations "
-                                        "off: a fusion or rewrite)."
-                                        if sig.symptom is not Symptom.MISSING_KERNEL else "."))
+                f"execution provider{f' ({seen})' if seen else ''}.")
+    culprit = cause.culprit if cause is not None and cause.culprit else ""
     if sig.lowering:
         at = f" in {code_span(sig.lowering_at)}" if sig.lowering_at else ""
         return (f"{code_span(sig.lowering)}{at}, the torchlib function registered for "
-                f"{code_span(_aten(sig.overload))}.")
-    return (f"The translation of {code_span(_aten(sig.overload))}: no torchlib function is "
-            "registered under that name (it is decomposed first).")
+                f"{code_span(_aten(culprit or sig.overload))}" + (
+                    f" (the {code_span(sig.op_name)} call reaches it through its "
+                    "decomposition)." if culprit and culprit != sig.overload else "."))
+    if cause is not None and not culprit and case is not None and case.op is not None:
+        nodes = ", ".join(code_span(_aten(o)) for o in case.op.aten_ops[:8])
+        return (f"{code_span(sig.user_op or sig.op_name)} is decomposed before translation "
+                f"(into {nodes}); the node that departs was not isolated.")
+    return (f"The translation of {code_span(_aten(culprit or sig.overload))}: no torchlib "
+            "function is registered under that name (it is decomposed first).")
+
+
+def also_seen(cause: causes.Cause | None, limit: int = 15) -> str:
+    """The cause's other ops, one line each with the symptoms and a call that shows them
+    (one draft per root cause, not per symptom, keyword argument or call)."""
+    if cause is None or not cause.also:
+        return ""
+    by_op: dict[str, list[Signature]] = {}
+    for other in cause.also:
+        by_op.setdefault(other.user_op or other.op_name, []).append(other)
+    lines = []
+    for op, sigs in by_op.items():
+        symptoms = "; ".join(dict.fromkeys(s.symptom.info.title for s in sigs))
+        calls = [c for s in sigs for c in s.calls[:1]]
+        more = f" and {len(calls) - 1} more call(s)" if len(calls) > 1 else ""
+        lines.append(f"- {code_span(op)}: {md_text(symptoms)} "
+                     f"({code_span(calls[0]) if calls else ''}{more})")
+    rest = f"\n- and {len(lines) - limit} more ops" if len(lines) > limit else ""
+    return "\n".join(lines[:limit]) + rest
 
 
 def body(sig: Signature, run: RunResult, repro: str, answer: Mapping[str, Any] | None,
-         report: UpstreamReport) -> str:
-    """The report, sections in the owner's repository's order, every outside value inert."""
+         report: UpstreamReport, cause: causes.Cause | None = None,
+         case: CaseResult | None = None) -> str:
+    """The report, sections in the owner's repository's order, every outside value inert;
+    one per root cause, its other calls and symptoms listed as "also seen"."""
     output = "\n".join(line for line in str((answer or {}).get("output", "")).splitlines()
                        if not line.startswith("[torch.onnx]")).strip()
     error = str((answer or {}).get("error", ""))
@@ -113,7 +207,7 @@ def body(sig: Signature, run: RunResult, repro: str, answer: Mapping[str, Any] |
                         for m in report.related)
     versions = "\n".join(f"- {name}: {md_text(run.versions[name])}" for name in VERSIONS
                          if name in run.versions)
-    where = _where(sig)
+    where = _where(sig, cause, case)
     if sig.owner is Owner.KERNEL:  # onnxruntime's bug template
         sections = [("Describe the issue", f"{_what(sig)}\n\n{_expected(sig)}"),
                     ("To reproduce", f"{code_block(repro, 'python')}\n\nOutput:\n\n"
@@ -135,6 +229,8 @@ def body(sig: Signature, run: RunResult, repro: str, answer: Mapping[str, Any] |
                     ("ONNX nodes involved", shown_nodes if nodes else
                      "(no model was produced)"),
                     ("Where the lowering lives", where), ("Versions", versions)]
+    if cause is not None and cause.also:
+        sections.insert(1, ("Also seen (same cause)", also_seen(cause)))
     if related:
         sections.append(("Possibly related", related))
     sections.append(("How it was found", md_text(HOW_FOUND)))
@@ -178,56 +274,90 @@ def _variants(leads: list[CaseResult]) -> tuple[dict[str, Any], dict[str, str]]:
     return out, failed
 
 
+def _leads(reports: list[UpstreamReport], found: list[tuple[Signature, list[CaseResult]]]
+           ) -> tuple[dict[str, causes.Cause], dict[str, Signature]]:
+    """Each signature's cause, and per cause the signature its draft is written for: the
+    first (most direct) of its signatures searched without a confident match."""
+    cause_of = causes.of(causes.group(found))
+    todo = {r.signature.key for r in reports
+            if r.match is None and r.searched and r.signature is not None}
+    leads: dict[str, Signature] = {}
+    for key in todo:
+        cause = cause_of[key]
+        if cause.key not in leads:
+            leads[cause.key] = next(s for s, _ in cause.members if s.key in todo)
+    return cause_of, leads
+
+
+def _why_not(built: list[upstream_repro.Repro], not_loaded: str | None, unavailable: str) -> str:
+    return (f"no repro could be built ({not_loaded})" if not_loaded else
+            "no repro could be built (the op is not in the catalogue)" if not built else
+            f"the repro could not be run here ({unavailable})" if unavailable else
+            "no repro candidate reproduced it on its own (the finding depends on the "
+            "sweep's batch, or is flaky)")
+
+
 def prepare(run: RunResult, reports: list[UpstreamReport],
             found: list[tuple[Signature, list[CaseResult]]], options: UpstreamOptions,
             ) -> tuple[list[UpstreamReport], Drafted, list[str]]:
-    """Drafts for the searched, unmatched signatures whose repro reproduces (every one
-    with `verify` off); reports gain the lowering and, where nothing reproduced, why."""
+    """One draft per root cause without a confident match, for its lead signature, whose
+    repro reproduces (every one with `verify` off); every signature of the cause shares
+    it. Reports gain the lowering of the node at fault and, where nothing reproduced, why."""
     cases = {sig.key: cs for sig, cs in found}
-    todo = [r for r in reports if r.match is None and r.searched and r.signature is not None]
-    leads = [cases[r.signature.key][0] for r in todo if r.signature is not None]
-    variants, unloaded = _variants(leads) if todo else ({}, {})
+    cause_of, leads = _leads(reports, found)
+    variants, unloaded = _variants([cases[s.key][0] for s in leads.values()]) \
+        if leads else ({}, {})
     built: dict[str, list[upstream_repro.Repro]] = {}
-    for r in todo:
-        assert r.signature is not None
-        lead = cases[r.signature.key][0]
+    for sig in leads.values():
+        lead = cases[sig.key][0]
         variant = variants.get(lead.op.variant) if lead.op is not None else None
         if variant is not None:
             try:
-                built[r.signature.key] = upstream_repro.candidates(r.signature, lead, variant)
+                built[sig.key] = upstream_repro.candidates(sig, lead, variant)
             except Exception:
-                built[r.signature.key] = []
-    chosen, answers, lowerings, unavailable = _verify(run, built, [
-        r.signature.overload for r in todo if r.signature is not None
-        and r.signature.owner is not Owner.KERNEL and built.get(r.signature.key)], options)
+                built[sig.key] = []
+    overloads = [cause_of[s.key].culprit or s.overload for s in leads.values()
+                 if s.owner is not Owner.KERNEL and built.get(s.key)]
+    chosen, answers, lowerings, unavailable = _verify(run, built, overloads, options)
     drafted: Drafted = {}
-    out = []
-    warnings: list[str] = []
-    for r in reports:
-        sig = r.signature
-        if r not in todo or sig is None:
-            out.append(r)
-            continue
-        where = [*(lowerings.get(sig.overload) or []), "", ""]
+    done: dict[str, Signature | str] = {}  # cause key → the drafted signature, or why not
+    for key, sig in leads.items():
+        cause = cause_of[sig.key]
+        where = [*(lowerings.get(cause.culprit or sig.overload) or []), "", ""]
         sig = Signature.from_dict({**sig.to_dict(), "lowering": where[0],
                                    "lowering_at": where[1]})
         pick = chosen.get(sig.key)
         if pick is None and not options.verify:  # unverified (tests of the wording only)
             pick = upstream_repro.Repro("# no repro: the op is not in the catalogue\n")
         if pick is None:
-            not_loaded = unloaded.get(source_of(cases[sig.key][0].id))
-            why = (f"no repro could be built ({not_loaded})" if not_loaded else
-                   "no repro could be built (the op is not in the catalogue)"
-                   if not built.get(sig.key) else f"the repro could not be run here "
-                   f"({unavailable})" if unavailable else "no repro candidate reproduced it on its "
-                   "own (the finding depends on the sweep's batch, or is flaky)")
-            out.append(_replace(r, signature=sig.to_dict(), not_drafted=why))
+            done[key] = _why_not(built.get(sig.key, []),
+                                 unloaded.get(source_of(cases[sig.key][0].id)), unavailable)
             continue
-        report = _replace(r, signature=sig.to_dict())
-        drafted[sig.key] = (sig.owner.route.repo, title(sig),
-                            body(sig, run, pick.script, answers.get(sig.key), report))
-        out.append(report)
-    return out, drafted, warnings
+        done[key] = sig
+        report = next(r for r in reports if r.signature and r.signature.key == sig.key)
+        lead = cases[sig.key][0]
+        text = (sig.owner.route.repo,
+                title(sig, cause, lead.op.example if lead.op is not None else None),
+                body(sig, run, pick.script, answers.get(sig.key),
+                     _replace(report, signature=sig.to_dict()), cause, lead))
+        drafted.update({member.key: text for member, _ in cause.members})
+    return _settle(reports, cause_of, done), drafted, []
+
+
+def _settle(reports: list[UpstreamReport], cause_of: dict[str, causes.Cause],
+            done: dict[str, Signature | str]) -> list[UpstreamReport]:
+    """Each report with its cause's outcome: the lead gains its lowering; a signature whose
+    cause was not drafted says why."""
+    out = []
+    for r in reports:
+        sig = r.signature
+        state = done.get(cause_of[sig.key].key) if sig is not None else None
+        if isinstance(state, Signature) and sig is not None and state.key == sig.key:
+            r = _replace(r, signature=state.to_dict())
+        elif isinstance(state, str):
+            r = _replace(r, not_drafted=state)
+        out.append(r)
+    return out
 
 
 def _verify(run: RunResult, built: dict[str, list[upstream_repro.Repro]], overloads: list[str],
@@ -261,24 +391,28 @@ def _verify(run: RunResult, built: dict[str, list[upstream_repro.Repro]], overlo
 
 
 def write(reports: list[UpstreamReport], drafted: Drafted, folder: Path) -> list[UpstreamReport]:
-    """One markdown file per drafted signature; reports gain the draft's path."""
+    """One markdown file per drafted cause, its title raw on the first heading (pasted as
+    GitHub's title; `title` keeps it to characters markdown cannot turn into anything);
+    reports gain the draft's path."""
     out = []
+    paths: dict[str, Path] = {}  # fingerprint → the file written for it
     for report in reports:
         sig = report.signature
         if sig is not None and sig.key in drafted:
             repo, head, text = drafted[sig.key]
-            make_folder(folder.parent, folder)
-            path = folder / f"{_slug(sig)}.md"
-            atomic_write(path, f"<!-- open at https://github.com/{repo}/issues/new -->\n"
-                               f"# {md_text(head)}\n\n{text}")
-            report = _replace(report, draft=str(path))
+            fp = own_fingerprint(text) or fingerprint(sig)
+            if fp not in paths:
+                make_folder(folder.parent, folder)
+                paths[fp] = folder / f"{_slug(head, fp)}.md"  # the cause's lead's title
+                atomic_write(paths[fp], f"<!-- open at https://github.com/{repo}/issues/new "
+                                        f"-->\n# {head}\n\n{text}")
+            report = _replace(report, draft=str(paths[fp]))
         out.append(report)
     return out
 
 
-def _slug(sig: Signature) -> str:
-    kernel = sig.symptom is Symptom.MISSING_KERNEL
-    name = sig.kernel if kernel else sig.op_name
-    extra = "" if kernel else "-".join(a.replace("=", "_") for a in sig.args)
-    text = "__".join(p for p in (sig.owner.value, name, extra, sig.symptom.value) if p)
-    return re.sub(r"[^\w.-]+", "_", text)[:120]
+def _slug(head: str, fp: str) -> str:
+    """A draft's file name: its title's words (the repository's prefix dropped) and the
+    fingerprint's last digits, which keep two causes with one title apart."""
+    words = re.sub(r"[^\w.-]+", "_", head.split("] ", 1)[-1]).strip("_")
+    return f"{words[:100]}-{fp[-6:]}"

@@ -17,7 +17,7 @@ import hashlib
 import json
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,7 +30,10 @@ from parity_gate.github.client import BudgetSpent, GitHubClient, GitHubError, Ra
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.model.text import code_span, github_url, md_cell, md_link
 from parity_gate.model.upstream import (
+    OPPOSITE,
     ROUTES,
+    TRIGGER_PHRASE,
+    TRIGGER_WORDS,
     MatchKind,
     OpRef,
     Owner,
@@ -39,7 +42,7 @@ from parity_gate.model.upstream import (
     UpstreamMatch,
     UpstreamReport,
 )
-from parity_gate.ops import signatures
+from parity_gate.ops import causes, signatures
 
 KINDS = ("issue", "pr")
 STATE_SCORE = {MatchKind.OPEN_PR: 3.0, MatchKind.MERGED_PR: 2.5, MatchKind.OPEN_ISSUE: 2.0,
@@ -79,31 +82,50 @@ def fingerprint(sig: Signature) -> str:
     return f"{FINGERPRINT_PREFIX}-{hashlib.sha256(sig.key.encode()).hexdigest()[:12]}"
 
 
+def own_fingerprint(text: str) -> str | None:
+    """The fingerprint a drafted report carries: one per root cause, shared by the
+    signatures it covers, so one issue is opened for all of them."""
+    found = re.search(rf"<!-- ({FINGERPRINT_PREFIX}-[0-9a-f]{{12}}) -->", text)
+    return found.group(1) if found else None
+
+
 # ---- searching
 
 
 def op_terms(sig: Signature) -> list[str]:
-    """How reports name the op: its name, and `aten::name` (the exporter's spelling)."""
+    """How reports name the op: its name, a name of several words also as plain words
+    ("take along dim"), and `aten::name` (the exporter's spelling)."""
     name = sig.op_name
     if sig.symptom is Symptom.MISSING_KERNEL and sig.kernel:
         return [sig.kernel.split("(")[0]]
-    return [name, f'"aten::{OpRef(sig.overload).name}"'] if OpRef(sig.overload).name != name \
-        else [name]
+    out = [name]
+    if "_" in name.strip("_"):
+        out.append(f'"{name.strip("_").replace("_", " ")}"')
+    if OpRef(sig.overload).name != name:
+        out.append(f'"aten::{OpRef(sig.overload).name}"')
+    return out
 
 
-def queries(sig: Signature) -> list[tuple[str, str, str]]:
-    """(repo, kind, q) for one signature: the op and the symptom, in each searched place."""
-    ops = op_terms(sig)
-    words = [f'"{w}"' if " " in w else w for w in sig.symptom.info.words[:3]]
+# Words that find the pull requests about an op whatever they say of the symptom: the one
+# that introduced the behaviour ("Implement ...", "Add op ...") and the one that fixed it.
+CHANGE_WORDS = ("fix", "implement", "add")
+MAX_OPERATORS = 5  # GitHub's search takes at most five AND/OR/NOT operators
+
+
+def queries(sig: Signature, symptoms: Sequence[Symptom] = ()) -> list[tuple[str, str, str]]:
+    """(repos, kinds, q): one search per defect, issues and pull requests of every place
+    its owner's defects are filed at once: the op, and the symptom (any of the cause's
+    `symptoms`) or a change to it; within GitHub's limit of five operators."""
+    ops = op_terms(sig)[:2]
+    kinds = list(dict.fromkeys((sig.symptom, *symptoms)))
+    said = dict.fromkeys(w.lower() for i in range(3) for s in kinds  # each symptom's first
+                         for w in s.info.words[i:i + 1])
+    room = MAX_OPERATORS - (len(ops) - 1) + 1 - len(CHANGE_WORDS)
+    words = [f'"{w}"' if " " in w else w for w in [*list(said)[:room], *CHANGE_WORDS]]
     terms = (f"({' OR '.join(ops)})" if len(ops) > 1 else ops[0]) + \
         f" ({' OR '.join(words)})"
-    out = []
-    for route, kinds in SEARCHED[sig.owner]:
-        label = f'label:"{route.label}"' if route.label else ""
-        for kind in kinds:
-            out.append((route.repo, kind, " ".join(p for p in (
-                f"repo:{route.repo}", f"is:{kind}", label, terms) if p)))
-    return out
+    repos = [route.repo for route, _ in SEARCHED[sig.owner]]
+    return [(",".join(repos), "issue,pr", " ".join([*(f"repo:{r}" for r in repos), terms]))]
 
 
 def kind_of(item: Mapping[str, Any]) -> MatchKind:
@@ -115,12 +137,17 @@ def kind_of(item: Mapping[str, Any]) -> MatchKind:
     return MatchKind.OPEN_ISSUE if item.get("state") == "open" else MatchKind.CLOSED_ISSUE
 
 
-def _names(sig: Signature) -> list[str]:
-    """Spellings that name this op as code, never as an English word: `torch.mean(`,
-    `.mean(`, `aten::mean`, `aten.mean`, `aten_mean`, the full overload, the lowering."""
+def _names(sig: Signature, also: Sequence[str] = ()) -> list[str]:
+    """Spellings that name this op as code, never as a one-word English word: `torch.mean(`,
+    `.mean(`, `aten::mean`, `aten.mean`, `aten_mean`, the full overload, the lowering, and
+    a name of several words written plainly ("take along dim"); `also`: the cause's
+    function and its other calls."""
     short = OpRef(sig.overload).name
     names = {sig.overload, f"aten::{short}", f"aten.{short}", f"aten_{short}", sig.user_op,
-             f".{sig.op_name}(", f"F.{sig.op_name}(", sig.lowering}
+             f".{sig.op_name}(", f"F.{sig.op_name}(", sig.lowering, *also}
+    for word in (sig.op_name, short):
+        if "_" in word.strip("_"):
+            names |= {word, word.strip("_").replace("_", " ")}
     if sig.symptom is Symptom.MISSING_KERNEL and sig.kernel:
         names |= {sig.kernel, sig.kernel.split('(')[0]}
     return sorted(n for n in names if n and n != "(")
@@ -129,36 +156,73 @@ def _names(sig: Signature) -> list[str]:
 def _said(pattern_or_text: str, text: str, regex: bool = False) -> bool:
     if regex:
         return re.search(pattern_or_text, text, re.IGNORECASE) is not None
-    # a code name: not part of a longer identifier on either side
-    return re.search(rf"(?<![\w]){re.escape(pattern_or_text.lower())}(?![\w])"
-                     if pattern_or_text[-1:].isalnum() else re.escape(pattern_or_text.lower()),
-                     text.lower()) is not None
+    # a code name: not part of a longer identifier on either side (`Tan(7)` is not in
+    # `Atan(7)`, `.mean(` is in `x.mean(`)
+    name = pattern_or_text.lower()
+    left = r"(?<![\w])" if name[:1].isalnum() or name[:1] == "_" else ""
+    right = r"(?![\w])" if name[-1:].isalnum() or name[-1:] == "_" else ""
+    return re.search(f"{left}{re.escape(name)}{right}", text.lower()) is not None
+
+
+def _any(patterns: Iterable[str], text: str) -> bool:
+    return any(_said(p, text, regex=True) for p in patterns)
+
+
+def _also(cause: causes.Cause | None) -> list[str]:
+    """The other names a report of this cause may use: its function, its other calls."""
+    if cause is None:
+        return []
+    return [cause.function, *(o.user_op for o in cause.also),
+            *(f".{o.op_name}(" for o in cause.also)]
+
+
+def _reading(sig: Signature, text: str, trigger: str) -> tuple[bool, bool, bool]:
+    """(symptom described, the opposite one described instead, trigger named): a NaN where
+    eager gives a number is not a number where eager gives NaN; a value defect that needs
+    an input class (an empty input) is that one only where the text says so."""
+    info = sig.symptom.info
+    symptom = _any(info.evidence, text)
+    opposite = OPPOSITE.get(sig.symptom)
+    contrary = opposite is not None and _any(opposite.info.says, text) \
+        and not _any(info.says, text)
+    words = TRIGGER_WORDS.get(trigger)
+    return symptom and not contrary, contrary, words is None or _any(words, text)
 
 
 def assess(sig: Signature, repo: str, item: Mapping[str, Any],
-           installed: Mapping[str, str], now: datetime | None = None) -> UpstreamMatch | None:
-    """One candidate read against a signature: None when it is not about this op; else a
-    match, confident only when it names the op as code, describes the symptom, carries the
-    arguments that matter and is not a pull request that introduces the op; a merged fix
-    only when its release is newer than the installed one (`fixed_in`)."""
+           installed: Mapping[str, str], now: datetime | None = None,
+           cause: causes.Cause | None = None) -> UpstreamMatch | None:
+    """One candidate read against a signature: None when it is not about this op (or the
+    function or another call of its `cause`); else a match, confident only when it names the
+    op as code
+    or in plain words, describes the symptom (not the opposite one), names the trigger
+    (its input class and the arguments every call of the cause passes, `needs`), carries
+    the arguments that matter and is not a pull request that introduces the op; a
+    merged fix only when its release is newer than the installed one (`fixed_in`)."""
     title, body = str(item.get("title") or ""), str(item.get("body") or "")
     text = f"{title}\n{body}"
     why: list[str] = []
-    named = [n for n in _names(sig) if _said(n, text)]
+    trigger, needs = (cause.trigger, cause.args) if cause is not None else ("", [])
+    named = [n for n in _names(sig, _also(cause)) if _said(n, text)]
     if not named:
         return None
     why.append(f"names {named[0]}")
-    symptom = any(_said(p, text, regex=True) for p in sig.symptom.info.evidence)
+    symptom, contrary, triggered = _reading(sig, text, trigger)
     if symptom:
         why.append(f"describes: {sig.symptom.info.title}")
+    if contrary:
+        why.append(f"describes the opposite: {OPPOSITE[sig.symptom].info.title}")
+    if not triggered:
+        why.append(f"not about {TRIGGER_PHRASE.get(trigger) or trigger} inputs")
     args = [a for a in sig.args if _said(a.split("=")[-1].strip("'\""), text)]
     # a value the call passes (reduce='mean') must be there; a flag's name need not be
-    all_args = all(a in args for a in sig.args if "=" in a)
+    all_args = all(a in args for a in sig.args if "=" in a) and all(
+        _said(n, text) for n in needs)
     if sig.args and args:
         why.append(f"arguments {', '.join(args)}")
     kind = kind_of(item)
     introduces = bool(_INTRODUCES.search(title)) and not _FIXES.search(title)
-    confident = symptom and all_args and not introduces
+    confident = symptom and triggered and all_args and not introduces
     if kind in (MatchKind.OPEN_PR, MatchKind.MERGED_PR, MatchKind.CLOSED_PR):
         confident = confident and bool(_FIXES.search(text))
     fixed_in = None
@@ -170,7 +234,7 @@ def assess(sig: Signature, repo: str, item: Mapping[str, Any],
     if introduces:
         why.append("introduces the op (not a fix)")
     score = 3.0 * len(named) ** 0.5 + 2.0 * symptom + len(args) + STATE_SCORE[kind] + \
-        _recency(item, now)
+        _recency(item, now) - 3.0 * contrary
     return UpstreamMatch(repo=repo, number=int(item["number"]), title=title,
                          url=str(item.get("html_url") or ""), kind=kind,
                          updated_at=str(item.get("updated_at") or ""),
@@ -209,44 +273,86 @@ def _order(m: UpstreamMatch) -> tuple[bool, float, str, int]:
     return (not m.confident, -m.score, m.repo, m.number)
 
 
+def _repo_of(item: Mapping[str, Any], default: str) -> str:
+    """The repository a search hit belongs to (one search covers several)."""
+    url = str(item.get("repository_url") or "")
+    return url.split("/repos/", 1)[1] if "/repos/" in url else default
+
+
+def _search_cause(client: GitHubClient, cause: causes.Cause, installed: Mapping[str, str]
+                  ) -> list[UpstreamMatch]:
+    """Every candidate of one root cause, ranked: one search, each hit read against the
+    cause's lead signature, its function and the other calls it shows in."""
+    sig = cause.lead
+    readers = list({s.symptom: s for s, _ in reversed(cause.members)}.values())[::-1]
+    matches: dict[tuple[str, int], UpstreamMatch] = {}
+    for repos, _kinds, q in queries(sig, [r.symptom for r in readers]):
+        for item in client.search_issues(q).body.get("items") or []:
+            repo = _repo_of(item, repos.split(",")[0])
+            if not _in_scope(repo, item):
+                continue
+            read = [assess(r, repo, item, installed, cause=cause)
+                    for r in readers]  # a report of any symptom the cause shows
+            found = sorted((m for m in read if m is not None), key=_order)
+            if found:
+                matches.setdefault((found[0].repo, found[0].number), found[0])
+    return sorted(matches.values(), key=_order)
+
+
+def _in_scope(repo: str, item: Mapping[str, Any]) -> bool:
+    """A hit from a repository that files exporter reports under a label (pytorch's
+    "module: onnx") counts only with that label or where it talks about ONNX: the search
+    covers several repositories at once, so the label cannot be in the query."""
+    label = next((r.label for r in ROUTES.values() if r.repo == repo), "")
+    labels = {str(lab.get("name")) for lab in item.get("labels") or [] if isinstance(lab, Mapping)}
+    text = f"{item.get('title') or ''} {item.get('body') or ''}".lower()
+    return not label or label in labels or "onnx" in text
+
+
+def _related(ranked: list[UpstreamMatch], best: UpstreamMatch | None) -> list[UpstreamMatch]:
+    """Possibly related candidates: every pull request about the op (one introduced or fixed
+    the behaviour), then the best-ranked issues, five in all at least."""
+    rest = [m for m in ranked if m is not best]
+    pulls = [m for m in rest if m.kind in (MatchKind.OPEN_PR, MatchKind.MERGED_PR,
+                                           MatchKind.CLOSED_PR)]
+    keep = {(m.repo, m.number): m for m in [*pulls, *rest[:max(0, 5 - len(pulls))]]}
+    return sorted(keep.values(), key=_order)
+
+
 def search(client: GitHubClient, found: list[tuple[Signature, list[CaseResult]]],
            installed: Mapping[str, str]) -> tuple[list[UpstreamReport], list[str]]:
-    """One report per signature, and the warnings; a rate limit or a spent search budget
-    stops the searching (each remaining signature says why); cached answers still count."""
-    reports: list[UpstreamReport] = []
+    """One report per signature, searched once per root cause (`ops.causes`): every
+    signature of a cause shares its candidates; and the warnings. A rate limit or a spent
+    search budget stops the searching (each remaining signature says why)."""
     warnings: list[str] = []
     stopped: str | None = None
     spent: str | None = None
+    by_cause: dict[str, tuple[list[UpstreamMatch], str | None]] = {}
+    for cause in causes.group(found):
+        error = stopped
+        ranked: list[UpstreamMatch] = []
+        if not stopped:
+            try:
+                ranked = _search_cause(client, cause, installed)
+            except BudgetSpent as exc:  # answers already cached still serve the next ones
+                spent = error = f"not searched: {exc}"
+            except RateLimited as exc:
+                when = (datetime.fromtimestamp(exc.reset, timezone.utc).strftime("%H:%M UTC")
+                        if exc.reset else "later")
+                warnings.append(f"upstream search stopped at {cause.lead.op_name}: {exc}")
+                stopped = error = f"search stopped: GitHub rate limit until {when}"
+            except GitHubError as exc:
+                error = f"search failed: {exc}"
+                warnings.append(f"upstream search for {cause.lead.op_name} failed: {exc}")
+        for sig, _ in cause.members:
+            by_cause[sig.key] = (ranked, error)
+    reports: list[UpstreamReport] = []
     for sig, cases in found:
-        ref, ids = op_ref(sig, cases), [c.id for c in cases]
-        matches: dict[tuple[str, int], UpstreamMatch] = {}
-        error = None
-        if stopped:
-            reports.append(UpstreamReport(op=ref, cases=ids, signature=sig, searched=False,
-                                          error=stopped))
-            continue
-        try:
-            for repo, _kind, q in queries(sig):
-                for item in client.search_issues(q).body.get("items") or []:
-                    m = assess(sig, repo, item, installed)
-                    if m is not None:
-                        matches.setdefault((m.repo, m.number), m)
-        except BudgetSpent as exc:  # answers already cached still serve the next ones
-            spent = f"not searched: {exc}"
-            error = spent
-        except RateLimited as exc:
-            when = (datetime.fromtimestamp(exc.reset, timezone.utc).strftime("%H:%M UTC")
-                    if exc.reset else "later")
-            warnings.append(f"upstream search stopped at {sig.op_name}: {exc}")
-            stopped = error = f"search stopped: GitHub rate limit until {when}"
-        except GitHubError as exc:
-            error = f"search failed: {exc}"
-            warnings.append(f"upstream search for {sig.op_name} failed: {exc}")
-        ranked = sorted(matches.values(), key=_order)
+        ranked, error = by_cause[sig.key]
         best = ranked[0] if ranked and ranked[0].confident and error is None else None
-        related = [m for m in ranked if m is not best][:5]
-        reports.append(UpstreamReport(op=ref, cases=ids, signature=sig, match=best,
-                                      related=related, searched=error is None, error=error))
+        reports.append(UpstreamReport(
+            op=op_ref(sig, cases), cases=[c.id for c in cases], signature=sig, match=best,
+            related=_related(ranked, best), searched=error is None, error=error))
     if spent:
         skipped = sum(1 for r in reports if r.error == spent)
         warnings.append(f"upstream: {skipped} defect(s) {spent}")
@@ -271,7 +377,7 @@ def create_issues(client: GitHubClient, reports: list[UpstreamReport],
             out.append(report)
             continue
         repo, title, body = drafted[sig.key]
-        fp = fingerprint(sig)
+        fp = own_fingerprint(body) or fingerprint(sig)
         try:
             url = done.get(fp) or _find_own(client, repo, fp)
             if url is None and opened >= limit:

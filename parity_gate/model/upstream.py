@@ -116,9 +116,21 @@ class SymptomInfo(Record):
     words: list[str]           # query terms (OR'ed); phrases quoted by the query builder
     evidence: list[str]        # regexes: a candidate that says one of these talks about it
     raises: bool = False       # the repro fails with an error rather than wrong values
+    says: list[str] = field(default_factory=list)  # regexes: it states this direction
+    phrase: str = ""           # a title's words, "{got}"/"{eager}" the example's values
 
 
-_VALUES = ["wrong", "incorrect", "mismatch", "differ", "different"]
+_VALUES = ["wrong", "different", "incorrect", "mismatch", "differ"]
+# How a report states which side has the NaN: "returns 0 instead of NaN" is a NaN
+# dropped; "returns NaN where eager gives 0" is one introduced (the opposite defect).
+_NAN_DROPPED = [r"instead of (a )?nan", r"(eager|torch|pytorch|expected)\W+(returns?|gives?|"
+                r"is|outputs?)?\W*nan\b", r"nan (is |gets? )?(dropped|lost|ignored|swallowed)",
+                r"(doesn't|does not|not|never) propagates? nan", r"nan propagation"]
+_NAN_INTRODUCED = [r"(returns?|returned|gives?|gave|produces?|outputs?|yields?|becomes?|"
+                   r"results? in) (a |all )?nans?\b",
+                   r"nans? (instead of|where|while|but) (eager|torch|pytorch|\d|zero|a number)",
+                   r"(onnx|ort|onnxruntime|exported)[^.\n]{0,30}"
+                   r"\bnans?\b"]
 SYMPTOMS = {
     Symptom.EXPORT_FAILS: SymptomInfo("fails to export", ["error", "fails", "exception"],
                                       [r"\berror\b", r"\bfail", r"exception"], True),
@@ -146,24 +158,45 @@ SYMPTOMS = {
     Symptom.WRONG_SHAPE: SymptomInfo("returns the wrong shape", ["shape"],
                                      [r"\bshape\b", r"\brank\b", r"dimension"]),
     Symptom.NAN_DROPPED: SymptomInfo("returns a number where eager returns NaN", ["NaN", "nan"],
-                                     [r"\bnan\b", r"not a number"]),
+                                     [r"\bnan\b", r"not a number"], says=_NAN_DROPPED,
+                                     phrase="returns {got} instead of NaN"),
     Symptom.NAN_INTRODUCED: SymptomInfo("returns NaN where eager returns a number",
-                                        ["NaN", "nan"], [r"\bnan\b", r"not a number"]),
+                                        ["NaN", "nan"], [r"\bnan\b", r"not a number"],
+                                        says=_NAN_INTRODUCED,
+                                        phrase="returns NaN instead of {eager}"),
     Symptom.SIGNED_ZERO_LOST: SymptomInfo("loses the sign of zero",
                                           ["negative zero", "signed zero", "-0"],
                                           [r"negative zero", r"signed zero", r"sign of (the )?zero",
                                            r"(?<![\w.])-0(\.0)?(?![\w.])"]),
     Symptom.OVERFLOW_TO_INF: SymptomInfo("overflows to inf where eager is finite",
                                          ["inf", "overflow", "infinity"],
-                                         [r"\binf\b", r"overflow", r"infinity"]),
+                                         [r"\binf\b", r"overflow", r"infinity"],
+                                         says=[r"overflow", r"(returns?|gives?|produces?|is)"
+                                               r" (\+|-)?inf\b"],
+                                         phrase="overflows to inf (eager: {eager})"),
     Symptom.INF_LOST: SymptomInfo("returns a finite value where eager returns inf",
-                                  ["inf", "infinity"], [r"\binf\b", r"infinity"]),
+                                  ["inf", "infinity"], [r"\binf\b", r"infinity"],
+                                  says=[r"instead of (\+|-)?inf", r"(eager|torch|expected)\W+"
+                                        r"(returns?|gives?|is)?\W*(\+|-)?inf\b",
+                                        r"(clips?|clamps?|saturates?) (\+|-)?inf"],
+                                  phrase="returns {got} instead of {eager}"),
     Symptom.LOW_PRECISION: SymptomInfo("computes in lower precision than requested",
                                        ["precision", "dtype", "float16"],
                                        [r"precision", r"\bdtype\b", r"float16", r"half"]),
     Symptom.WRONG_VALUES: SymptomInfo("returns different values", _VALUES,
-                                      [rf"\b{w}" for w in _VALUES]),
+                                      [rf"\b{w}" for w in _VALUES],
+                                      phrase="returns {got} where eager returns {eager}"),
 }
+# A report of one of these describes the other defect, never this one.
+OPPOSITE = {Symptom.NAN_DROPPED: Symptom.NAN_INTRODUCED,
+            Symptom.NAN_INTRODUCED: Symptom.NAN_DROPPED,
+            Symptom.OVERFLOW_TO_INF: Symptom.INF_LOST, Symptom.INF_LOST: Symptom.OVERFLOW_TO_INF}
+# The words a report uses for the input class a value defect needs (its trigger).
+TRIGGER_WORDS = {"empty": [r"\bempty\b", r"zero[- ]size", r"size[- ]?0\b", r"0[- ]size",
+                           r"numel\(\)\s*==\s*0", r"no elements", r"shape \(\w*,?\s*0"],
+                 "specials": [r"\bnan\b", r"\binf\b", r"infinity", r"-0(\.0)?\b",
+                              r"special values?", r"\b(fully|all)[- ]masked"]}
+TRIGGER_PHRASE = {"empty": "on an empty input", "specials": "", "normal": "", "range": ""}
 
 
 @dataclass(frozen=True, config=CONFIG)

@@ -117,12 +117,15 @@ class _Subject:
 
 
 def _script(subject: _Subject, inputs: list[str], where: str, kind: str,
-            checker: bool = False) -> Repro:
+            checker: bool = False, plant: tuple[str, ...] = ()) -> Repro:
     """One candidate: the op as a module on `inputs` (torch literals), exported, loaded
     (through the ONNX checker first with `checker`) and run in ONNX Runtime, ending in
     the statement that fails when the defect shows; `where` indexes the element printed."""
     sig, case = subject.sig, subject.case
     lines = _model_lines(subject.variant, inputs, kind)
+    if plant:  # the one special value the defect needs, in ordinary data
+        at = lines.index("model = Model().eval()")
+        lines[at:at] = ["with torch.no_grad():", *(f"    {p}" for p in plant)]
     stages: dict[int, str] = {}
     low = sig.symptom is Symptom.LOW_PRECISION
     lines.append("onnx_program = torch.onnx.export(model, inputs, dynamo=True"
@@ -213,9 +216,61 @@ def _failing_lines(subject: _Subject, where: str, bf16: bool, lines: list[str],
         stages[len(lines)] = "assert"
 
 
+ORDINARY = 100.0  # what a huge finite input becomes in a shrunk repro (±1.7e38 → ±100)
+HUGE = 1e4
+
+
+def _shrink(value: str) -> str:
+    """A huge finite value as an ordinary one of the same sign; anything else as is."""
+    try:
+        v = float(value)
+    except ValueError:
+        return value
+    return repr(float(np.copysign(ORDINARY, v))) if np.isfinite(v) and abs(v) >= HUGE \
+        else value
+
+
+def _shrunk(array: np.ndarray) -> np.ndarray:
+    if array.dtype.kind != "f" and array.dtype.name != "bfloat16":
+        return array
+    wide = array.astype(np.float64)
+    big = np.isfinite(wide) & (np.abs(wide) >= HUGE)
+    return np.where(big, np.copysign(ORDINARY, wide), wide).astype(array.dtype) \
+        if big.any() else array
+
+
+_SPECIAL = {"nan": 'float("nan")', "inf": 'float("inf")', "-inf": '-float("inf")'}
+
+
+def _plants(subject: _Subject, arrays: dict[str, np.ndarray]) -> tuple[str, ...]:
+    """Statements that put the example's special values (NaN, ±inf) into ordinary data at
+    the element that differs; for an op that is not elementwise, the value the symptom
+    needs (a NaN eager keeps, the inf it returns) at the output's index."""
+    example = subject.case.op.example if subject.case.op is not None else None
+    if example is None or not example.index:
+        return ()
+    data = [a.name for a in subject.variant.args if a.kind == "data" and not a.values]
+    wanted = {n: v.lower() for n, v in example.inputs.items()
+              if n in data and v.lower() in _SPECIAL}
+    if not wanted and data:
+        need = {Symptom.NAN_DROPPED: "nan", Symptom.INF_LOST: example.eager.lower()}
+        wanted = {data[0]: need.get(subject.sig.symptom, "")}
+    out = []
+    for name, value in wanted.items():
+        shape = arrays[name].shape
+        index = example.index[-len(shape):] if shape else []
+        if value in _SPECIAL and len(index) == len(shape) and all(
+                0 <= i < d for i, d in zip(index, shape, strict=True)):
+            at = ", ".join(map(str, index))
+            out.append(f"inputs[{subject.variant.arg_names.index(name)}][{at}] = "
+                       f"{_SPECIAL[value]}")
+    return tuple(out)
+
+
 def candidates(sig: Signature, case: CaseResult, variant: OpVariant,
                seed: int = 0) -> list[Repro]:
-    """Scripts for the lead case, fewest elements first; the first that reproduces wins."""
+    """Scripts for the lead case, smallest in content first (fewest elements, ordinary
+    values, one special value): the first that reproduces wins."""
     dtype, cls = case.key.dtype, case.key.inputs
     arrays = make_inputs(variant, dtype, cls, seed)
     grads = {a.name: a.requires_grad for a in variant.args}
@@ -228,15 +283,26 @@ def candidates(sig: Signature, case: CaseResult, variant: OpVariant,
     subject = _Subject(sig, variant, case, tolerance)
     if example is not None and not raises and set(example.inputs) >= set(arrays) and all(
             a.shape == arrays[variant.arg_names[0]].shape and a.ndim for a in arrays.values()):
-        one = [_element(example.inputs[n], arrays[n].dtype, grads.get(n, False))
-               for n in variant.arg_names]
-        out.append(_script(subject, one, "[0]", "one element"))
-    if cls in ("normal", "range") and any(a.dtype.name in FLOATS for a in arrays.values()) \
-            and any(a.kind == "data" for a in variant.args):
-        seeded = [_tensor(arrays[n], grads.get(n, False), _is_data(variant, n))
-                  for n in variant.arg_names]
+        values = [example.inputs[n] for n in variant.arg_names]
+        for shrink in ([_shrink(v) for v in values], values):
+            if shrink is values or shrink != values:
+                out.append(_script(subject, [_element(v, arrays[n].dtype, grads.get(n, False))
+                                             for v, n in zip(shrink, variant.arg_names,
+                                                             strict=True)],
+                                   "[0]", "one element"))
+    data = any(a.dtype.name in FLOATS for a in arrays.values()) and any(
+        a.kind == "data" for a in variant.args)
+    seeded = [_tensor(arrays[n], grads.get(n, False), _is_data(variant, n))
+              for n in variant.arg_names]
+    if cls in ("normal", "range") and data:
         out.append(_script(subject, seeded, where, "seeded"))
+    plants = _plants(subject, arrays) if cls == "specials" and data and not raises else ()
+    if plants:
+        out.append(_script(subject, seeded, where, "seeded", plant=plants))
     given = [_tensor(arrays[n], grads.get(n, False), False) for n in variant.arg_names]
+    small = [_tensor(_shrunk(arrays[n]), grads.get(n, False), False) for n in variant.arg_names]
+    if small != given:
+        out.append(_script(subject, small, where, "sweep inputs"))
     out.append(_script(subject, given, where, "sweep inputs"))
     if sig.symptom is Symptom.INVALID_MODEL:  # ONNX Runtime may load it: the checker does not
         out.append(_script(subject, given, where, "sweep inputs", checker=True))

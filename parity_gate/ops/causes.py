@@ -1,0 +1,157 @@
+"""Defect signatures → root causes: what one upstream report is about.
+
+A signature (`ops.signatures`) is one symptom of one call. Many of them share a
+cause: a loss with `reduction='mean'` returns 0 where eager returns NaN on an
+empty input because the mean under it does, whatever the loss, its keyword
+arguments or the first node of its decomposition (`aten::sub.Tensor`). The
+rule an exporter maintainer applies: a decomposed call that fails the way one
+of its own ATen ops fails when swept alone, on the same input class, is that
+op's defect; the cause is the function that owns it (the torchlib function of
+that op, or the ONNX Runtime kernel) and the minimal trigger (the input class
+for a wrong value; none for an error, which shows on any input). Arguments and
+symptom wording never split a cause. Pure: signatures in, records out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from parity_gate.model.results import CaseResult
+from parity_gate.model.upstream import OpRef, Owner, Signature, Symptom
+
+Found = tuple[Signature, list[CaseResult]]
+# Symptoms about the values an op returns: one cause may show several of them (a NaN
+# dropped here, a wrong number there) on the same trigger. The rest are one cause each.
+VALUES = frozenset({Symptom.NAN_DROPPED, Symptom.NAN_INTRODUCED, Symptom.SIGNED_ZERO_LOST,
+                    Symptom.OVERFLOW_TO_INF, Symptom.INF_LOST, Symptom.WRONG_VALUES})
+TYPES = frozenset({Symptom.WRONG_DTYPE, Symptom.LOW_PRECISION})
+# ATen ops that move or convert data and compute nothing: never the culprit of a value.
+PLUMBING = frozenset({
+    "convert_element_type", "_to_copy", "view", "_unsafe_view", "reshape", "expand",
+    "unsqueeze", "squeeze", "scalar_tensor", "clone", "zeros_like", "empty_like", "ones_like",
+    "new_full", "full", "zeros", "t", "transpose", "permute", "alias", "detach", "copy",
+    "slice", "select", "lift_fresh_copy"})
+
+
+# Keyword arguments that only choose the part of the input a call works on, never what it
+# computes: never a cause's trigger, though every call of it passes one.
+SHAPE_ARGS = frozenset({"dim", "keepdim", "size", "stride", "padding", "kernel_size",
+                        "output_size", "scale_factor"})
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One root cause: the owner, the function at fault, the trigger, and its signatures
+    (the lead first: the most direct call that shows it)."""
+
+    key: str
+    owner: Owner
+    function: str      # "aten_mean" (torchlib), "Atan(7)" (a kernel), or the call's op
+    culprit: str       # the ATen overload whose translation is at fault ("" when the call's)
+    trigger: str       # the input class a wrong value needs ("" for an error)
+    members: list[Found] = field(default_factory=list)
+
+    @property
+    def lead(self) -> Signature:
+        return self.members[0][0]
+
+    @property
+    def args(self) -> list[str]:
+        """The keyword arguments every call of this cause passes (their names): part of
+        its trigger, so a title names them and a report of it must."""
+        names = [{a.split("=")[0] for a in s.args} for s, _ in self.members]
+        return sorted(set.intersection(*names) - SHAPE_ARGS) if names else []
+
+    @property
+    def also(self) -> list[Signature]:
+        """The other signatures of this cause: the draft's "also seen"."""
+        return [s for s, _ in self.members[1:]]
+
+
+def family(symptom: Symptom) -> str:
+    """What a cause is keyed on besides its function: values, types, or the symptom."""
+    return "values" if symptom in VALUES else "types" if symptom in TYPES else symptom.value
+
+
+def _name(overload: str) -> str:
+    return OpRef(overload).name
+
+
+def direct(sig: Signature) -> bool:
+    """The call is the ATen op itself (`torch.mean` → `aten.mean.dim`), not a
+    decomposition whose first node happens to be the signature's overload."""
+    return _name(sig.overload) == sig.op_name or sig.op_name in _name(sig.overload)
+
+
+def _aten_names(cases: Sequence[CaseResult]) -> list[str]:
+    names: list[str] = []
+    for case in cases:
+        for op in case.op.aten_ops if case.op is not None else []:
+            name = _name(op)
+            if name not in PLUMBING and name not in names:
+                names.append(name)
+    return names
+
+
+def culprit(sig: Signature, cases: Sequence[CaseResult], found: Sequence[Found]) -> str:
+    """The ATen overload at fault: for a decomposed call, the last of its own ATen ops that
+    fails alone the same way (same owner and symptom, an input class in common, called
+    plainly: a keyword argument such as `alpha=` or `rounding_mode=` runs other code);
+    the signature's overload for a direct call; "" when nothing says which node it is."""
+    mine = _aten_names(cases)
+    if direct(sig) or sig.symptom is Symptom.MISSING_KERNEL or mine == [_name(sig.overload)]:
+        return sig.overload  # the call is one ATen op (`F.interpolate` → upsample_bilinear2d)
+    best: tuple[int, bool, str] | None = None
+    for other, _ in found:
+        name = _name(other.overload)
+        if other is sig or not direct(other) or name not in mine or other.owner is not sig.owner \
+                or other.symptom is not sig.symptom or other.args \
+                or not set(other.input_classes) & set(sig.input_classes):
+            continue
+        rank = (mine.index(name), True, other.overload)
+        best = rank if best is None or rank > best else best
+    return best[2] if best is not None else ""
+
+
+def trigger(sig: Signature) -> str:
+    """The input class a value defect needs (the most ordinary one it shows on)."""
+    if family(sig.symptom) != "values":
+        return ""
+    return sig.input_classes[0] if sig.input_classes else ""
+
+
+def cause_key(sig: Signature, blame: str) -> tuple[str, str]:
+    """(key, function) of a signature's cause, given its culprit overload: a decomposed call
+    whose node at fault is not known is its own function, one per mode it is called in
+    (`reduction='mean'` and `reduction='sum'` run different nodes)."""
+    if sig.symptom is Symptom.MISSING_KERNEL:
+        return f"kernel|{sig.kernel}", sig.kernel
+    if blame:
+        function = f"aten_{_name(blame)}" if sig.owner is Owner.TRANSLATION else _name(blame)
+        mode = ""
+    else:
+        function = sig.user_op or sig.overload
+        mode = ",".join(a for a in sig.args if "=" in a)
+    key = "|".join((sig.owner.value, function, mode, family(sig.symptom), trigger(sig)))
+    return key, function
+
+
+def group(found: Sequence[Found]) -> list[Cause]:
+    """The causes of a run's signatures, in the order of their first signature; within a
+    cause the direct calls lead (the minimal trigger), then the order found."""
+    causes: dict[str, Cause] = {}
+    for sig, cases in found:
+        blame = culprit(sig, cases, found)
+        key, function = cause_key(sig, blame)
+        cause = causes.setdefault(key, Cause(key, sig.owner, function, blame, trigger(sig)))
+        cause.members.append((sig, cases))
+    for cause in causes.values():
+        first = cause.members[0][0].symptom
+        cause.members.sort(key=lambda m: (not direct(m[0]), m[0].symptom is not first))
+    return list(causes.values())
+
+
+def of(causes: Sequence[Cause]) -> dict[str, Cause]:
+    """Signature key → its cause."""
+    return {sig.key: c for c in causes for sig, _ in c.members}
