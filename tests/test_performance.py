@@ -454,6 +454,7 @@ def test_an_unstable_figure_says_why_and_is_recorded_where_no_record_is(
     assert "0.00034× (95% 0.00015–0.0014" in lat.describe() and why in lat.describe()
     run = RunResult(cases=[_case("m/float32/x/b1/cpu", Performance(PerformanceLimits(), lat))])
     recorded, changes = bl.update(bl.Baseline(str(tmp_path / "b.yml")), run)
+    assert [str(c) for c in changes] == ["recorded performance: time ratios of 1 case(s)"]
     assert [(p.id, p.figures) for p in recorded.performance] == [
         ("m/float32/x/b1/cpu", (float(f"{r.ratio:.4g}"), float(f"{r.low:.4g}"),
                                 float(f"{r.high:.4g}")))]
