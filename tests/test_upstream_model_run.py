@@ -174,3 +174,28 @@ def test_the_float_mask_nan_cites_its_own_known_finding_and_records_its_trigger(
     assert float_loc.culprit is not None and bool_loc.culprit is not None
     assert float_loc.culprit.options == {"attn_mask": "float32 tensor"}
     assert bool_loc.culprit.options == {"attn_mask": "bool tensor"}
+
+
+@pytest.mark.process
+def test_the_actions_post_step_searches_a_model_run(run_copy: Path, gh: FakeGitHub,
+                                                    tmp_path: Path) -> None:
+    """`upstream: search` in the Action's post step (in process: the Action's entry runs
+    isolated, on the installed package) gives a model run the same statuses, in
+    results.json, in summary.md beside each failing case and in the job summary."""
+    from parity_gate.github import post
+
+    gh.items += [BOOL_FIX]
+    step_summary = tmp_path / "step-summary.md"
+    inputs = {"comment": "off", "upstream": "search", "github_token": "",
+              "upstream_token": "", "upstream_api_url": gh.url,
+              "results": "out/results.json", "event_file": ""}
+    env = {"GITHUB_STEP_SUMMARY": str(step_summary), "PARITY_GATE_SEARCH_PER_MINUTE": "60000"}
+    assert post._post(inputs, run_copy.parent, run_copy, None, env) == 0
+    assert len(gh.calls("search")) == 6
+    run = read_results(run_copy / "results.json")[1]
+    assert sorted(r.status() for r in run.upstream) == [
+        "known: onnxscript#2479, open PR", "no report found"]
+    shown = cause_items((run_copy / "summary.md").read_text(encoding="utf-8"))
+    assert "upstream: known: onnxscript#2479, open PR" in shown["bool_mask_row"]
+    assert "upstream: no report found" in shown["float_mask_row"]
+    assert "### Upstream (2 defect(s)" in step_summary.read_text(encoding="utf-8")
