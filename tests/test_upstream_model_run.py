@@ -199,3 +199,23 @@ def test_the_actions_post_step_searches_a_model_run(run_copy: Path, gh: FakeGitH
     assert "upstream: known: onnxscript#2479, open PR" in shown["bool_mask_row"]
     assert "upstream: no report found" in shown["float_mask_row"]
     assert "### Upstream (2 defect(s)" in step_summary.read_text(encoding="utf-8")
+
+
+def test_a_culprit_reads_as_the_op_users_call_with_the_options_that_matter() -> None:
+    """The op as written on the source line when it is a torch function, else the op
+    sweep's public name for it; a mode string keeps its value, a tensor or flag its name."""
+    from parity_gate.model.localisation import Culprit
+    from parity_gate.ops import localised
+
+    def culprit(aten: str, code: str, **options: str) -> Culprit:
+        return Culprit(scope="(root)", kind="M", aten=aten, call="", code=code,
+                       options=options)
+
+    pool = culprit("aten.avg_pool2d.default", "return self.pool(x)", divisor_override="3")
+    scatter = culprit("aten.scatter_reduce.two", "y = x.scatter_reduce(0, i, s, reduce='mean')",
+                      reduce="'mean'", include_self="False")
+    mean = culprit("aten.mean.dim", "return torch.mean(x, dim=1)")
+    assert [localised.user_op_of(c) for c in (pool, scatter, mean)] == [
+        "torch.nn.functional.avg_pool2d", "torch.scatter_reduce", "torch.mean"]
+    assert localised.option_args(scatter) == ["include_self", "reduce='mean'"]
+    assert localised.option_args(pool) == ["divisor_override"]

@@ -12,6 +12,7 @@ Pure but for reading the node repro's arrays: a RunResult in, records out.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -88,6 +89,7 @@ def user_op_of(culprit: Culprit) -> str:
     return _catalogued().get(name, "")
 
 
+@functools.cache
 def _catalogued() -> dict[str, str]:
     """The op sweep's public name per op name (torch.* and F.* before Tensor methods)."""
     from parity_gate.ops.catalogue import VARIANTS
