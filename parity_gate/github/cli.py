@@ -140,6 +140,8 @@ def _cmd_upstream(args: argparse.Namespace) -> int:
         ledger=cache / "created-issues.json", check_cache=cache / "repro-checks.json")
     run, warnings = upstream_pass.attach(run, client, options)
     atomic_write(args.out or args.results, run_json(run))
+    if args.out is None:  # results updated in place: so is the summary beside them
+        upstream_pass.rewrite_summary(run, folder / "summary.md", warnings)
     for report in run.upstream:
         sig = report.signature
         what = f"{sig.user_op} {sig.symptom.info.title}" if sig else report.op.overload

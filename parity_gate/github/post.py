@@ -98,6 +98,7 @@ def _post(inputs: Mapping[str, str], workspace: Path, out_dir: Path, cache_dir: 
         run, warnings = _upstream(run, client, inputs, out_dir, results, cache)
         if run.upstream:
             atomic_write(results, run_json(run))
+            upstream_pass.rewrite_summary(run, results.parent / "summary.md", warnings)
             _summary(env, upstream.markdown(run.upstream, warnings))
             print(f"parity-gate: upstream: {len(run.upstream)} op(s) searched; "
                   f"{client.stats.sent} API call(s)")

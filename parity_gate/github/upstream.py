@@ -42,7 +42,7 @@ from parity_gate.model.upstream import (
     UpstreamMatch,
     UpstreamReport,
 )
-from parity_gate.ops import causes, signatures
+from parity_gate.ops import causes, localised, signatures
 
 KINDS = ("issue", "pr")
 STATE_SCORE = {MatchKind.OPEN_PR: 3.0, MatchKind.MERGED_PR: 2.5, MatchKind.OPEN_ISSUE: 2.0,
@@ -68,11 +68,14 @@ _VERSION = re.compile(r"v?(\d+\.\d+(?:\.\d+)?)")
 
 
 def op_findings(run: RunResult) -> list[tuple[Signature, list[CaseResult]]]:
-    """The run's defect signatures with their cases (lead case first)."""
-    return signatures.group(run)
+    """The run's defect signatures with their cases (lead case first): the op sweep's
+    failing cases, and a model run's failures that localisation pinned to an op."""
+    return signatures.group(run) + localised.group(run)
 
 
 def op_ref(sig: Signature, cases: list[CaseResult]) -> OpRef:
+    if cases and cases[0].op is None:  # a model's failure, localised to this op
+        return OpRef(overload=sig.overload, source="localised")
     variant = cases[0].op.variant if cases and cases[0].op is not None else ""
     return OpRef(overload=sig.overload, variant=variant, source="ops")
 

@@ -95,6 +95,32 @@ def call_text(node: Any) -> str:
     return f"{_target(op)}({', '.join(args)}){index}"[:400]
 
 
+def options(node: Any) -> dict[str, str]:
+    """The schema's optional arguments the call sets away from their default, by name:
+    what triggers a defect beyond the op itself (`attn_mask`: "float32 tensor",
+    `reduce`: "'mean'", `is_causal`: "True"). A tensor reads as its dtype, a literal as
+    written; the required arguments (the data) are not options, but a required string
+    names a mode of the op (`reduce='mean'`) and is one."""
+    op, _ = aten_node(node)
+    schema = getattr(op.target, "_schema", None)
+    if schema is None:
+        return {}
+    given = dict(zip((a.name for a in schema.arguments), op.args, strict=False))
+    given.update(op.kwargs)
+    out: dict[str, str] = {}
+    for arg in schema.arguments:
+        value = given.get(arg.name)
+        if arg.name not in given or not (arg.has_default_value() or isinstance(value, str)):
+            continue
+        if hasattr(value, "op"):  # an FX node: a tensor (its dtype from the metadata)
+            dtype = getattr(getattr(value, "meta", {}).get("val"), "dtype", None)
+            out[arg.name] = f"{str(dtype).removeprefix('torch.')} tensor" if dtype else "tensor"
+        elif value is not None and (not arg.has_default_value()
+                                    or value != arg.default_value):
+            out[arg.name] = repr(value)
+    return out
+
+
 def source_of(node: Any, base: Path | None) -> tuple[str, str]:
     """(`file:line`, the code) of the innermost frame of the node's stack trace."""
     trace = aten_node(node)[0].meta.get("stack_trace") or ""

@@ -659,7 +659,7 @@ def _layer(job: LocaliseJob, prep: _Prepared, sample: _Sample, tol: cmp.Toleranc
     loc.culprit = Culprit(
         scope=call.label, kind=call.kind, aten=nodes._target(nodes.aten_node(fx)[0]),
         call=nodes.call_text(fx), source=source, code=code,
-        onnx_nodes=_op_types(traced, blame.node.name),
+        onnx_nodes=_op_types(traced, blame.node.name), options=nodes.options(fx),
         owner=Owner.CAPTURE if loc.capture_owns else None,
         owned_by="the torch.export program already differs from eager"
         if loc.capture_owns else "")

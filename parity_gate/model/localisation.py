@@ -90,6 +90,9 @@ class Culprit(Record):
     owner: Owner | None = None   # set by the owner check; None with `owned_by`: unknown, why
     owned_by: str = ""           # the torchlib function, or the op type and provider, or why not
     reference: str = ""          # what ONNX's reference evaluator did ("" when not asked)
+    # the optional arguments the call sets (name → "float32 tensor" or the literal): the
+    # trigger beyond the op itself, e.g. {"attn_mask": "float32 tensor"}
+    options: dict[str, str] = field(default_factory=dict)
 
     def describe(self) -> str:
         """The culprit line, first in every report."""

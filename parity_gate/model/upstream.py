@@ -268,6 +268,22 @@ class UpstreamReport(Record):
     related: list[UpstreamMatch] = field(default_factory=list)  # possibly related, not claimed
     not_drafted: str | None = None      # why no draft was written (the repro did not reproduce)
 
+    def status(self) -> str:
+        """The short phrase shown beside a failing case: "known: onnxscript#N, open PR",
+        "fixed in onnxscript X.Y: upgrade", "no report found: draft attached"."""
+        m = self.match
+        if self.created:
+            return f"reported: {self.created}"
+        if m is None:
+            if not self.searched or self.error:
+                return f"not searched upstream ({self.error or 'search skipped'})"
+            if self.not_drafted:
+                return f"no report found; not drafted: {self.not_drafted}"
+            return "no report found" + (": draft attached" if self.draft else "")
+        if m.kind is MatchKind.MERGED_PR and m.fixed_in:
+            return f"fixed in {m.fixed_in}: upgrade ({m.ref})"
+        return f"known: {m.ref}, {_KNOWN[m.kind]}"
+
     def describe(self) -> str:
         """The one phrase the summary, the HTML report and the console show."""
         if self.created:
@@ -289,3 +305,9 @@ class UpstreamReport(Record):
                                     "fix reached your release",
             MatchKind.CLOSED_PR: f"attempted in {m.ref} (closed PR, not merged)",
         }[m.kind]
+
+
+_KNOWN = {MatchKind.OPEN_PR: "open PR", MatchKind.OPEN_ISSUE: "open issue",
+          MatchKind.MERGED_PR: "merged fix: upgrade to a release that has it",
+          MatchKind.CLOSED_ISSUE: "closed issue: check whether the fix reached your release",
+          MatchKind.CLOSED_PR: "closed PR, not merged"}

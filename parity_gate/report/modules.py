@@ -187,7 +187,7 @@ def upstream_status(view: ModuleView, reports: list[UpstreamReport]) -> str:
     op = cause.op if cause is not None else ""
     found = next((r for r in reports if ids & set(r.cases)), None) or next(
         (r for r in reports if op and r.op.overload == op), None)
-    return found.describe() if found is not None else ""
+    return found.status() if found is not None else ""
 
 
 def artifact_path(path: str) -> str:

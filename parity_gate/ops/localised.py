@@ -1,0 +1,175 @@
+"""Localised model failures → defect signatures, the kind the op sweep makes.
+
+A failing case of a model run whose localisation names a culprit (the ATen node
+whose inputs agree with eager's and whose output does not, and whose code owns
+it) is a defect of that op: the op as users call it, the options the call sets
+(`attn_mask`, `reduce='mean'`: the trigger beyond the op itself), the input class
+the culprit's node saw (its verified node repro's values: ordinary, special or
+empty), the symptom at the worst element and the owner the owner check named.
+Cases that share all of these are one report, whatever module they come from.
+Pure but for reading the node repro's arrays: a RunResult in, records out.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from parity_gate.model.comparison import Verdict
+from parity_gate.model.localisation import Culprit
+from parity_gate.model.outcomes import Outcome
+from parity_gate.model.results import CaseResult, RunResult
+from parity_gate.model.upstream import Owner, Signature, Symptom
+from parity_gate.ops.records import user_op
+from parity_gate.ops.signatures import CLASS_ORDER, DTYPE_ORDER
+
+_BY_VERDICT = {Verdict.SHAPE: Symptom.WRONG_SHAPE, Verdict.DTYPE: Symptom.WRONG_DTYPE,
+               Verdict.SIGNED_ZERO: Symptom.SIGNED_ZERO_LOST}
+
+
+def localised(case: CaseResult) -> Culprit | None:
+    """The culprit of a failing model case that localisation pinned to an ATen op and that
+    is a defect (not a tolerance artefact, not eager's own error); None otherwise."""
+    loc = case.localisation
+    if case.op is not None or not case.failed or loc is None or loc.culprit is None \
+            or case.outcome is Outcome.EAGER_ERROR or loc.artefact is True:
+        return None
+    return loc.culprit if loc.culprit.aten.startswith("aten.") else None
+
+
+def value_symptom(eager: float | None, got: float | None) -> Symptom | None:
+    """The symptom one element shows (eager's value vs ONNX Runtime's), if a special one."""
+    if eager is None or got is None:
+        return None
+    if math.isnan(eager) != math.isnan(got):
+        return Symptom.NAN_DROPPED if math.isnan(eager) else Symptom.NAN_INTRODUCED
+    if eager == got == 0 and math.copysign(1, eager) != math.copysign(1, got):
+        return Symptom.SIGNED_ZERO_LOST
+    if math.isinf(got) and math.isfinite(eager):
+        return Symptom.OVERFLOW_TO_INF
+    if math.isinf(eager) and math.isfinite(got):
+        return Symptom.INF_LOST
+    return None
+
+
+def symptom_of(case: CaseResult) -> Symptom:
+    """What a maintainer sees: the worst output's verdict, or its worst element's values."""
+    worst = case.worst()
+    if worst is None or worst.passed:
+        return Symptom.WRONG_VALUES
+    if worst.verdict in _BY_VERDICT:
+        return _BY_VERDICT[worst.verdict]
+    return value_symptom(worst.ref_value, worst.got_value) or Symptom.WRONG_VALUES
+
+
+def option_args(culprit: Culprit) -> list[str]:
+    """The options in the op sweep's spelling (`ops.signatures.args_that_matter`): a
+    string value is part of what the op does (`reduce='mean'`), any other only by name."""
+    return sorted(f"{k}={v}" if v[:1] in "'\"" else k for k, v in culprit.options.items())
+
+
+def user_op_of(culprit: Culprit) -> str:
+    """The op as users call it: the call of that name on the culprit's source line
+    (`F.scaled_dot_product_attention(...)` → torch.nn.functional.…), else the op sweep
+    catalogue's call of it, else "" (the ATen name stands)."""
+    name = culprit.aten.split(".")[1]
+    at = culprit.code.find(f"{name}(")
+    if at > 0:
+        start = at
+        while start > 0 and (culprit.code[start - 1].isalnum() or culprit.code[start - 1]
+                             in "._"):
+            start -= 1
+        found = user_op(culprit.code[start:at + len(name)] + "()")
+        if found.startswith("torch."):
+            return found
+    return _catalogued().get(name, "")
+
+
+@functools.cache
+def _catalogued() -> dict[str, str]:
+    """The op sweep's public name per op name (torch.* and F.* before Tensor methods)."""
+    from parity_gate.ops.catalogue import VARIANTS
+
+    out: dict[str, str] = {}
+    for v in VARIANTS:
+        name = user_op(v.call)
+        short = name.rsplit(".", 1)[-1]
+        if name and (short not in out or out[short].startswith("Tensor.")):
+            out[short] = name
+    return out
+
+
+def input_class(node_repro: str | None) -> str:
+    """What the culprit's node was fed, read from its verified repro (the eager call's
+    arguments, else the ONNX nodes' inputs): `empty`, `specials` (NaN or ±inf) or
+    `normal`; "" when there is no repro to read."""
+    if not node_repro:
+        return ""
+    folder = Path(node_repro)
+    for name in ("args.npz", "inputs.npz"):
+        try:
+            with np.load(folder / name) as data:
+                arrays = [data[k] for k in data.files]
+        except (OSError, ValueError):
+            continue
+        if any(a.size == 0 for a in arrays):
+            return "empty"
+        floats = [a for a in arrays if a.dtype.kind in "fc"]
+        return "specials" if any(not np.isfinite(a).all() for a in floats) else "normal"
+    return ""
+
+
+def signature_of(case: CaseResult, culprit: Culprit) -> Signature | None:
+    """The one-case signature (scope filled in by `group`); None when the owner check
+    could not say whose code it is (nothing to route it to)."""
+    if culprit.owner is None:
+        return None
+    loc = case.localisation
+    cls = input_class(loc.node_repro if loc is not None else None)
+    lowering = culprit.owned_by.rsplit(".", 1)[-1] if culprit.owner is Owner.TRANSLATION \
+        and culprit.owned_by.startswith("onnxscript ") else ""
+    kernel = culprit.owned_by if culprit.owner is Owner.KERNEL else ""
+    return Signature(
+        user_op=user_op_of(culprit), overload=culprit.aten, symptom=symptom_of(case),
+        owner=culprit.owner, args=option_args(culprit), kernel=kernel, lowering=lowering,
+        calls=[culprit.code or culprit.call], dtypes=[case.key.dtype],
+        input_classes=[cls] if cls else [], lead=case.id)
+
+
+def group(run: RunResult) -> list[tuple[Signature, list[CaseResult]]]:
+    """One signature per defect seen by localisation, its cases lead first (by id), with
+    the dtypes, input classes and source lines of all of them as its scope."""
+    groups: dict[str, list[tuple[CaseResult, Signature]]] = {}
+    for case in sorted(run.cases, key=lambda c: c.key.sort_key):
+        culprit = localised(case)
+        sig = signature_of(case, culprit) if culprit is not None else None
+        if sig is not None:
+            groups.setdefault(sig.key, []).append((case, sig))
+    out = []
+    for pairs in groups.values():
+        sigs = [s for _, s in pairs]
+        out.append((Signature.from_dict({
+            **sigs[0].to_dict(),
+            "calls": list(dict.fromkeys(x for s in sigs for x in s.calls)),
+            "dtypes": sorted({x for s in sigs for x in s.dtypes}, key=_rank(DTYPE_ORDER)),
+            "input_classes": sorted({x for s in sigs for x in s.input_classes},
+                                    key=_rank(CLASS_ORDER))}), [c for c, _ in pairs]))
+    return out
+
+
+def unowned(run: RunResult) -> list[tuple[Culprit, list[CaseResult]]]:
+    """Localised failures whose owner is unknown, by culprit op: shown as not searched."""
+    out: dict[str, tuple[Culprit, list[CaseResult]]] = {}
+    for case in sorted(run.cases, key=lambda c: c.key.sort_key):
+        culprit = localised(case)
+        if culprit is not None and culprit.owner is None:
+            out.setdefault(culprit.aten, (culprit, []))[1].append(case)
+    return list(out.values())
+
+
+def _rank(order: tuple[str, ...]) -> Callable[[str], tuple[int, str]]:
+    return lambda x: (order.index(x) if x in order else len(order), x)
