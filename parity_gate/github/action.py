@@ -193,6 +193,24 @@ def _append_summary(env: Mapping[str, str], note: Annotation) -> None:
         print(f"parity-gate: {problem}", file=sys.stderr)
 
 
+def _install(inputs: Mapping[str, str], paths: Paths, env: Mapping[str, str]) -> bool:
+    """The `install` input's command in the workspace (grouped in the log); False, with an
+    annotation and a summary section, when it fails."""
+    command, said = install_command(inputs["install"], paths.workspace)
+    print(said, flush=True)
+    if not command:
+        return True
+    print("::group::install", flush=True)
+    rc, tail = run_logged(command, paths.workspace, env)
+    print("::endgroup::", flush=True)
+    if rc:
+        note = _failure_annotation(rc, tail, "install", f"install: the command exited with "
+                                   f"{rc} (expected it to install your project)")
+        print(note.render())
+        _append_summary(env, note)
+    return rc == 0
+
+
 def run_action(inputs: Mapping[str, str], paths: Paths, env: Mapping[str, str]) -> int:
     """Install, run the gate, then outputs and annotations from its JSON report."""
     env = without_secrets(cache_env(env, paths.cache_dir))  # the tokens: post step only
@@ -201,19 +219,9 @@ def run_action(inputs: Mapping[str, str], paths: Paths, env: Mapping[str, str]) 
         from parity_gate.github.post import report_only
 
         return report_only(inputs, paths, github_output)
-    command, said = install_command(inputs["install"], paths.workspace)
-    print(said, flush=True)
-    if command:
-        print("::group::install", flush=True)
-        rc, tail = run_logged(command, paths.workspace, env)
-        print("::endgroup::", flush=True)
-        if rc:
-            note = _failure_annotation(rc, tail, "install", f"install: the command exited with "
-                                       f"{rc} (expected it to install your project)")
-            print(note.render())
-            _append_summary(env, note)
-            write_outputs(github_output, {"result": "error"})
-            return EXIT_USAGE
+    if not _install(inputs, paths, env):
+        write_outputs(github_output, {"result": "error"})
+        return EXIT_USAGE
     manifest = paths.workspace / inputs["manifest"]
     if not manifest.is_file():
         note = Annotation("error", "parity-gate: invalid input",
