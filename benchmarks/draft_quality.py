@@ -23,6 +23,7 @@ import argparse
 import gzip
 import json
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -98,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="?", type=Path)
     parser.add_argument("--verify", action="store_true", help="run every repro (minutes)")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="copy the drafts into this folder, to read them")
     args = parser.parse_args(argv)
     run = load(args.results)
     items = texts()
@@ -114,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         wall = time.monotonic() - t0
         searches = len(gh.calls("search"))
         files = sorted(folder.iterdir()) if folder.exists() else []
+        if args.keep is not None and folder.exists():
+            shutil.copytree(folder, args.keep, dirs_exist_ok=True)
         heads = [f.read_text(encoding="utf-8").splitlines()[1][2:] for f in files]
         repos = [f.read_text(encoding="utf-8").split("/issues/new")[0].split("github.com/")[-1]
                  for f in files]
