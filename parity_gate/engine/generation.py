@@ -52,6 +52,17 @@ class Run:
     failure: Any = None  # a StageFailure that ended the run early: at step len(logits) + 1
 
 
+@dataclass
+class Trial:
+    """One generation case's two runs on one prompt (and the encoder's states, for an
+    encoder-decoder): what the comparison and the float64 ruling read."""
+
+    prompt: Prompt
+    eager: Run
+    onnx: Run
+    encoder: np.ndarray | None = None
+
+
 def eager_greedy(model: Any, lay: Layout, prompt: Prompt, steps: int, device: str,
                  forced: list[list[int]] | None = None, states: np.ndarray | None = None
                  ) -> Run:
@@ -150,8 +161,8 @@ def step_inputs(model: Any, lay: Layout, prompt: Prompt, tokens: list[list[int]]
             else to_numpy(v).astype(dtype) for k, v in feeds.items()}
 
 
-def float64_steps(source: Any, lay: Layout, prompt: Prompt, gen: Generation, tol: Tolerance,
-                  eager: Run, onnx: Run, states: np.ndarray | None, device: str) -> Generation:
+def float64_steps(source: Any, lay: Layout, trial: Trial, gen: Generation, tol: Tolerance,
+                  device: str) -> Generation:
     """The generation with its failing steps judged against a float64 run of the same
     weights on the same tokens (and the same encoder states)."""
     import copy
@@ -161,15 +172,16 @@ def float64_steps(source: Any, lay: Layout, prompt: Prompt, gen: Generation, tol
     from parity_gate.compare.generation import rule_step
 
     compared = len(gen.per_step)
+    states = trial.encoder
     try:
         wide = copy.deepcopy(source).to(torch.float64).to(device).eval()
-        truth = eager_greedy(wide, lay, prompt, compared, device,
-                             forced=[row[:compared] for row in eager.tokens],
+        truth = eager_greedy(wide, lay, trial.prompt, compared, device,
+                             forced=[row[:compared] for row in trial.eager.tokens],
                              states=states.astype(np.float64) if states is not None else None)
     except Exception as exc:  # e.g. an op with no float64 kernel: the steps stay as they are
         return replace(gen, float64_error=f"float64 run failed: {type(exc).__name__}: "
                        f"{str(exc)[:200]}")
-    steps = [rule_step(s, eager.logits[i], onnx.logits[i], truth.logits[i], tol)
+    steps = [rule_step(s, trial.eager.logits[i], trial.onnx.logits[i], truth.logits[i], tol)
              if s.failed else s for i, s in enumerate(gen.per_step)]
     return judge(Setup(gen.prompt, gen.prompt_length, gen.steps, tol, gen.encoder_decoder),
                  gen.eager_tokens, gen.onnx_tokens, steps)
@@ -224,9 +236,10 @@ def onnx_greedy(session: Any, lay: Layout, prompt: Prompt, steps: int, dtype: An
     return Run([list(row) for row in zip(*tokens, strict=True)], logits)
 
 
-def compare_runs(prompt: Prompt, prompt_length: int, steps: int, eager: Run, onnx: Run,
-                 tol: Tolerance, dtype: str, encoder_decoder: bool) -> Generation:
+def compare_runs(trial: Trial, prompt_length: int, steps: int, tol: Tolerance,
+                 dtype: str) -> Generation:
     """Steps compared while both sides have chosen the same tokens so far."""
+    eager, onnx = trial.eager, trial.onnx
     per_step: list[GenerationStep] = []
     for s in range(min(steps, len(eager.logits), len(onnx.logits))):
         result = compare_step(s + 1, prompt_length + s - 1 if s else 0, eager.logits[s],
@@ -234,8 +247,8 @@ def compare_runs(prompt: Prompt, prompt_length: int, steps: int, eager: Run, onn
         per_step.append(result)
         if not result.tokens_agree:
             break  # the next step reads different tokens on the two sides
-    return judge(Setup(prompt.name, prompt_length, steps, tol, encoder_decoder), eager.tokens,
-                 onnx.tokens, per_step)
+    return judge(Setup(trial.prompt.name, prompt_length, steps, tol,
+                       trial.encoder is not None), eager.tokens, onnx.tokens, per_step)
 
 
 def with_failure(gen: Generation, failure: Any, prompt_length: int) -> Generation:
@@ -292,66 +305,69 @@ def prepare(ctx: Any, module: Any) -> Any:
 JUDGED = ("float32", "float16", "bfloat16")
 
 
-def run_cases(ctx: Any, mod: Any, exported: Any, keys: list[Any], tol: Tolerance,
-              contract: bool, cached: bool, open_session: Callable[..., Any]) -> None:
-    """Every generation case of one dtype on the module's export, provider by provider;
-    `contract`: the logits' tolerance is the manifest's own, which float64 never waives.
+def run_cases(ctx: Any, mod: Any, exported: Any, cached: bool, keys: list[Any],
+              open_session: Callable[..., Any]) -> None:
+    """Every generation case of one dtype on the module's export, provider by provider.
     `open_session`: the worker's own (module_worker._open_session), so a crash while
     loading is replayed here as for any case."""
-    import torch
-
-    from parity_gate.engine.stages import StageFailure
-    from parity_gate.model.findings import Stage
-    from parity_gate.model.outcomes import Outcome
-    from parity_gate.model.results import CaseResult
-
-    job = ctx.job
-    spec = job.module.generation
-    step_module = mod.typed
-    model, lay = step_module.model, step_module.layout
     provenance = ctx.provenance(mod.device, exported, cached)
-    past_dtype = to_numpy(torch.zeros(1, dtype=getattr(torch, mod.dtype))).dtype
     eager: dict[int, tuple[Prompt, Run, np.ndarray | None, float]] = {}
     for provider in dict.fromkeys(k.provider for k in keys):
         pkeys = [k for k in keys if k.provider == provider]
         opened = open_session(ctx, exported, mod.dtype, provider, pkeys, provenance)
         if opened is None:
             continue
-        session = opened[0]
         for key in pkeys:
-            ctx.step(Stage.RUNNING, key.id, f"{spec.steps} greedy steps")
-            try:
-                if key.batch_size not in eager:
-                    prompt = prompt_inputs(job, key.inputs, key.batch_size, mod.dtype)
-                    t0 = time.perf_counter()
-                    run = eager_greedy(model, lay, prompt, spec.steps, mod.device)
-                    enc = encoder_states(model, prompt, mod.device) \
-                        if lay.kind == "encoder_decoder" else None
-                    eager[key.batch_size] = (prompt, run, enc, time.perf_counter() - t0)
-                prompt, ref, enc, eager_s = eager[key.batch_size]
-                got, run_s = timed(onnx_greedy, session, lay, prompt, spec.steps, past_dtype,
-                                   enc)
-            except StageFailure as failure:
-                ctx.result(CaseResult(key, failure.outcome, failure.reason, failure.detail,
-                                      provenance=provenance))
-                continue
-            except Exception as exc:
-                import traceback
+            ctx.result(_run_case(ctx, mod, opened[0], key, eager, provenance))
 
-                ctx.result(CaseResult(key, Outcome.EAGER_ERROR,
-                                      f"generation failed: {type(exc).__name__}: {exc}"[:300],
-                                      traceback.format_exc()[-4000:], provenance=provenance))
-                continue
-            length = 1 if enc is not None else prompt.inputs["input_ids"].shape[1]
-            gen = compare_runs(prompt, length, spec.steps, ref, got, tol, mod.dtype,
-                               enc is not None)
-            if not gen.passed and mod.dtype in JUDGED and not contract:
-                ctx.step(Stage.RECHECKING, key.id, "against float64")
-                gen = float64_steps(mod.source.model, lay, prompt, gen, tol, ref, got, enc,
-                                    mod.device)
-            gen = with_failure(gen, got.failure, length)
-            ctx.result(CaseResult(
-                key, outcome_of(gen, got.failure), gen.describe(),
-                got.failure.detail if got.failure is not None else "",
-                timings={"eager_s": eager_s, "run_s": run_s}, provenance=provenance,
-                samples=1, generation=gen))
+
+def _run_case(ctx: Any, mod: Any, session: Any, key: Any,
+              eager: dict[int, tuple[Prompt, Run, np.ndarray | None, float]],
+              provenance: Any) -> Any:
+    """One generation case: eager's greedy run (once per batch size, kept in `eager`),
+    ONNX Runtime's on the same prompt, compared step by step; failing steps judged against
+    float64 unless the logits' tolerance is the manifest's own contract."""
+    import torch
+
+    from parity_gate.engine.stages import StageFailure
+    from parity_gate.engine.state import contract, output_spec, tolerance_for
+    from parity_gate.model.findings import Stage
+    from parity_gate.model.outcomes import Outcome
+    from parity_gate.model.results import CaseResult
+
+    job, spec = ctx.job, ctx.job.module.generation
+    model, lay = mod.typed.model, mod.typed.layout
+    tol = tolerance_for(job, mod.dtype, output_spec(job, "logits"))
+    past_dtype = to_numpy(torch.zeros(1, dtype=getattr(torch, mod.dtype))).dtype
+    ctx.step(Stage.RUNNING, key.id, f"{spec.steps} greedy steps")
+    try:
+        if key.batch_size not in eager:
+            prompt = prompt_inputs(job, key.inputs, key.batch_size, mod.dtype)
+            t0 = time.perf_counter()
+            run = eager_greedy(model, lay, prompt, spec.steps, mod.device)
+            enc = encoder_states(model, prompt, mod.device) \
+                if lay.kind == "encoder_decoder" else None
+            eager[key.batch_size] = (prompt, run, enc, time.perf_counter() - t0)
+        prompt, ref, enc, eager_s = eager[key.batch_size]
+        got, run_s = timed(onnx_greedy, session, lay, prompt, spec.steps, past_dtype, enc)
+    except StageFailure as failure:
+        return CaseResult(key, failure.outcome, failure.reason, failure.detail,
+                          provenance=provenance)
+    except Exception as exc:
+        import traceback
+
+        return CaseResult(key, Outcome.EAGER_ERROR,
+                          f"generation failed: {type(exc).__name__}: {exc}"[:300],
+                          traceback.format_exc()[-4000:], provenance=provenance)
+    trial = Trial(prompt, ref, got, enc)
+    length = 1 if enc is not None else prompt.inputs["input_ids"].shape[1]
+    gen = compare_runs(trial, length, spec.steps, tol, mod.dtype)
+    # the logits' tolerance the manifest set is a contract, which float64 never waives
+    if not gen.passed and mod.dtype in JUDGED and not contract(job, mod.dtype, "logits"):
+        ctx.step(Stage.RECHECKING, key.id, "against float64")
+        gen = float64_steps(mod.source.model, lay, trial, gen, tol, mod.device)
+    gen = with_failure(gen, got.failure, length)
+    return CaseResult(key, outcome_of(gen, got.failure), gen.describe(),
+                      got.failure.detail if got.failure is not None else "",
+                      timings={"eager_s": eager_s, "run_s": run_s}, provenance=provenance,
+                      samples=1, generation=gen)

@@ -37,8 +37,6 @@ from parity_gate.engine.state import (
     JobContext,
     TypedModule,
     choose_export_batch,
-    contract,
-    output_spec,
     tolerance_for,
 )
 from parity_gate.hazards.context import HazardContext, training_modules
@@ -148,7 +146,6 @@ def _typed(torch: Any, module: Any, binding: Binding, dtype: str, device: str) -
 
 
 def _run_dtype(ctx: JobContext, mod: TypedModule, keys: list[CaseKey]) -> None:
-    job, dtype = ctx.job, mod.dtype
     gen_keys = [k for k in keys if is_generation(k)]  # run on this dtype's export, below
     keys = [k for k in keys if not is_generation(k)]
     refs = _eager(ctx, mod, keys)
@@ -165,9 +162,7 @@ def _run_dtype(ctx: JobContext, mod: TypedModule, keys: list[CaseKey]) -> None:
         _run_provider(ctx, done, provider, [k for k in live if k.provider == provider], refs,
                       probes)
     if gen_keys:
-        generation.run_cases(ctx, mod, done.exported, gen_keys,
-                             tolerance_for(job, dtype, output_spec(job, "logits")),
-                             contract(job, dtype, "logits"), done.cached, open_session)
+        generation.run_cases(ctx, mod, done.exported, done.cached, gen_keys, open_session)
 
 
 def _eager(ctx: JobContext, mod: TypedModule, keys: list[CaseKey]) -> Refs:
