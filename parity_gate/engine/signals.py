@@ -64,12 +64,15 @@ class Signals:
 
 @contextmanager
 def interruptible(armed: bool = True) -> Iterator[Signals]:
-    """Installed for the whole run, reports included; restored after. Not `armed`: a
-    signal waits for `Signals.arm()`."""
+    """Installed for the whole run, reports included; restored after, unless a signal
+    stopped the run: then the process is on its way out with that signal's exit code, and
+    a later signal (the user pressing Ctrl-C again) is ignored rather than killing it with
+    another code between here and its exit. Not `armed`: a signal waits for
+    `Signals.arm()`."""
     state = Signals(armed)
     previous = {s: signal.signal(s, state) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield state
     finally:
         for s, h in previous.items():
-            signal.signal(s, h)
+            signal.signal(s, signal.SIG_IGN if state.stopped is not None else h)
