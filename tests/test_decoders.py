@@ -223,29 +223,61 @@ def test_sliding_windows_and_multi_query_pass(tmp_path: Path) -> None:
         == "(1, 1, 1, 12, 8)"  # one KV head
     gen = _case(data, "gemma2/float32/prompt@generate=10/b1/cpu")["generation"]
     assert len(gen["per_step"]) == 10 and gen["eager_tokens"] == gen["onnx_tokens"]
+    # bloom checks the mask's length against past + new tokens (a dead equality in the
+    # program): that is the gate's own `past_seq = past + seq`, not the model's hazard (on
+    # main: an unchecked-size-assumption warning)
+    assert not [f["message"] for f in data["findings"]
+                if f["kind"] == "unchecked-size-assumption"], data["findings"]
+
+
+@pytest.mark.process
+def test_an_export_narrower_than_the_generation_is_a_hazard(
+        defects: tuple[int, dict[str, Any], Path]) -> None:
+    """rotary_narrow slices an 8-row table at the past length: torch.export narrows `past`
+    to at most 8 while the generation (5 prompt tokens, 6 steps) reaches 9. The hazard
+    names the bound, the line and the reach (on main: no word); the correct decoder and
+    the defects that keep the range get none."""
+    _, data, _ = defects
+    narrowed = [f for f in data["findings"] if "narrowed" in f["message"]]
+    assert [f["module"] for f in narrowed] == ["rotary_narrow"], narrowed
+    message = narrowed[0]["message"]
+    assert "torch.export narrowed 'past' (input 'past_0_key' dim 2) to at most 8 at " in message
+    assert ("cache_defects.py:58, below 9, the past length the generation (5 prompt tokens, "
+            "6 steps) reaches") in message, message
+    assert narrowed[0]["hazard"]["rule"] == "dynamic-dim-specialised"
 
 
 @pytest.fixture(scope="module")
 def defects(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], Path]:
     out = tmp_path_factory.mktemp("defects")
+    # every failing case gets the expensive checks (value_order's cached case is worse
+    # than its generation case, which the default cap of 3 would leave without a culprit)
     code, data = run(DATA / "defects.yml", out, "--jobs", "1", "--artifacts",
-                     str(out / "artifacts"))
+                     str(out / "artifacts"), "--localise-cases", "20")
     return code, data, out
 
 
 @pytest.mark.process
 def test_planted_cache_defects_name_step_tokens_culprit_owner_and_repro(
         defects: tuple[int, dict[str, Any], Path]) -> None:
-    """Each planted defect fails generation at its step; the case names the two tokens,
+    """Each planted defect fails generation at its step; the case names the tokens,
     the culprit line and its owner, and leaves a repro of that step that fails (on main:
-    no localisation for a module with a cache)."""
+    no localisation for a module with a cache). value_order (the past values concatenated
+    in the wrong order) and state_offset (a position offset clamped at the export's length,
+    wrong from step 5) are issue 38's second round of defects."""
     code, data, out = defects
     assert code == 1
     assert _case(data, "correct/float32/prompt@generate=6/b1/cpu")["outcome"] == "pass"
-    for name, line in (("baked_prefill", 35), ("export_mask", 38)):
+    for name, step, line in (("baked_prefill", 2, 42), ("export_mask", 2, 45),
+                             ("value_order", 2, 52), ("state_offset", 5, 54)):
         case = _case(data, f"{name}/float32/prompt@generate=6/b1/cpu")
         assert case["outcome"] == "mismatch", case["reason"]
-        assert case["reason"].startswith("generation fails at step 2"), case["reason"]
+        assert case["reason"].startswith(f"generation fails at step {step}"), case["reason"]
+        gen = case["generation"]
+        assert gen["first_failing_step"] == step
+        assert [s["passed"] for s in gen["per_step"][:step]] == [True] * (step - 1) + [False]
+        # the tokens each side chose up to the failing step (the same: the logits failed)
+        assert gen["eager_tokens"][0][:step] == gen["onnx_tokens"][0][:step]
         loc = case["localisation"]
         assert loc["culprit"]["source"] == f"cache_defects.py:{line}", loc["culprit"]
         assert loc["culprit"]["owner"] == "capture"
@@ -256,8 +288,9 @@ def test_planted_cache_defects_name_step_tokens_culprit_owner_and_repro(
         assert ran.returncode != 0, ran.stdout[-2000:]  # the step's repro fails
     summary = (out / "summary.md").read_text()
     # (markdown escapes the underscore)
-    assert "| 2 | 0.001145 | cache\\_defects.py:35: aten.add.Tensor |" in summary
-    assert "**culprit: model: aten.add.Tensor(%arange, 3) at cache\\_defects.py:35" in summary
+    assert "| 2 | 0.001145 | cache\\_defects.py:42: aten.add.Tensor |" in summary
+    assert "**culprit: model: aten.add.Tensor(%arange, 3) at cache\\_defects.py:42" in summary
+    assert "| 5 | 5.61e-04 | cache\\_defects.py:54: aten.sum.dim\\_IntList |" in summary
 
 
 @pytest.mark.process
@@ -278,6 +311,35 @@ def test_an_onnx_runtime_error_mid_generation_keeps_the_steps_before(
     summary = (out / "summary.md").read_text()
     assert f"<b>Generation parity</b>: {failing} of {len(gens)} cases do not pass" in summary
     assert "| 5 (ONNX Runtime error) |" in summary
+
+
+@pytest.mark.process
+def test_an_onnx_runtime_error_mid_generation_is_localised(
+        defects: tuple[int, dict[str, Any], Path]) -> None:
+    """ONNX Runtime raises at step 5 of rotary_cut: the case names the node that raised, its
+    op, the culprit line and its owner (the torch.export program raises on the same step's
+    inputs: capture), and leaves that node alone as a repro that raises again (on main: no
+    localisation for an error)."""
+    _, data, out = defects
+    case = _case(data, "rotary_cut/float32/prompt@generate=6/b1/cpu")
+    loc = case["localisation"]
+    assert loc is not None, case["reason"]
+    culprit = loc["culprit"]
+    assert culprit["aten"] == "aten.index_select.default", culprit
+    assert culprit["source"] == "cache_defects.py:48" and culprit["owner"] == "capture"
+    assert culprit["onnx_nodes"] == ["Gather"]
+    layer = next(s for s in loc["steps"] if s["check"] == "layer")
+    assert "ONNX Runtime raised at node node_index_select (Gather) at step 5" in layer["note"]
+    folder = Path(loc["repro"])
+    ran = subprocess.run([sys.executable, "repro.py"], cwd=folder, capture_output=True,
+                         text=True, timeout=300)
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    assert "indices element out of data bounds" in ran.stdout
+    summary = (out / "summary.md").read_text()
+    row = next(line for line in summary.splitlines()  # the generation table's row
+               if line.startswith("| `rotary_cut/float32/prompt@generate=6/b1/cpu` |")
+               and "| 5 (ONNX Runtime error) |" in line)
+    assert row.endswith("| cache\\_defects.py:48: aten.index\\_select.default |"), row
 
 
 # ------------------------------------------------------------------ the decoder zoo

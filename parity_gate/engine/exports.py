@@ -175,7 +175,7 @@ def hazard_context(ctx: JobContext, mod: TypedModule, example: dict[str, np.ndar
         exported.program if exported else None,
         exported.raw_warnings if exported else [], job.settings.target_runtime,
         dict(job.export.options), job.export.opset, error,
-        exported.graph if exported else None)
+        exported.graph if exported else None, job.gate)
 
 
 def export_once(job: ModuleJob, mod: TypedModule, example: dict[str, np.ndarray], names: list[str],

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
+from parity_gate.hazards.context import GateDims
 from parity_gate.manifest.models import CacheSpec, InputSpec, ModuleSpec, TensorSpec
 from parity_gate.plan.cases import GENERATE, ModuleJob
 
@@ -409,7 +410,47 @@ def rewrite(job: ModuleJob, lay: Layout) -> ModuleJob:
     module = job.module.model_copy(update={"inputs": inputs})
     fixtures = {fid: fx if GENERATE in fid or not hasattr(fx, "inputs")
                 else _with_cache(fx, lay, past_length(fid)) for fid, fx in job.fixtures.items()}
-    return replace(job, module=module, fixtures=fixtures)
+    return replace(job, module=module, fixtures=fixtures, gate=gate_dims(job, lay, inputs))
+
+
+def gate_dims(job: ModuleJob, lay: Layout, inputs: list[InputSpec]) -> GateDims:
+    """What the gate's own feeding fixes about the step's dims: the mask spans past and
+    new tokens (`past_seq = past + seq`), and the sizes its cases reach: each past length
+    declared, and a generation's last step (the prompt, then one token a step)."""
+    ids = next((s for s in inputs if s.name in ("input_ids", "decoder_input_ids")), None)
+    seq = ids.dynamic.get(1) if ids is not None else None
+    mask = next((s for s in inputs if s.name == lay.mask), None)
+    sums = {SPAN: (PAST, seq)} if seq and mask is not None and SPAN in mask.dynamic.values() \
+        else {}
+    reach: dict[str, tuple[int, str]] = {}
+    past = max((past_length(f) for f in job.fixtures if GENERATE not in f), default=0)
+    if past:
+        reach[PAST] = (past, "the largest past length the manifest declares")
+    gen = job.module.generation
+    prompt = next((fx for f, fx in job.fixtures.items() if GENERATE in f), None)
+    first = 1 if lay.kind == "encoder_decoder" else _length(prompt, "input_ids")
+    if gen is not None and first and gen.steps > 1:
+        why = f"the generation ({first} prompt tokens, {gen.steps} steps)"
+        if first + gen.steps - 2 > past:
+            reach[PAST] = (first + gen.steps - 2, f"the past length {why} reaches")
+        if sums:
+            reach[SPAN] = (first + gen.steps - 1, f"the mask length {why} reaches")
+    if PAST in reach:
+        for i in range(lay.layers):
+            size = lay.cache_length(i, reach[PAST][0])
+            reach.setdefault(lay.past_dim(i), (size, f"a window's length at {reach[PAST][1]}"))
+    return GateDims(sums, reach)
+
+
+def _length(fixture: Any, name: str) -> int:
+    """A fixture set's length of input `name` (dim 1; the largest size declared), 0 when
+    the set does not say."""
+    spec = getattr(fixture, "inputs", {}).get(name) if fixture is not None else None
+    if spec is None or len(spec.shape) < 2:
+        return 0
+    size = spec.shape[1]
+    size = fixture.dims.get(size, 0) if isinstance(size, str) else size
+    return max(size) if isinstance(size, list) else int(size or 0)
 
 
 def _with_cache(fixture: Any, lay: Layout, past: int) -> Any:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from parity_gate.hazards import graph as og
-from parity_gate.hazards.context import ExporterWarning, HazardContext
+from parity_gate.hazards.context import ExporterWarning, HazardContext, in_library
 from parity_gate.hazards.precision import FLOAT_BITS, audit_nodes, value_types
 from parity_gate.hazards.rules import RULES, Rule
 from parity_gate.hazards.runtimes import RELEASES, SOURCE, parse_target
@@ -147,9 +147,13 @@ def unchecked_size_assumption(ctx: HazardContext) -> list[Found]:
         text, value, symbols = expr
         if not symbols or any(s not in sizes for s in symbols):
             continue
+        free = ctx.gate.free(symbols)
         try:
             held = bool(value(sizes))
-            if all(bool(value({**sizes, s: v})) == held for s in symbols for v in _SWEEP):
+            # sizes as the gate feeds them: a sum it declares (past_seq = past + seq) moves
+            # with its parts, so an assumption that the sum implies holds at every size
+            if all(bool(value(ctx.gate.complete({**sizes, s: v}))) == held
+                   for s in free for v in _SWEEP):
                 continue  # the same at every size: no restriction
         except ArithmeticError:  # a division by a size expression that can be 0
             continue
@@ -723,6 +727,7 @@ def dynamic_dim_specialised(ctx: HazardContext) -> list[Found]:
                 d = shape[index] if index < len(shape) else None
                 if isinstance(d, int):
                     found.append(_specialised(spec.name, index, symbol, d))
+        found += _narrowed(ctx)
     else:
         by_name = {v.name: v for v in ctx.proto.graph.input}
         for spec in ctx.inputs:
@@ -733,6 +738,54 @@ def dynamic_dim_specialised(ctx: HazardContext) -> list[Found]:
                     found.append(_specialised(spec.name, index, symbol,
                                               int(gdims[index].dim_value)))
     return found
+
+
+def _narrowed(ctx: HazardContext) -> list[Found]:
+    """Declared dims whose torch.export range stops below a size the gate's own cases reach
+    (a generation's last step): the code bounded the size (a slice of a fixed table, a
+    narrow), so the ONNX graph fails or computes something else beyond the bound."""
+    ep = ctx.program
+    found: list[Found] = []
+    said: set[str] = set()
+    for spec, shape in _user_input_shapes(ep, ctx):
+        for index, symbol in spec.dynamic.items():
+            d = shape[index] if index < len(shape) else None
+            expr = getattr(getattr(d, "node", None), "expr", None)
+            vr = ep.range_constraints.get(expr) if expr is not None else None
+            reach = ctx.gate.reach.get(symbol)
+            upper = _bound(vr.upper) if vr is not None else None
+            if reach is None or upper is None or reach[0] <= upper or symbol in said:
+                continue
+            said.add(symbol)
+            site = _bounding_site(ep, expr)
+            found.append(Found(
+                f"torch.export narrowed {symbol!r} (input {spec.name!r} dim {index}) to at "
+                f"most {upper}{f' at {site}' if site else ''}, below {reach[0]}, "
+                f"{reach[1]}: beyond {upper} the graph fails or computes something else",
+                [Site(source=site)] if site else [Site(node=spec.name)]))
+    return found
+
+
+_BOUNDING = ("slice", "narrow", "select", "index")  # ops whose size argument has a bound
+
+
+def _bounding_site(ep: Any, expr: Any) -> str:
+    """The user source line of the first slicing op that reads the symbol as a size (else
+    any op): where the bound most likely comes from; "" when none is the user's."""
+    calls = [n for n in ep.graph.nodes
+             if n.op == "call_function" and "sym_size" not in str(n.target)]
+    for node in sorted(calls, key=lambda n: not any(b in str(n.target) for b in _BOUNDING)):
+        trace = node.meta.get("stack_trace") or ""
+        if not trace:
+            continue
+        for arg in node.args:
+            val = getattr(arg, "meta", {}).get("val") if hasattr(arg, "meta") else None
+            sym = getattr(getattr(val, "node", None), "expr", None)
+            if sym is not None and expr in getattr(sym, "free_symbols", ()):
+                where = og.source_of(trace)
+                if where and not in_library(where.rsplit(":", 1)[0]):
+                    return where
+    return ""
 
 
 def _specialised(name: str, index: int, symbol: str, value: int) -> Found:

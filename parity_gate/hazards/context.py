@@ -93,6 +93,33 @@ def in_library(filename: str) -> bool:
     return bool(filename) and filename.startswith(_library_roots())
 
 
+@dataclass(frozen=True)
+class GateDims:
+    """What the gate itself does with the declared dims, so the checks can tell it from the
+    model. `sums`: a symbol the gate always feeds as the sum of others (a cached step's mask
+    spans past and new tokens: `past_seq = past + seq`), so an assumption those sums imply
+    is the gate's, not the user's hazard. `reach`: the largest size a symbol takes in the
+    gate's own cases, with why (a generation's last step), which the export must accept."""
+
+    sums: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    reach: Mapping[str, tuple[int, str]] = field(default_factory=dict)
+
+    def free(self, symbols: frozenset[str] | set[str]) -> set[str]:
+        """The symbols sizes are chosen for: a sum's parts instead of the sum."""
+        out = {s for s in symbols if s not in self.sums}
+        for s in symbols:
+            out.update(self.sums.get(s, ()))
+        return out
+
+    def complete(self, sizes: Mapping[str, int]) -> dict[str, int]:
+        """`sizes` with every sum recomputed from its parts (where they are known)."""
+        out = dict(sizes)
+        for symbol, parts in self.sums.items():
+            if all(p in out for p in parts):
+                out[symbol] = sum(out[p] for p in parts)
+        return out
+
+
 @dataclass
 class HazardContext:
     """One module's export in one dtype, as the checks see it.
@@ -123,6 +150,7 @@ class HazardContext:
     opset: int | None = None
     error: str = ""
     graph: Any = None  # the model's skeleton (weights' data dropped), when the caller has one
+    gate: GateDims = field(default_factory=GateDims)
 
     @cached_property
     def proto(self) -> Any:

@@ -21,7 +21,8 @@ from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.plan.cases import ModuleJob
 
-LOCALISED = (Outcome.MISMATCH,)  # numeric failures; errors and shapes say their cause already
+LOCALISED = (Outcome.MISMATCH,)  # numeric failures; other errors and shapes say their cause
+# already, but for an ONNX Runtime error at a named node (`_localised`)
 
 
 @dataclass(frozen=True)
@@ -42,8 +43,7 @@ def jobs_for(run: RunResult, modules: Iterable[ModuleJob], policy: LocalisePolic
     by_name = {m.name: m for m in modules}
     # a module with a KV cache is rebuilt behind the gate's cache step; a generation case
     # is localised on the step that first diverged, fed eager's cache at that step
-    failing = sorted((c for c in run.cases if c.outcome in LOCALISED
-                      and c.key.module in by_name),
+    failing = sorted((c for c in run.cases if _localised(c) and c.key.module in by_name),
                      key=lambda c: (-_worst_abs(c), c.id))
     groups: dict[tuple[str, str], list[CaseResult]] = {}
     for case in failing:
@@ -53,6 +53,15 @@ def jobs_for(run: RunResult, modules: Iterable[ModuleJob], policy: LocalisePolic
                         str(policy.artifacts) if policy.artifacts else None,
                         policy.step_timeout_s, policy.version, policy.version_line, handoff)
             for (module, dtype), cases in groups.items()]
+
+
+def _localised(case: CaseResult) -> bool:
+    """A numeric failure, or an ONNX Runtime error that names the node it raised at."""
+    from parity_gate.localise.raised import failing_node
+
+    return case.outcome in LOCALISED or (
+        case.outcome is Outcome.RUNTIME_ERROR
+        and failing_node(f"{case.reason}\n{case.detail}") is not None)
 
 
 def _expensive(failing: list[CaseResult], groups: dict[tuple[str, str], list[CaseResult]],

@@ -58,6 +58,7 @@ from parity_gate.model.localisation import (
     Status,
     StepRun,
 )
+from parity_gate.model.outcomes import Outcome
 from parity_gate.model.precision import Ruling
 from parity_gate.model.results import CaseResult
 from parity_gate.model.upstream import Owner
@@ -258,6 +259,8 @@ def _fx_named_outputs(proto: Any, program: Any) -> bool:
 
 
 def _localise(job: LocaliseJob, prep: _Prepared, result: CaseResult) -> Localisation:
+    if result.outcome is Outcome.RUNTIME_ERROR:
+        return _raised(job, prep, result)
     loc = Localisation()
     sample = (_generation_sample(job, prep, result) if result.generation is not None
               else _failing_sample(job, prep, result.key))
@@ -290,6 +293,40 @@ def _localise(job: LocaliseJob, prep: _Prepared, result: CaseResult) -> Localisa
             note = f"took {seconds:.0f}s, over the {job.step_timeout_s:g}s limit; {note}"
         loc.steps.append(StepRun(check, status, round(seconds, 3), note))
     return loc
+
+
+def _raised(job: LocaliseJob, prep: _Prepared, result: CaseResult) -> Localisation:
+    """An ONNX Runtime error: the node that raised, on the inputs it raised on (a
+    generation's: the cached step's at the step that raised, eager's cache before it)."""
+    from parity_gate.localise.raised import Raised, localise_error
+
+    gen = result.generation
+    if gen is not None and gen.error_step:
+        inputs = _step_feeds(job, prep, result, gen.error_step)
+    else:
+        fixture = job.module.fixtures[result.key.inputs]
+        inputs = generate(result.key.inputs, fixture, prep.input_names,
+                          Draw(result.key.batch_size or 0, job.dtype, 0),
+                          seed=job.module.seed, base_dir=job.module.base_dir)
+    folder = Path(job.artifacts) / repro.folder_name(result.id) if job.artifacts else None
+    program = prep.program.module() if prep.program is not None else None
+    return localise_error(Raised(
+        result.id, f"{result.reason}\n{result.detail}", prep.model, inputs, program,
+        prep.arguments(inputs), folder, _ep(result.key.provider), job.version,
+        gen.error_step if gen is not None else None, job.module.base_dir))
+
+
+def _step_feeds(job: LocaliseJob, prep: _Prepared, result: CaseResult, step: int
+                ) -> dict[str, np.ndarray]:
+    """The cached step's inputs at generation step `step`, eager's cache before it."""
+    from parity_gate.engine.generation import prompt_inputs, step_inputs
+
+    gen = result.generation
+    assert gen is not None
+    model, lay = prep.module.model, prep.module.layout
+    prompt = prompt_inputs(job.module, result.key.inputs, result.key.batch_size or 1, job.dtype)
+    dtype = to_numpy(next(iter(model.parameters()))).dtype
+    return step_inputs(model, lay, prompt, gen.eager_tokens, step, "cpu", dtype)
 
 
 def _failing_sample(job: LocaliseJob, prep: _Prepared, key: CaseKey) -> _Sample:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from parity_gate.hazards.context import GateDims
 from parity_gate.manifest.models import (
     EdgeFixture,
     ExportSettings,
@@ -45,6 +46,7 @@ class ModuleJob:
     # float64 check reports on ("unattainable") but never waives; the built-in starting
     # tolerances are not one. An output's own `tolerances` are a contract for that output.
     contract_dtypes: frozenset[str] = frozenset()
+    gate: GateDims = field(default_factory=GateDims)  # the gate's own dim sums and reach
     entry: ClassVar[str] = "parity_gate.engine.module_worker:run_job"
 
     @property
