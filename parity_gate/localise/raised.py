@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,19 +100,24 @@ def localise_error(case: Raised) -> Localisation:
             f"node {named[1]!r} is not in the model's main graph"
         loc.steps.append(StepRun(Check.LAYER, Status.SKIPPED, note=why))
         return loc
+    t0 = time.perf_counter()
     feeds = _node_inputs(proto, node, case.inputs)
     culprit = _culprit(node, case.program, case.base)
+    t1 = time.perf_counter()
     raised, note = _program_raises(case)
     loc.capture_owns = raised
     owner, by = (Owner.CAPTURE, f"the torch.export program raises too: {note}") if raised \
         else _owner_of_node(proto, node, feeds)
     loc.culprit = Culprit(**{**culprit, "owner": owner, "owned_by": by})
+    t2 = time.perf_counter()
     where = f" at step {case.step}" if case.step else ""
-    loc.steps.append(StepRun(Check.LAYER, Status.RAN, note=f"ONNX Runtime raised at node "
-                             f"{node.name} ({node.op_type}){where}: {loc.culprit.describe()}"))
-    loc.steps.append(StepRun(Check.OWNER, Status.RAN, note=by))
-    loc.steps.append(StepRun(Check.REPRO, Status.RAN, note=_repro(case, proto, node, feeds,
-                                                                  loc)))
+    loc.steps.append(StepRun(Check.LAYER, Status.RAN, round(t1 - t0, 3), note=(
+        f"ONNX Runtime raised at node {node.name} ({node.op_type}){where}: "
+        f"{loc.culprit.describe()}")))
+    loc.steps.append(StepRun(Check.OWNER, Status.RAN, round(t2 - t1, 3), note=by))
+    note = _repro(case, proto, node, feeds, loc)
+    loc.steps.append(StepRun(Check.REPRO, Status.RAN, round(time.perf_counter() - t2, 3),
+                             note=note))
     return loc
 
 
