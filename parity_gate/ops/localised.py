@@ -13,7 +13,6 @@ Pure but for reading the node repro's arrays: a RunResult in, records out.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.model.upstream import Owner, Signature, Symptom
 from parity_gate.ops.records import user_op
-from parity_gate.ops.signatures import CLASS_ORDER, DTYPE_ORDER
+from parity_gate.ops.signatures import CLASS_ORDER, DTYPE_ORDER, value_symptom
 
 _BY_VERDICT = {Verdict.SHAPE: Symptom.WRONG_SHAPE, Verdict.DTYPE: Symptom.WRONG_DTYPE,
                Verdict.SIGNED_ZERO: Symptom.SIGNED_ZERO_LOST}
@@ -39,21 +38,6 @@ def localised(case: CaseResult) -> Culprit | None:
             or case.outcome is Outcome.EAGER_ERROR or loc.artefact is True:
         return None
     return loc.culprit if loc.culprit.aten.startswith("aten.") else None
-
-
-def value_symptom(eager: float | None, got: float | None) -> Symptom | None:
-    """The symptom one element shows (eager's value vs ONNX Runtime's), if a special one."""
-    if eager is None or got is None:
-        return None
-    if math.isnan(eager) != math.isnan(got):
-        return Symptom.NAN_DROPPED if math.isnan(eager) else Symptom.NAN_INTRODUCED
-    if eager == got == 0 and math.copysign(1, eager) != math.copysign(1, got):
-        return Symptom.SIGNED_ZERO_LOST
-    if math.isinf(got) and math.isfinite(eager):
-        return Symptom.OVERFLOW_TO_INF
-    if math.isinf(eager) and math.isfinite(got):
-        return Symptom.INF_LOST
-    return None
 
 
 def symptom_of(case: CaseResult) -> Symptom:

@@ -50,6 +50,21 @@ def _number(text: str) -> float | None:
         return None
 
 
+def value_symptom(eager: float | None, got: float | None) -> Symptom | None:
+    """The symptom one element shows (eager's value vs ONNX Runtime's), if a special one."""
+    if eager is None or got is None:
+        return None
+    if math.isnan(eager) != math.isnan(got):
+        return Symptom.NAN_DROPPED if math.isnan(eager) else Symptom.NAN_INTRODUCED
+    if eager == got == 0 and math.copysign(1, eager) != math.copysign(1, got):
+        return Symptom.SIGNED_ZERO_LOST
+    if math.isinf(got) and math.isfinite(eager):
+        return Symptom.OVERFLOW_TO_INF
+    if math.isinf(eager) and math.isfinite(got):
+        return Symptom.INF_LOST
+    return None
+
+
 def symptom_of(case: CaseResult) -> Symptom:
     """The symptom a maintainer would see on this case: its outcome, or for wrong values
     the pattern of the element that differs (eager vs ONNX Runtime)."""
@@ -61,17 +76,9 @@ def symptom_of(case: CaseResult) -> Symptom:
     example = case.op.example if case.op is not None else None
     eager = _number(example.eager) if example is not None else None
     got = _number(example.onnx) if example is not None else None
-    if eager is not None and got is not None:
-        if math.isnan(eager) and not math.isnan(got):
-            return Symptom.NAN_DROPPED
-        if math.isnan(got) and not math.isnan(eager):
-            return Symptom.NAN_INTRODUCED
-        if eager == got == 0 and math.copysign(1, eager) != math.copysign(1, got):
-            return Symptom.SIGNED_ZERO_LOST
-        if math.isinf(got) and math.isfinite(eager):
-            return Symptom.OVERFLOW_TO_INF
-        if math.isinf(eager) and math.isfinite(got):
-            return Symptom.INF_LOST
+    special = value_symptom(eager, got)
+    if special is not None:
+        return special
     if low is not None:
         return Symptom.LOW_PRECISION
     return Symptom.WRONG_VALUES
