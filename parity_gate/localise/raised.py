@@ -44,12 +44,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-HERE = Path(__file__).resolve().parent
-if (HERE / "{withheld}").exists():  # a file parity-gate could not write: a secret in it
-    print((HERE / "{withheld}").read_text(), end="")
-    sys.exit(2)
-META = json.loads((HERE / "case.json").read_text())
-feeds = dict(np.load(HERE / "inputs.npz"))
+''' + repro.GUARD + '''feeds = dict(np.load(HERE / "inputs.npz"))
 session = ort.InferenceSession(str(HERE / "model.onnx"), providers=META["providers"])
 try:
     session.run(None, feeds)

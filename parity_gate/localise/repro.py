@@ -27,6 +27,14 @@ from parity_gate.model.files import atomic_write, copy_file, link_problem, make_
 from parity_gate.model.secrets import Masker
 
 WITHHELD = "WITHHELD.txt"
+# Every generated repro starts so: its folder, a withheld file refused with its note, the
+# case's metadata.
+GUARD = '''HERE = Path(__file__).resolve().parent
+if (HERE / "{withheld}").exists():  # a file parity-gate could not write: a secret in it
+    print((HERE / "{withheld}").read_text(), end="")
+    sys.exit(2)
+META = json.loads((HERE / "case.json").read_text())
+'''
 
 SCRIPT = '''#!/usr/bin/env python3
 """Reproduce {case_id}: eager vs ONNX Runtime ({provider}), atol={atol:g} rtol={rtol:g}.
@@ -41,12 +49,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-HERE = Path(__file__).resolve().parent
-if (HERE / "{withheld}").exists():  # a file parity-gate could not write: a secret in it
-    print((HERE / "{withheld}").read_text(), end="")
-    sys.exit(2)
-META = json.loads((HERE / "case.json").read_text())
-inputs = dict(np.load(HERE / "inputs.npz"))
+''' + GUARD + '''inputs = dict(np.load(HERE / "inputs.npz"))
 expected = np.load(HERE / "expected.npz")
 so = ort.SessionOptions()
 so.log_severity_level = 3
@@ -93,12 +96,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-HERE = Path(__file__).resolve().parent
-if (HERE / "{withheld}").exists():  # a file parity-gate could not write: a secret in it
-    print((HERE / "{withheld}").read_text(), end="")
-    sys.exit(2)
-META = json.loads((HERE / "case.json").read_text())
-
+''' + GUARD + '''
 
 def eager_call():
     """The one eager call the culprit node makes{recorded}."""
