@@ -78,6 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
                        f"{DEFAULT_CACHE_DIR} here)")
     cache.add_argument("--no-cache", action="store_true",
                        help="export and compute every reference afresh; read and write no cache")
+    run.add_argument("--rerun", action="store_true",
+                     help="run every module, even one whose cases all passed with nothing they "
+                     "depend on changed since (the cache replays those by default: "
+                     "docs/explanation/export-cache.md); exports and references still come "
+                     "from the cache. To time latency afresh, say")
     _add_gate_args(run)
     run.add_argument("--shard", metavar="K/N",
                      help="run only part K of N (cost-balanced, whole modules), e.g. 2/4")
@@ -252,6 +257,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         quiet=args.quiet,
         localise=None if args.no_localise else _localise_policy(args, manifest),
         cache_dir=cache_dir,
+        replay=not args.rerun,
     )
     run, decision, stopped = run_manifest(manifest, path, options)
     for line in notices(decision):

@@ -16,6 +16,8 @@ from typing import Any
 from parity_gate import __version__
 from parity_gate.engine.environment import versions
 from parity_gate.engine.pool import Activity, WorkerPool
+from parity_gate.engine.protocol import Inputs
+from parity_gate.engine.replay import Replayer
 from parity_gate.engine.runtime import available_providers
 from parity_gate.engine.signals import Interrupted, Signals, interruptible
 from parity_gate.errors import UserError
@@ -46,6 +48,7 @@ class RunOptions:
     timings: dict[str, float] | None = None  # module → seconds, from --timings
     localise: LocalisePolicy | None = field(default_factory=LocalisePolicy)  # None: --no-localise
     cache_dir: Path | None = None  # the export cache (--cache-dir); None: --no-cache
+    replay: bool = True  # modules unchanged since they passed are replayed (False: --rerun)
 
 
 def _replay_crashes(run: RunResult, policy: LocalisePolicy, journal: Journal | None,
@@ -114,12 +117,15 @@ def _run(manifest: Manifest, manifest_path: Path, options: RunOptions,
     if work.jobs:
         progress.started(len(work.jobs), min(options.jobs, len(work.jobs)))
     t0 = time.monotonic()
-    _execute(run, work, options, progress, journal, signals)
+    replayer = Replayer.open(options.cache_dir, available, options.jobs, options.replay)
+    _execute(run, work, options, progress, journal, signals, replayer)
     run.duration_s = time.monotonic() - t0
     decision = apply(run, options.policy, universe)
     run.gate = decision
-    if options.cache_dir is not None:
+    if options.cache_dir is not None and _cache_line(run, options.cache_dir):
         progress.message(_cache_line(run, options.cache_dir))
+    if replayer is not None and replayer.summary():
+        progress.message(replayer.summary())
     probes = probe_share(run)
     if probes:
         progress.message(probes)
@@ -161,7 +167,7 @@ def _plan_work(manifest: Manifest, manifest_path: Path,
 
 
 def _execute(run: RunResult, work: Plan, options: RunOptions, progress: Progress,
-             journal: Journal | None, signals: Signals) -> None:
+             journal: Journal | None, signals: Signals, replayer: Replayer | None) -> None:
     """The jobs on the worker pool, each event recorded as it comes, then the failing
     cases' crash replays and localisation on the same pool. A signal ends it with the
     interrupted notice; the pool is closed whatever happens."""
@@ -169,13 +175,7 @@ def _execute(run: RunResult, work: Plan, options: RunOptions, progress: Progress
     try:
         signals.arm()  # a signal during the set-up stops the run here
         pool = WorkerPool(options.jobs, warm=(ModuleJob.entry.partition(":")[0],))
-        for event in pool.run(work.jobs):
-            if isinstance(event, CaseResult):
-                _record(run, progress, event, journal)
-            elif isinstance(event, Activity):
-                progress.step(event.module, event.step)
-            else:
-                _note(run, progress, event, journal)
+        _run_jobs(run, work.jobs, pool, Sink(progress, journal), replayer)
         if options.localise is not None and options.localise.artifacts is not None:
             _replay_crashes(run, options.localise, journal, progress, work.jobs, pool)
         if options.localise is not None:  # follow-up checks on the failing cases
@@ -195,6 +195,47 @@ def _execute(run: RunResult, work: Plan, options: RunOptions, progress: Progress
         signals.shutting_down()
         if pool is not None:
             pool.close()
+
+
+@dataclass(frozen=True)
+class Sink:
+    """Where a run's events go as they come: the progress output and the journal."""
+
+    progress: Progress
+    journal: Journal | None
+
+
+def _run_jobs(run: RunResult, jobs: list[ModuleJob], pool: WorkerPool, sink: Sink,
+              replayer: Replayer | None) -> None:
+    """Each job replayed from the results cache when nothing it depends on changed, the
+    rest on the pool; each job that passed whole is stored for the next run."""
+    todo = []
+    for job in jobs:
+        replayed = replayer.lookup(job) if replayer is not None else None
+        if replayed is None:
+            todo.append(job)
+        for past in replayed or []:
+            _take(run, sink, past)
+    by_job: dict[str, list[CaseResult | Finding | Inputs]] = {j.name: [] for j in todo}
+    for event in pool.run(todo):
+        if isinstance(event, Activity):
+            sink.progress.step(event.module, event.step)
+            continue
+        name = event.key.module if isinstance(event, CaseResult) else (
+            event.job if isinstance(event, Inputs) else event.module)
+        by_job.setdefault(name, []).append(event)
+        if not isinstance(event, Inputs):
+            _take(run, sink, event)
+    if replayer is not None:
+        for job in todo:
+            replayer.remember(job, by_job.get(job.name, []), run.started_at)
+
+
+def _take(run: RunResult, sink: Sink, event: CaseResult | Finding) -> None:
+    if isinstance(event, CaseResult):
+        _record(run, sink.progress, event, sink.journal)
+    else:
+        _note(run, sink.progress, event, sink.journal)
 
 
 def policy_record(policy: GatePolicy) -> dict[str, Any]:
@@ -248,12 +289,16 @@ def probe_share(run: RunResult) -> str:
 
 
 def _cache_line(run: RunResult, folder: Path) -> str:
-    """How many (module, dtype) exports the cache gave back, of those that exported."""
+    """How many (module, dtype) exports the cache gave back, of those that exported in
+    this run ('' when every module was replayed)."""
     exported: dict[tuple[str, str], bool] = {}
     for case in run.cases:
-        if case.provenance is not None and case.provenance.opset is not None:
+        if case.provenance is not None and case.provenance.opset is not None \
+                and not case.provenance.replayed:
             key = (case.key.module, case.key.dtype)
             exported[key] = exported.get(key, True) and case.provenance.export_cached
+    if not exported:
+        return ""
     return (f"export cache {folder}: {sum(exported.values())} of {len(exported)} exports "
             "reused")
 

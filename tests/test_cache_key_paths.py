@@ -58,7 +58,8 @@ def _checkout(root: Path) -> Path:
 
 def _reused(repo: Path, cache: Path) -> tuple[int, int, int]:
     got = subprocess.run([sys.executable, "-m", "parity_gate", "run", "parity.yml", "--out",
-                          "reports", "--cache-dir", str(cache), "--no-localise"], cwd=repo,
+                          "reports", "--cache-dir", str(cache), "--no-localise", "--rerun"],
+                         cwd=repo,
                          capture_output=True, text=True, timeout=600)
     found = re.search(r"(\d+) of (\d+) exports reused", got.stdout + got.stderr)
     assert found is not None, got.stdout[-2000:] + got.stderr[-2000:]

@@ -85,8 +85,9 @@ def project(root: Path, seed: int = 0, width: int = 8, export: str = "") -> Path
 
 
 def gate(manifest: Path, cache: Path | None, out: Path, jobs: int = 1) -> RunResult:
+    """A run that uses the export cache but never replays a module (test_results_cache)."""
     run, _, _ = run_manifest(load_manifest(manifest), manifest, RunOptions(
-        jobs=jobs, cache_dir=cache, quiet=True, localise=None,
+        jobs=jobs, cache_dir=cache, quiet=True, localise=None, replay=False,
         reports=ReportPaths.in_folder(out, None, None, None, None)))
     return run
 

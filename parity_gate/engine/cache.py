@@ -401,6 +401,12 @@ class ExportCache:
         finally:
             _remove(staging)
 
+    def drop(self, kind: str, key: str) -> None:
+        """Remove one entry (a results entry whose inputs changed: its key is reused)."""
+        folder = self._folder(kind, key)
+        if os.path.lexists(folder) and not link_problem(self.root, folder.parent):
+            _remove(folder)
+
     def _entries(self) -> list[tuple[Path, int]]:
         """Every whole entry (staging folders aside): its entry.json and its bytes."""
         return [(folder / "entry.json",

@@ -26,9 +26,10 @@ from parity_gate.engine.exports import export_from_good_set
 from parity_gate.engine.factory import build, build_module, seed_everything
 from parity_gate.engine.fixtures import derive_seed
 from parity_gate.engine.followups import CaseState, ProviderRun, run_follow_ups
+from parity_gate.engine.inputs import RECORDER, class_files, job_inputs
 from parity_gate.engine.judging import Session, run_case
 from parity_gate.engine.probing import plan_probes, run_probes
-from parity_gate.engine.protocol import Emit
+from parity_gate.engine.protocol import Emit, Inputs
 from parity_gate.engine.references import eager_reference
 from parity_gate.engine.runtime import first_line
 from parity_gate.engine.stages import StageFailure
@@ -68,6 +69,8 @@ class DtypeExport:
 def run_job(job: ModuleJob, emit: Emit) -> None:
     """Produce a CaseResult for every planned case of `job` (never raises)."""
     ctx = JobContext(job, emit)
+    if job.cache_dir is not None:
+        RECORDER.start()  # what the results depend on, for a warm run's replay
     try:
         _run(ctx)
     except Exception:  # a bug in parity-gate must not lose the other cases
@@ -77,6 +80,11 @@ def run_job(job: ModuleJob, emit: Emit) -> None:
         ctx.emit_hazards()
     except Exception:  # advisory: never lose the cases for a finding
         traceback.print_exc()
+    if job.cache_dir is not None:
+        try:
+            emit(Inputs(job.name, job_inputs(job, ctx.sources)))
+        except Exception:  # without it the job is simply not replayed
+            traceback.print_exc()
 
 
 def _run(ctx: JobContext) -> None:
@@ -117,17 +125,21 @@ def _build(ctx: JobContext, torch: Any) -> Any:
     seed_everything(torch, derive_seed(job.seed, job.name))
     ctx.step(Stage.BUILDING, job.name)
     try:
+        RECORDER.building = True
         module = build(job)
     except Exception as exc:
         ctx.fail_all(ctx.pending, Outcome.EAGER_ERROR,
                      f"factory {job.module.factory} failed: {first_line(f'{exc!r}')}",
                      traceback.format_exc()[-4000:])
         return None
+    finally:
+        RECORDER.building = False
     if not isinstance(module, torch.nn.Module):
         ctx.fail_all(ctx.pending, Outcome.EAGER_ERROR,
                      f"factory {job.module.factory} returned {type(module).__name__}, "
                      "expected a torch.nn.Module")
         return None
+    ctx.sources = frozenset(class_files(module))
     ctx.training = training_modules(module)  # the training-mode rule reads it
     module.eval()
     if job.module.cache is not None:  # a KV cache: the model behind its flat-tensor step

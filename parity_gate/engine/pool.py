@@ -52,6 +52,7 @@ from parity_gate.engine.protocol import (
     Corrupted,
     Done,
     Fatal,
+    Inputs,
     Job,
     Ready,
     Receiver,
@@ -402,7 +403,7 @@ class Activity:
     step: Step
 
 
-Event = CaseResult | Finding | Activity
+Event = CaseResult | Finding | Activity | Inputs
 
 
 class WorkerPool:
@@ -568,7 +569,7 @@ class WorkerPool:
                 if _accept(worker, message):
                     events.append(message)
                 worker.mark = time.monotonic()
-            elif isinstance(message, Finding):
+            elif isinstance(message, Finding | Inputs):
                 events.append(message)
             elif isinstance(message, Step):
                 worker.step = message

@@ -72,12 +72,21 @@ class Done(Record):
     exit_code: int | None = None
 
 
-Message = Ready | Fatal | Done | Step | CaseResult | Finding
+@dataclass(frozen=True, config=CONFIG)
+class Inputs(Record):
+    """The files a module job read (engine.inputs), sent before its Done: with the job's
+    spec they are what its results are a function of (engine.replay)."""
+
+    job: str
+    files: list[dict[str, Any]]
+
+
+Message = Ready | Fatal | Done | Step | CaseResult | Finding | Inputs
 Emit = Callable[[Message], None]
 
 # Every message a worker may send, by the tag its frame carries: one record each.
 KINDS: dict[str, type[Any]] = {"ready": Ready, "fatal": Fatal, "done": Done, "step": Step,
-                               "case": CaseResult, "finding": Finding}
+                               "case": CaseResult, "finding": Finding, "inputs": Inputs}
 _TAGS = {cls: tag for tag, cls in KINDS.items()}
 
 

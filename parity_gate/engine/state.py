@@ -68,6 +68,7 @@ class JobContext(CaseStream):
     hazards: list[Hazard] | None = None
     cache: WorkerCache | None = None  # the export cache, when the run has one
     probe_sets: frozenset[str] = frozenset()  # fixture ids `shapes: auto` added to the job
+    sources: frozenset[str] = frozenset()  # the module's class files (engine.inputs)
 
     def hazard(self, found: list[Hazard]) -> None:
         self.hazards = [*(self.hazards or []), *found]

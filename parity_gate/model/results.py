@@ -44,6 +44,9 @@ class Provenance(Record):
     seed: int | None = None
     reference_device: str = "cpu"
     export_cached: bool = False  # the exported model came from the export cache
+    # When the result was measured, for one replayed from the results cache (the module and
+    # every input it read unchanged since); "" when measured in this run.
+    replayed: str = ""
 
 
 @dataclass(frozen=True, config=CONFIG)
