@@ -1,11 +1,13 @@
 """A warm run replays a module whose cases all passed when nothing they depend on changed,
 and runs it again the moment anything did: the factory's helpers, a checkpoint read by
-Python or by native code (safetensors), a fixture file, the manifest entry. Failures are
+Python or by native code (safetensors), a fixture file, an environment variable the
+factory reads, the manifest entry. Failures are
 never replayed. Real gate runs in a scratch checkout."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +20,7 @@ pytestmark = pytest.mark.process
 
 MODELS = '''\
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -39,7 +42,9 @@ class Net(torch.nn.Module):
 
 def build():
     torch.manual_seed(0)
-    return Net()
+    net = Net()
+    net.fc.bias.data += float(os.environ.get("NET_SHIFT", "0"))  # a build steered by the env
+    return net
 
 
 def from_checkpoint(folder):
@@ -99,12 +104,14 @@ def _save_checkpoint(root: Path, seed: int) -> None:
                    cwd=root, check=True)
 
 
-def _run(root: Path, *extra: str) -> tuple[str, dict[str, Any]]:
+def _run(root: Path, *extra: str, shift: str | None = None) -> tuple[str, dict[str, Any]]:
     out = root / "out"
+    env = {k: v for k, v in os.environ.items() if k != "NET_SHIFT"}
+    env.update({"NET_SHIFT": shift} if shift is not None else {})
     got = subprocess.run([sys.executable, "-m", "parity_gate", "run", "parity.yml", "--out",
                           str(out), "--cache-dir", str(root / "cache"), "--no-localise",
                           "--jobs", "1", *extra], cwd=root, capture_output=True, text=True,
-                         timeout=600)
+                         timeout=600, env=env)
     assert "Traceback" not in got.stderr, got.stderr[-3000:]
     return got.stdout + got.stderr, json.loads((out / "results.json").read_text())
 
@@ -149,6 +156,11 @@ def test_warm_run_replays_until_an_input_changes(tmp_path: Path) -> None:
     _save_checkpoint(root, seed=2)  # new weights, read by safetensors' native code
     _, retrained = _run(root)
     assert _replayed(retrained) == {"net": True, "ckpt": False}
+
+    _, shifted = _run(root, shift="0.5")  # a variable the factory reads: set, then changed
+    assert _replayed(shifted) == {"net": False, "ckpt": True}
+    assert _replayed(_run(root, shift="0.5")[1])["net"] is True
+    assert _replayed(_run(root, shift="0.25")[1])["net"] is False
 
     text, rerun = _run(root, "--rerun")
     assert _replayed(rerun) == {"net": False, "ckpt": False}, text

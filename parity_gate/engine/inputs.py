@@ -13,9 +13,11 @@ added what the hook cannot see:
   `model.safetensors` beside its `config.json`), and any file or folder a factory keyword
   argument names.
 Installed packages (keyed by version), the standard library, parity-gate itself, the
-cache and temporary folders and the kernel's pseudo-files are left out. A factory that
-reads its inputs another way (the network, an environment variable) is not seen:
-`--no-cache` runs everything (docs/explanation/export-cache.md).
+cache and temporary folders and the kernel's pseudo-files are left out. Environment
+variables the job reads through `os.environ` / `os.getenv` are recorded too (by a digest
+of their value; absent is a value), except those the worker process itself set or changed. A
+factory that reads its inputs another way (the network, the clock, native `getenv`) is not
+seen: `--rerun` or `--no-cache` runs everything (docs/explanation/export-cache.md).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from parity_gate.engine.cache import installed, user_files
+from parity_gate.engine.sandbox import CREDENTIALS
 
 WEIGHT_SUFFIXES = frozenset({".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".npz", ".npy",
                              ".h5", ".onnx", ".gguf", ".msgpack", ".data"})
@@ -45,13 +48,19 @@ class _Recorder:
         self.building = False
         self.read: set[str] = set()
         self.built: set[str] = set()  # opened while the factory ran
+        self.environ: dict[str, str | None] = {}  # variables read → their value's digest
+        self.written: set[str] = set()  # variables the job set (then reads are not inputs)
+        self.bulk: list[str] = []  # keys a whole-environment copy has yet to read
         self.installed = False
 
     def start(self) -> None:
         if not self.installed:
             sys.addaudithook(self._hook)
+            if type(os.environ) is os._Environ:  # the same object `from os import environ` holds
+                os.environ.__class__ = _WatchedEnviron
             self.installed = True
-        self.read, self.built, self.active = set(), set(), True
+        self.read, self.built, self.environ, self.written = set(), set(), {}, set()
+        self.active = True
 
     def _hook(self, event: str, args: tuple[Any, ...]) -> None:
         if not self.active or event != "open":
@@ -69,10 +78,67 @@ class _Recorder:
 
 
 RECORDER = _Recorder()
+# A worker's environment as the gate started it (engine.pool fills it first thing): a
+# variable this process changed since (torch's imports set some) is its own, not an input.
+STARTING_ENVIRON: dict[str, str] = {}
+# Set or removed in a worker by the pool itself (its scratch folder, torch's log level, the
+# gate's credentials): their value there says nothing about the job's inputs.
+# A shell's own bookkeeping (`_`, PWD, ...) says nothing about them either.
+POOL_SET = frozenset({"TMPDIR", "TEMP", "TMP", "TORCH_CPP_LOG_LEVEL", "_", "PWD", "OLDPWD",
+                      "SHLVL"}) | CREDENTIALS
+
+
+def value_digest(value: str | None) -> str | None:
+    return None if value is None else hashlib.sha256(value.encode()).hexdigest()
+
+
+class _WatchedEnviron(os._Environ):
+    """os.environ, noting each variable the job reads on its own. A copy of the whole
+    environment (`dict(os.environ)`, `os.environ.copy()`, `{**os.environ}`, a loop over
+    its items: what a subprocess launch does) reads every key in iteration order right
+    after asking for the keys; those reads are not inputs, and are told apart by that
+    order. A variable the job set before reading it is not an input either."""
+
+    def __iter__(self) -> Iterator[str]:
+        keys = list(super().__iter__())
+        RECORDER.bulk = keys[::-1]  # popped from the end as the copy reads them
+        return iter(keys)
+
+    def __getitem__(self, key: str) -> str:
+        try:
+            value = super().__getitem__(key)
+        except KeyError:
+            self._note(key, None)
+            raise
+        self._note(key, value)
+        return value
+
+    def __setitem__(self, key: str, value: str) -> None:
+        RECORDER.written.add(key)
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        RECORDER.written.add(key)
+        super().__delitem__(key)
+
+    @staticmethod
+    def _note(key: Any, value: str | None) -> None:
+        bulk = RECORDER.bulk
+        if bulk and bulk[-1] == key:
+            bulk.pop()
+            return
+        RECORDER.bulk = []
+        if RECORDER.active and isinstance(key, str) and key not in POOL_SET \
+                and key not in RECORDER.written and STARTING_ENVIRON.get(key) == value:
+            RECORDER.environ.setdefault(key, value_digest(value))
 
 
 def _excluded(exclude: Iterable[Path]) -> list[Path]:
-    roots = [Path(sys.base_prefix), Path(sys.prefix), Path(tempfile.gettempdir()),
+    import sysconfig
+
+    stdlib = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib")}
+    # Never whole prefixes: a checkout at /usr/src/app lies under a system Python's prefix.
+    roots = [*map(Path, stdlib), Path(tempfile.gettempdir()),
              Path(__file__).resolve().parent.parent, Path("/proc"), Path("/sys"), Path("/dev"),
              *exclude]
     return sorted({r.resolve() for r in roots if str(r)})
@@ -141,6 +207,11 @@ def job_inputs(job: Any, extra: Iterable[str] = ()) -> list[dict[str, Any]]:
             continue
         out.append(describe(path, base))
     return out
+
+
+def environ_read() -> dict[str, str | None]:
+    """The environment variables the job read, each with its value's digest."""
+    return dict(sorted(RECORDER.environ.items()))
 
 
 def describe(path: Path, base: Path) -> dict[str, Any]:

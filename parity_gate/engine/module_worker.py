@@ -26,7 +26,7 @@ from parity_gate.engine.exports import export_from_good_set
 from parity_gate.engine.factory import build, build_module, seed_everything
 from parity_gate.engine.fixtures import derive_seed
 from parity_gate.engine.followups import CaseState, ProviderRun, run_follow_ups
-from parity_gate.engine.inputs import RECORDER, class_files, job_inputs
+from parity_gate.engine.inputs import RECORDER, class_files, environ_read, job_inputs
 from parity_gate.engine.judging import Session, run_case
 from parity_gate.engine.probing import plan_probes, run_probes
 from parity_gate.engine.protocol import Emit, Inputs
@@ -82,7 +82,7 @@ def run_job(job: ModuleJob, emit: Emit) -> None:
         traceback.print_exc()
     if job.cache_dir is not None:
         try:
-            emit(Inputs(job.name, job_inputs(job, ctx.sources)))
+            emit(Inputs(job.name, job_inputs(job, ctx.sources), environ_read()))
         except Exception:  # without it the job is simply not replayed
             traceback.print_exc()
 

@@ -22,6 +22,7 @@ import struct
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from pydantic import Field
 from pydantic.dataclasses import dataclass
 
 from parity_gate.model.findings import Finding, Stage, Step
@@ -79,6 +80,7 @@ class Inputs(Record):
 
     job: str
     files: list[dict[str, Any]]
+    environ: dict[str, str | None] = Field(default_factory=dict)  # variable → value digest
 
 
 Message = Ready | Fatal | Done | Step | CaseResult | Finding | Inputs

@@ -33,7 +33,7 @@ import pydantic_core
 
 from parity_gate.engine.cache import ExportCache, key_of
 from parity_gate.engine.environment import usable_cores
-from parity_gate.engine.inputs import sha256
+from parity_gate.engine.inputs import sha256, value_digest
 from parity_gate.engine.protocol import Inputs
 from parity_gate.model.findings import Finding
 from parity_gate.model.results import CaseResult
@@ -58,11 +58,12 @@ def environment(providers: tuple[str, ...], jobs: int) -> str:
 
 
 def _own_code() -> str:
-    """parity-gate's own files: a changed check changes results without a version bump."""
+    """parity-gate's own files (the bundled example's data too: engine.inputs leaves the
+    package out): a changed check changes results without a version bump."""
     root = Path(__file__).resolve().parent.parent
     h = hashlib.sha256()
     for path in sorted(p for p in root.rglob("*") if p.is_file()
-                       and p.suffix in (".py", ".json", ".yml", ".yaml", ".j2", ".html")):
+                       and "__pycache__" not in p.parts and p.suffix != ".pyc"):
         h.update(f"{path.relative_to(root).as_posix()}|".encode())
         h.update(path.read_bytes())
     return h.hexdigest()
@@ -137,7 +138,8 @@ class Replayer:
         info = entry.meta.get("info", {})
         base = Path(job.base_dir).resolve()
         try:
-            fresh = all(unchanged(r, base) for r in info["inputs"])
+            fresh = all(unchanged(r, base) for r in info["inputs"]) and all(
+                value_digest(os.environ.get(k)) == v for k, v in info["environ"].items())
             events = [_event(e, info["measured"]) for e in info["events"]] if fresh else None
         except (KeyError, TypeError, ValueError):
             fresh, events = False, None
@@ -160,7 +162,7 @@ class Replayer:
                 c.outcome.failed or c.lost is not None for c in cases) or any(
                 f.severity == "error" for f in findings):
             return
-        info = {"inputs": inputs.files, "measured": measured,
+        info = {"inputs": inputs.files, "environ": inputs.environ, "measured": measured,
                 "events": [{"case": c.to_dict()} for c in cases]
                 + [{"finding": f.to_dict()} for f in findings]}
         key = job_key(job, self.environment)
