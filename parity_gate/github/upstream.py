@@ -355,10 +355,10 @@ def search(client: GitHubClient, found: list[tuple[Signature, list[CaseResult]]]
     by_cause: dict[str, tuple[list[UpstreamMatch], str | None]] = {}
     for cause in causes.group(found):
         error = stopped
-        ranked: dict[str, list[UpstreamMatch]] = {}
+        claims: dict[str, list[UpstreamMatch]] = {}
         if not stopped:
             try:
-                ranked = _claims(client, cause, installed)
+                claims = _claims(client, cause, installed)
             except BudgetSpent as exc:  # answers already cached still serve the next ones
                 spent = error = f"not searched: {exc}"
             except RateLimited as exc:
@@ -370,7 +370,7 @@ def search(client: GitHubClient, found: list[tuple[Signature, list[CaseResult]]]
                 error = f"search failed: {exc}"
                 warnings.append(f"upstream search for {cause.lead.op_name} failed: {exc}")
         for sig, _ in cause.members:
-            by_cause[sig.key] = (ranked.get(sig.key, []), error)
+            by_cause[sig.key] = (claims.get(sig.key, []), error)
     reports: list[UpstreamReport] = []
     for sig, cases in found:
         ranked, error = by_cause[sig.key]
