@@ -258,3 +258,27 @@ def test_a_dtype_gap_is_one_draft_per_dtype_listing_its_nodes(
         run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                              timeout=300, cwd=tmp_path)
         assert run.returncode != 0 and expect[sig.symptom] in run.stderr, run.stderr[-2000:]
+
+
+@pytest.mark.process
+def test_a_title_says_a_keyword_is_ignored_only_where_that_was_measured(
+        gh: FakeGitHub, tmp_path: Path, bundled: RunResult) -> None:
+    """avg_pool2d(divisor_override=3): ONNX Runtime returns what eager returns without the
+    argument (measured by a probe on the repro's inputs), so the title says it ignores it,
+    the values stay in the body. div(rounding_mode=...) differs from eager both with and
+    without it: its title keeps the values, and claims nothing."""
+    found = signatures.group(bundled)
+    cases = [*_pick(found, "avg_pool2d", Symptom.WRONG_VALUES),
+             *_pick(found, "div", Symptom.WRONG_VALUES)]
+    got, warnings = upstream_pass.attach(make_run(*cases), client(gh), upstream.UpstreamOptions(
+        mode="draft", drafts=tmp_path / "d", check_cache=tmp_path / "checks.json"))
+    assert warnings == []
+    heads = {Path(r.draft).read_text(encoding="utf-8").splitlines()[1][2:]
+             for r in got.upstream if r.draft is not None}
+    assert "[torchlib] avg_pool2d ignores divisor_override" in heads
+    (div,) = [h for h in heads if " div " in h]
+    assert "ignores" not in div and "where eager returns" in div, div
+    text = next(Path(r.draft).read_text(encoding="utf-8") for r in got.upstream
+                if r.draft is not None and r.signature is not None
+                and r.signature.op_name == "avg_pool2d")
+    assert re.search(r"eager: .*\| onnxruntime: .*\| float64:", text)  # the values, kept

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import platform
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -87,10 +87,12 @@ def trigger_words(sig: Signature, cause: causes.Cause | None, example: Example |
 
 
 def title(sig: Signature, cause: causes.Cause | None = None,
-          example: Example | None = None) -> str:
+          example: Example | None = None, ignored: Sequence[str] = ()) -> str:
     """A title as a user writes it, raw text to paste: the repository's prefix (onnxscript
     `[torchlib]`, pytorch `[ONNX]`), the op the user calls, the symptom with the values
-    seen, and the trigger ("on an empty input", "with divisor_override")."""
+    seen, and the trigger ("on an empty input", "with divisor_override"); a keyword
+    argument measured to be ignored (`ignored`: ONNX Runtime returns eager's result
+    without it) is the symptom ("avg_pool2d ignores divisor_override")."""
     if cause is not None and cause.listing:
         text = gap_title(cause)
     elif sig.owner is Owner.KERNEL and sig.symptom is Symptom.MISSING_KERNEL:
@@ -100,7 +102,11 @@ def title(sig: Signature, cause: causes.Cause | None = None,
         info = sig.symptom.info
         what = info.phrase.format(eager=_value(example.eager), got=_value(example.onnx)) \
             if info.phrase and example is not None else info.title
-        text = " ".join([sig.op_name, what, *trigger_words(sig, cause, example)])
+        words = trigger_words(sig, cause, example)
+        if ignored:  # the values stay in the body
+            what = f"ignores {' and '.join(ignored)}"
+            words = [w for w in words if not w.startswith("with ")]
+        text = " ".join([sig.op_name, what, *words])
         if sig.owner is Owner.KERNEL:
             text = f"CPUExecutionProvider: {text}"
     return one_line(f"{sig.owner.route.prefix} {_plain(text)}".strip())[:TITLE_LIMIT]
@@ -386,6 +392,8 @@ def prepare(run: RunResult, reports: list[UpstreamReport],
     overloads = [cause_of[s.key].culprit or s.overload for s in leads.values()
                  if s.owner is not Owner.KERNEL and built.get(s.key)]
     chosen, answers, lowerings, unavailable = _verify(run, built, overloads, options)
+    ignored = ignored_args(run, chosen, {s.key: cause_of[s.key].args for s in leads.values()
+                                         if causes.family(s.symptom) == "values"}, options)
     drafted: Drafted = {}
     done: dict[str, Signature | str] = {}  # cause key → the drafted signature, or why not
     for key, sig in leads.items():
@@ -405,7 +413,8 @@ def prepare(run: RunResult, reports: list[UpstreamReport],
                         reports, cause, cause_of)
         lead = cases[sig.key][0]
         text = (sig.owner.route.repo,
-                title(sig, cause, lead.op.example if lead.op is not None else None),
+                title(sig, cause, lead.op.example if lead.op is not None else None,
+                      ignored.get(sig.key, ())),
                 body(sig, run, pick.script, answers.get(sig.key),
                      _replace(report, signature=sig.to_dict()), cause, lead))
         drafted.update({member.key: text for member, _ in cause.members})
@@ -440,6 +449,37 @@ def _settle(reports: list[UpstreamReport], cause_of: dict[str, causes.Cause],
     return out
 
 
+def _salt(run: RunResult) -> str:
+    """What a cached answer depends on besides its script: the versions that ran it."""
+    return "|".join(f"{k}={run.versions.get(k, '')}" for k in ("torch", "onnxscript",
+                                                               "onnxruntime"))
+
+
+def ignored_args(run: RunResult, chosen: Mapping[str, upstream_repro.Repro],
+                 wanted: Mapping[str, Sequence[str]], options: UpstreamOptions
+                 ) -> dict[str, list[str]]:
+    """Signature key → the keyword arguments (of `wanted`) ONNX Runtime was measured to
+    ignore: a probe on the chosen repro's inputs finds its output equal to eager's without
+    the argument (upstream_repro.ignored_probe). Nothing is claimed unverified."""
+    probes = []
+    for key, names in wanted.items():
+        repro = chosen.get(key)
+        for name in names:
+            script = upstream_repro.ignored_probe(repro, name) if repro is not None else None
+            if script is not None:
+                probes.append({"key": f"{key}\n{name}", "script": script, "stages": {}})
+    if not probes or not options.verify:
+        return {}
+    checked = upstream_check.check_all(probes, [], options.check_cache, _salt(run))
+    out: dict[str, list[str]] = {}
+    for probe in probes:
+        answer = checked.answers.get(probe["key"]) or {}
+        if answer.get("stage") == "ok" and upstream_repro.IGNORED in str(answer.get("output")):
+            key, name = str(probe["key"]).split("\n", 1)
+            out.setdefault(key, []).append(name)
+    return out
+
+
 def _verify(run: RunResult, built: dict[str, list[upstream_repro.Repro]], overloads: list[str],
             options: UpstreamOptions) -> tuple[dict[str, upstream_repro.Repro],
                                                dict[str, dict[str, Any]],
@@ -449,8 +489,7 @@ def _verify(run: RunResult, built: dict[str, list[upstream_repro.Repro]], overlo
     nothing could run here (torch or onnxruntime missing), if so."""
     if not options.verify:
         return ({k: c[0] for k, c in built.items() if c}, {}, {}, "")
-    salt = "|".join(f"{k}={run.versions.get(k, '')}" for k in ("torch", "onnxscript",
-                                                                "onnxruntime"))
+    salt = _salt(run)
     chosen: dict[str, upstream_repro.Repro] = {}
     answers: dict[str, dict[str, Any]] = {}
     lowerings: dict[str, list[str]] = {}
