@@ -190,7 +190,7 @@ def _what_gap(cause: causes.Cause) -> str:
                 f"uses, so the session cannot be created. The repro shows the first ({first})"
                 "; every op listed fails the same way on its own node:")
     return (f"{code_span('torch.onnx.export(..., dynamo=True)')} translates the ops below "
-            f"on {dtype} inputs to ONNX ops whose type constraints (at the exported opset) "
+            f"on {dtype} inputs to ONNX nodes whose type constraints (at the exported opset) "
             f"exclude {dtype}, so the model is invalid: {code_span('onnx.checker')} rejects "
             f"it. The repro shows the first ({first}); every op listed fails the same way on "
             "its own node:")
@@ -461,7 +461,7 @@ def ignored_args(run: RunResult, chosen: Mapping[str, upstream_repro.Repro],
     """Signature key → the keyword arguments (of `wanted`) ONNX Runtime was measured to
     ignore: a probe on the chosen repro's inputs finds its output equal to eager's without
     the argument (upstream_repro.ignored_probe). Nothing is claimed unverified."""
-    probes = []
+    probes: list[dict[str, Any]] = []
     for key, names in wanted.items():
         repro = chosen.get(key)
         for name in names:
