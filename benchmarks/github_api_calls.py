@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from github_server import FakeGitHub
 
-from parity_gate.github import upstream
+from parity_gate.github import upstream, upstream_pass
 from parity_gate.github.client import ClientSettings, GitHubClient
 from parity_gate.model.findings import OpCase
 from parity_gate.model.keys import CaseKey
@@ -64,17 +64,17 @@ def measure(run: RunResult) -> None:
 
         rows = []
         c = client()
-        upstream.attach(run, c, opts)
+        upstream_pass.attach(run, c, opts)
         rows.append(("cold (no cache)", c.stats.sent, 0, 0))
-        upstream.attach(run, c, opts)
+        upstream_pass.attach(run, c, opts)
         rows.append(("same run again (per-run cache)", c.stats.sent - rows[0][1],
                      c.stats.run_cache_hits, 0))
         warm = client()
-        upstream.attach(run, warm, opts)
+        upstream_pass.attach(run, warm, opts)
         rows.append(("next run, cache fresh (< 6 h)", warm.stats.sent,
                      warm.stats.disk_cache_hits, 0))
         stale = client(cache_ttl_s=0)
-        upstream.attach(run, stale, opts)
+        upstream_pass.attach(run, stale, opts)
         rows.append(("next run, cache expired (ETag)", stale.stats.sent, 0,
                      stale.stats.not_modified))
         assert gh.errors == [], gh.errors

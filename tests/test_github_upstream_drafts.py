@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from github_server import FakeGitHub
+from github_server import FakeGitHub, Item
+from test_draft_quality import texts
 from test_github_upstream import client, make_run, op_case
 
 from parity_gate.github import upstream, upstream_pass
@@ -26,8 +27,8 @@ from parity_gate.model.upstream import Owner, Signature, Symptom
 from parity_gate.ops import signatures, upstream_check
 
 FIXTURE = Path(__file__).parent / "data" / "upstream" / "bundled-findings.json.gz"
-SIGNATURES = 376
-CAUSES = 246  # ops.causes: the function at fault and the minimal trigger
+SIGNATURES = 492  # a dtype gap is one signature per node and dtype
+CAUSES = 144  # ops.causes: the function at fault and the minimal trigger (a dtype gap: the dtype)
 RAISES = {Symptom.MISSING_KERNEL: "NOT_IMPLEMENTED", Symptom.INVALID_MODEL: "",
           Symptom.RUN_FAILS: "", Symptom.EXPORT_FAILS: "", Symptom.UNSUPPORTED: "",
           Symptom.CRASH: ""}
@@ -84,7 +85,8 @@ def _check_draft(sig: Signature, text: str) -> str:
     """The draft reads as upstream writes: title, sections, no tool jargon; its repro."""
     head, _, body = text.partition("\n# ")[2].partition("\n")
     assert head.replace("\\", "").startswith(PREFIX[sig.owner])
-    sections = re.findall(r"^### (.+)$", body, re.MULTILINE)
+    sections = [s for s in re.findall(r"^### (.+)$", body, re.MULTILINE)
+                if s != "Possibly related"]  # only where a search found candidates
     assert sections[:len(SECTIONS.get(sig.owner, []))] == SECTIONS.get(sig.owner, []) or \
         sig.owner is Owner.CAPTURE
     visible = re.sub(r"<!--.*?-->", "", text, flags=re.DOTALL)
@@ -201,3 +203,82 @@ def test_where_torch_cannot_run_nothing_is_drafted_and_it_says_why(
     assert report.not_drafted == ("the repro could not be run here (ImportError: no torch in "
                                   "this job)")
     assert not (tmp_path / "checks.json").exists()
+
+
+@pytest.mark.process
+def test_a_dtype_gap_is_one_draft_per_dtype_listing_its_nodes(
+        gh: FakeGitHub, tmp_path: Path, bundled: RunResult) -> None:
+    """ONNX Runtime without float64 kernels for Acos, Atan, Tan and Selu, and torchlib
+    emitting ONNX nodes whose type constraints exclude bfloat16 (acos, sin): one draft per
+    (provider, dtype) and one per dtype, titled with the dtype and the count, each node
+    listed, one search per cause, the repro (the first op) run and failing with the defect.
+    The real-shaped report of Atan's double kernel claims Atan only: the draft is still
+    written for the rest, and cites it."""
+    found = signatures.group(bundled)
+
+    def gap(op: str, symptom: Symptom, dtype: str) -> list[CaseResult]:
+        return next(cs for s, cs in found if s.op_name == op and s.symptom is symptom
+                    and s.dtypes == [dtype])
+    kernel, invalid = Symptom.MISSING_KERNEL, Symptom.INVALID_MODEL
+    cases = [*gap("acos", kernel, "float64"), *gap("atan", kernel, "float64"),
+             *gap("tan", kernel, "float64"), *gap("selu", kernel, "float64"),
+             *gap("acos", invalid, "bfloat16"), *gap("sin", invalid, "bfloat16")]
+    atan = next(t for t in texts() if t["number"] == 27001)
+    gh.items.append(Item(**{k: v for k, v in atan.items() if k != "claims"}))  # type: ignore[arg-type]
+    got, warnings = upstream_pass.attach(make_run(*cases), client(gh), upstream.UpstreamOptions(
+        mode="draft", drafts=tmp_path / "d", check_cache=tmp_path / "checks.json"))
+    assert warnings == [] and len(gh.calls("search")) == 2
+    claimed = {r.signature.kernel: r.match.ref for r in got.upstream
+               if r.signature is not None and r.match is not None}
+    assert claimed == {"Atan(7)": "onnxruntime#27001"}
+    drafts_: dict[str, Signature] = {}
+    for r in got.upstream:  # the lead's signature (it gained the lowering) per draft
+        if r.draft is not None and r.signature is not None:
+            text = Path(r.draft).read_text(encoding="utf-8")
+            if text not in drafts_ or r.signature.lowering:
+                drafts_[text] = r.signature
+    assert len(drafts_) == 2 and len(list((tmp_path / "d").iterdir())) == 2
+    heads = {text.splitlines()[1][2:]: (text, sig) for text, sig in drafts_.items()}
+    assert set(heads) == {
+        "CPUExecutionProvider has no float64 kernel for 4 ops: Acos(7), Atan(7), Selu(6), "
+        "Tan(7)",
+        "[torchlib] 2 ops emit ONNX nodes whose type constraints exclude bfloat16: acos, sin"}
+    expect = {kernel: "NOT_IMPLEMENTED : Could not find an implementation for Acos(7)",
+              invalid: "tensor(bfloat16)"}
+    for text, sig in heads.values():
+        if sig.symptom is kernel:
+            assert "- `Tan(7)`: `torch.tan` (`torch.tan(x)`)" in text
+            assert "[Atan not implemented for double on CPU]" in text.split(
+                "### Possibly related")[1]
+        else:
+            assert "- `Sin`: `torch.sin` (`torch.sin(x)`)" in text
+        repro = _check_draft(sig, text)
+        script = tmp_path / f"{sig.symptom.value}.py"
+        script.write_text(repro, encoding="utf-8")
+        run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                             timeout=300, cwd=tmp_path)
+        assert run.returncode != 0 and expect[sig.symptom] in run.stderr, run.stderr[-2000:]
+
+
+@pytest.mark.process
+def test_a_title_says_a_keyword_is_ignored_only_where_that_was_measured(
+        gh: FakeGitHub, tmp_path: Path, bundled: RunResult) -> None:
+    """avg_pool2d(divisor_override=3): ONNX Runtime returns what eager returns without the
+    argument (measured by a probe on the repro's inputs), so the title says it ignores it,
+    the values stay in the body. div(rounding_mode=...) differs from eager both with and
+    without it: its title keeps the values, and claims nothing."""
+    found = signatures.group(bundled)
+    cases = [*_pick(found, "avg_pool2d", Symptom.WRONG_VALUES),
+             *_pick(found, "div", Symptom.WRONG_VALUES)]
+    got, warnings = upstream_pass.attach(make_run(*cases), client(gh), upstream.UpstreamOptions(
+        mode="draft", drafts=tmp_path / "d", check_cache=tmp_path / "checks.json"))
+    assert warnings == []
+    heads = {Path(r.draft).read_text(encoding="utf-8").splitlines()[1][2:]
+             for r in got.upstream if r.draft is not None}
+    assert "[torchlib] avg_pool2d ignores divisor_override" in heads
+    (div,) = [h for h in heads if " div " in h]
+    assert "ignores" not in div and "where eager returns" in div, div
+    text = next(Path(r.draft).read_text(encoding="utf-8") for r in got.upstream
+                if r.draft is not None and r.signature is not None
+                and r.signature.op_name == "avg_pool2d")
+    assert re.search(r"eager: .*\| onnxruntime: .*\| float64:", text)  # the values, kept

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import platform
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -87,21 +87,71 @@ def trigger_words(sig: Signature, cause: causes.Cause | None, example: Example |
 
 
 def title(sig: Signature, cause: causes.Cause | None = None,
-          example: Example | None = None) -> str:
+          example: Example | None = None, ignored: Sequence[str] = ()) -> str:
     """A title as a user writes it, raw text to paste: the repository's prefix (onnxscript
     `[torchlib]`, pytorch `[ONNX]`), the op the user calls, the symptom with the values
-    seen, and the trigger ("on an empty input", "with divisor_override")."""
-    if sig.owner is Owner.KERNEL and sig.symptom is Symptom.MISSING_KERNEL:
+    seen, and the trigger ("on an empty input", "with divisor_override"); a keyword
+    argument measured to be ignored (`ignored`: ONNX Runtime returns eager's result
+    without it) is the symptom ("avg_pool2d ignores divisor_override")."""
+    if cause is not None and cause.listing:
+        text = gap_title(cause)
+    elif sig.owner is Owner.KERNEL and sig.symptom is Symptom.MISSING_KERNEL:
         text = (f"CPUExecutionProvider has no kernel for {sig.kernel} with "
                 f"{', '.join(sig.dtypes)}")
     else:
         info = sig.symptom.info
         what = info.phrase.format(eager=_value(example.eager), got=_value(example.onnx)) \
             if info.phrase and example is not None else info.title
-        text = " ".join([sig.op_name, what, *trigger_words(sig, cause, example)])
+        words = trigger_words(sig, cause, example)
+        if ignored:  # the values stay in the body
+            what = f"ignores {' and '.join(ignored)}"
+            words = [w for w in words if not w.startswith("with ")]
+        text = " ".join([sig.op_name, what, *words])
         if sig.owner is Owner.KERNEL:
             text = f"CPUExecutionProvider: {text}"
     return one_line(f"{sig.owner.route.prefix} {_plain(text)}".strip())[:TITLE_LIMIT]
+
+
+def _gap_names(cause: causes.Cause) -> list[str]:
+    """What a dtype gap's report lists: the kernels (ONNX Runtime's), or the ops a user
+    calls (torchlib's), each once, the lead first."""
+    kernel = cause.lead.symptom is Symptom.MISSING_KERNEL
+    return list(dict.fromkeys(s.kernel if kernel else s.op_name for s, _ in cause.members))
+
+
+def gap_title(cause: causes.Cause, room: int = TITLE_LIMIT - 30) -> str:
+    """"CPUExecutionProvider has no float64 kernel for 12 ops: Acos(7), ...", or "23 ops
+    emit ONNX ops whose type constraints exclude bfloat16: acos, ...": as many names as
+    fit, then how many more."""
+    names, dtype = _gap_names(cause), cause.trigger
+    count = f"{len(names)} op" + ("s" if len(names) > 1 else "")
+    head = (f"{cause.function} has no {dtype} kernel for {count}: "
+            if cause.lead.symptom is Symptom.MISSING_KERNEL else
+            f"{count} emit{'' if len(names) > 1 else 's'} ONNX nodes whose type constraints "
+            f"exclude {dtype}: ")
+    shown: list[str] = []
+    for name in names:
+        rest = len(names) - len(shown) - 1
+        text = head + ", ".join([*shown, name]) + (f" and {rest} more" if rest else "")
+        if len(text) > room and shown:
+            break
+        shown.append(name)
+    rest = len(names) - len(shown)
+    return head + ", ".join(shown) + (f" and {rest} more" if rest else "")
+
+
+def gap_list(cause: causes.Cause) -> list[str]:
+    """A dtype gap's members, one line per ONNX node and op: the node, the op a user calls
+    and the calls that emit it."""
+    calls: dict[tuple[str, str], list[str]] = {}
+    for sig, _ in cause.members:
+        calls.setdefault((sig.kernel, sig.user_op or sig.op_name), []).extend(sig.calls)
+    lines = []
+    for (node, op), seen in calls.items():
+        seen = list(dict.fromkeys(seen)) or [op]
+        more = f" and {len(seen) - 1} more call(s)" if len(seen) > 1 else ""
+        lines.append(f"- {code_span(node)}: {code_span(op)} ({code_span(seen[0])}{more})")
+    return lines
 
 
 # What a title keeps of the names and values a results file supplies: words, numbers and
@@ -129,6 +179,23 @@ def _what(sig: Signature) -> str:
             f"({code_span('CPUExecutionProvider')}). Affected: {md_text(scope(sig))}.")
 
 
+def _what_gap(cause: causes.Cause) -> str:
+    """A dtype gap's description: the general rule, the dtype and the first member."""
+    lead, dtype = cause.lead, md_text(cause.trigger)
+    first = f"{code_span(lead.user_op or lead.op_name)}, {code_span(lead.kernel)}"
+    if lead.symptom is Symptom.MISSING_KERNEL:
+        return (f"The ONNX models that {code_span('torch.onnx.export(..., dynamo=True)')} "
+                f"writes for the ops below on {dtype} inputs are valid, but ONNX Runtime's "
+                f"{code_span(cause.function)} has no {dtype} kernel for the ONNX op each "
+                f"uses, so the session cannot be created. The repro shows the first ({first})"
+                "; every op listed fails the same way on its own node:")
+    return (f"{code_span('torch.onnx.export(..., dynamo=True)')} translates the ops below "
+            f"on {dtype} inputs to ONNX nodes whose type constraints (at the exported opset) "
+            f"exclude {dtype}, so the model is invalid: {code_span('onnx.checker')} rejects "
+            f"it. The repro shows the first ({first}); every op listed fails the same way on "
+            "its own node:")
+
+
 def _aten(overload: str) -> str:
     return overload.replace("aten.", "aten::", 1).removesuffix(".default")
 
@@ -152,6 +219,9 @@ def _where(sig: Signature, cause: causes.Cause | None = None,
     """Whose code it is: the kernel (with what was measured), the torchlib function of the
     node at fault (the cause's culprit, not the first node of a decomposition), or the
     decomposition when no node was isolated."""
+    if sig.owner is Owner.KERNEL and cause is not None and cause.listing:
+        return (f"ONNX Runtime's {code_span(cause.function)}: its {md_text(cause.trigger)} "
+                "kernel registrations (one missing per ONNX op listed).")
     if sig.owner is Owner.KERNEL:
         seen = measured(case) if sig.symptom is not Symptom.MISSING_KERNEL else ""
         return (f"The {code_span(sig.kernel or 'ONNX')} kernel of ONNX Runtime's CPU "
@@ -208,8 +278,11 @@ def body(sig: Signature, run: RunResult, repro: str, answer: Mapping[str, Any] |
     versions = "\n".join(f"- {name}: {md_text(run.versions[name])}" for name in VERSIONS
                          if name in run.versions)
     where = _where(sig, cause, case)
+    listing = cause is not None and cause.listing
+    what = f"{_what_gap(cause)}\n\n" + "\n".join(gap_list(cause)) \
+        if cause is not None and listing else _what(sig)  # the template's sections stay
     if sig.owner is Owner.KERNEL:  # onnxruntime's bug template
-        sections = [("Describe the issue", f"{_what(sig)}\n\n{_expected(sig)}"),
+        sections = [("Describe the issue", f"{what}\n\n{_expected(sig)}"),
                     ("To reproduce", f"{code_block(repro, 'python')}\n\nOutput:\n\n"
                                      f"{code_block(actual)}"),
                     ("Urgency", "None (found by a test sweep)."),
@@ -222,14 +295,14 @@ def body(sig: Signature, run: RunResult, repro: str, answer: Mapping[str, Any] |
                     ("Execution Provider", "Default CPU"),
                     ("Where", where), ("Versions", versions)]
     else:
-        sections = [("🐛 Describe the bug", _what(sig)),
+        sections = [("🐛 Describe the bug", what),
                     ("Repro", code_block(repro, "python")),
                     ("Expected vs actual", f"{_expected(sig)}\n\nOutput of the repro:\n\n"
                                            f"{code_block(actual)}"),
                     ("ONNX nodes involved", shown_nodes if nodes else
                      "(no model was produced)"),
                     ("Where the lowering lives", where), ("Versions", versions)]
-    if cause is not None and cause.also:
+    if cause is not None and cause.also and not listing:
         sections.insert(1, ("Also seen (same cause)", also_seen(cause)))
     if related:
         sections.append(("Possibly related", related))
@@ -319,6 +392,8 @@ def prepare(run: RunResult, reports: list[UpstreamReport],
     overloads = [cause_of[s.key].culprit or s.overload for s in leads.values()
                  if s.owner is not Owner.KERNEL and built.get(s.key)]
     chosen, answers, lowerings, unavailable = _verify(run, built, overloads, options)
+    ignored = ignored_args(run, chosen, {s.key: cause_of[s.key].args for s in leads.values()
+                                         if causes.family(s.symptom) == "values"}, options)
     drafted: Drafted = {}
     done: dict[str, Signature | str] = {}  # cause key → the drafted signature, or why not
     for key, sig in leads.items():
@@ -334,14 +409,28 @@ def prepare(run: RunResult, reports: list[UpstreamReport],
                                  unloaded.get(source_of(cases[sig.key][0].id)), unavailable)
             continue
         done[key] = sig
-        report = next(r for r in reports if r.signature and r.signature.key == sig.key)
+        report = _known(next(r for r in reports if r.signature and r.signature.key == sig.key),
+                        reports, cause, cause_of)
         lead = cases[sig.key][0]
         text = (sig.owner.route.repo,
-                title(sig, cause, lead.op.example if lead.op is not None else None),
+                title(sig, cause, lead.op.example if lead.op is not None else None,
+                      ignored.get(sig.key, ())),
                 body(sig, run, pick.script, answers.get(sig.key),
                      _replace(report, signature=sig.to_dict()), cause, lead))
         drafted.update({member.key: text for member, _ in cause.members})
     return _settle(reports, cause_of, done), drafted, []
+
+
+def _known(report: UpstreamReport, reports: list[UpstreamReport], cause: causes.Cause,
+           cause_of: dict[str, causes.Cause]) -> UpstreamReport:
+    """A listing's draft cites the reports its members already have (a report of one node
+    claims that node only): first among the possibly related."""
+    if not cause.listing:
+        return report
+    claimed = [r.match for r in reports if r.match is not None and r.signature is not None
+               and cause_of[r.signature.key] is cause]
+    unique = {(m.repo, m.number): m for m in [*claimed, *report.related]}
+    return _replace(report, related=[m.to_dict() for m in unique.values()])
 
 
 def _settle(reports: list[UpstreamReport], cause_of: dict[str, causes.Cause],
@@ -360,6 +449,37 @@ def _settle(reports: list[UpstreamReport], cause_of: dict[str, causes.Cause],
     return out
 
 
+def _salt(run: RunResult) -> str:
+    """What a cached answer depends on besides its script: the versions that ran it."""
+    return "|".join(f"{k}={run.versions.get(k, '')}" for k in ("torch", "onnxscript",
+                                                               "onnxruntime"))
+
+
+def ignored_args(run: RunResult, chosen: Mapping[str, upstream_repro.Repro],
+                 wanted: Mapping[str, Sequence[str]], options: UpstreamOptions
+                 ) -> dict[str, list[str]]:
+    """Signature key → the keyword arguments (of `wanted`) ONNX Runtime was measured to
+    ignore: a probe on the chosen repro's inputs finds its output equal to eager's without
+    the argument (upstream_repro.ignored_probe). Nothing is claimed unverified."""
+    probes: list[dict[str, Any]] = []
+    for key, names in wanted.items():
+        repro = chosen.get(key)
+        for name in names:
+            script = upstream_repro.ignored_probe(repro, name) if repro is not None else None
+            if script is not None:
+                probes.append({"key": f"{key}\n{name}", "script": script, "stages": {}})
+    if not probes or not options.verify:
+        return {}
+    checked = upstream_check.check_all(probes, [], options.check_cache, _salt(run))
+    out: dict[str, list[str]] = {}
+    for probe in probes:
+        answer = checked.answers.get(probe["key"]) or {}
+        if answer.get("stage") == "ok" and upstream_repro.IGNORED in str(answer.get("output")):
+            key, name = str(probe["key"]).split("\n", 1)
+            out.setdefault(key, []).append(name)
+    return out
+
+
 def _verify(run: RunResult, built: dict[str, list[upstream_repro.Repro]], overloads: list[str],
             options: UpstreamOptions) -> tuple[dict[str, upstream_repro.Repro],
                                                dict[str, dict[str, Any]],
@@ -369,8 +489,7 @@ def _verify(run: RunResult, built: dict[str, list[upstream_repro.Repro]], overlo
     nothing could run here (torch or onnxruntime missing), if so."""
     if not options.verify:
         return ({k: c[0] for k, c in built.items() if c}, {}, {}, "")
-    salt = "|".join(f"{k}={run.versions.get(k, '')}" for k in ("torch", "onnxscript",
-                                                                "onnxruntime"))
+    salt = _salt(run)
     chosen: dict[str, upstream_repro.Repro] = {}
     answers: dict[str, dict[str, Any]] = {}
     lowerings: dict[str, list[str]] = {}

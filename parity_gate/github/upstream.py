@@ -113,13 +113,18 @@ def op_terms(sig: Signature) -> list[str]:
 # that introduced the behaviour ("Implement ...", "Add op ...") and the one that fixed it.
 CHANGE_WORDS = ("fix", "implement", "add")
 MAX_OPERATORS = 5  # GitHub's search takes at most five AND/OR/NOT operators
+# How reports name a dtype a node lacks (a dtype gap is searched by its dtype).
+DTYPE_TERMS = {"float64": ["float64", "double"], "float16": ["float16", "half"],
+               "bfloat16": ["bfloat16", "bf16"], "float32": ["float32", "float"]}
 
 
-def queries(sig: Signature, symptoms: Sequence[Symptom] = ()) -> list[tuple[str, str, str]]:
+def queries(sig: Signature, symptoms: Sequence[Symptom] = (), about: Sequence[str] = ()
+            ) -> list[tuple[str, str, str]]:
     """(repos, kinds, q): one search per defect, issues and pull requests of every place
-    its owner's defects are filed at once: the op, and the symptom (any of the cause's
-    `symptoms`) or a change to it; within GitHub's limit of five operators."""
-    ops = op_terms(sig)[:2]
+    its owner's defects are filed at once: the op (or the words of `about`: a dtype gap's
+    dtype, whatever its node), and the symptom (any of the cause's `symptoms`) or a change
+    to it; within GitHub's limit of five operators."""
+    ops = list(about[:2]) or op_terms(sig)[:2]
     kinds = list(dict.fromkeys((sig.symptom, *symptoms)))
     said = dict.fromkeys(w.lower() for i in range(3) for s in kinds  # each symptom's first
                          for w in s.info.words[i:i + 1])
@@ -173,7 +178,7 @@ def _any(patterns: Iterable[str], text: str) -> bool:
 
 def _also(cause: causes.Cause | None) -> list[str]:
     """The other names a report of this cause may use: its function, its other calls."""
-    if cause is None:
+    if cause is None or cause.listing:  # each member of a listing names its own node
         return []
     return [cause.function, *(o.user_op for o in cause.also),
             *(f".{o.op_name}(" for o in cause.also)]
@@ -288,8 +293,9 @@ def _search_cause(client: GitHubClient, cause: causes.Cause, installed: Mapping[
     cause's lead signature, its function and the other calls it shows in."""
     sig = cause.lead
     readers = list({s.symptom: s for s, _ in reversed(cause.members)}.values())[::-1]
+    about = DTYPE_TERMS.get(cause.trigger, [cause.trigger]) if cause.listing else []
     matches: dict[tuple[str, int], UpstreamMatch] = {}
-    for repos, _kinds, q in queries(sig, [r.symptom for r in readers]):
+    for repos, _kinds, q in queries(sig, [r.symptom for r in readers], about):
         for item in client.search_issues(q).body.get("items") or []:
             repo = _repo_of(item, repos.split(",")[0])
             if not _in_scope(repo, item):
@@ -300,6 +306,22 @@ def _search_cause(client: GitHubClient, cause: causes.Cause, installed: Mapping[
             if found:
                 matches.setdefault((found[0].repo, found[0].number), found[0])
     return sorted(matches.values(), key=_order)
+
+
+def _claims(client: GitHubClient, cause: causes.Cause, installed: Mapping[str, str]
+            ) -> dict[str, list[UpstreamMatch]]:
+    """Signature key → its ranked candidates: one search per cause; a listing's members
+    (the nodes a dtype lacks) are each read on their own, so a report of one node claims
+    that node, and the draft lists the rest."""
+    if not cause.listing:
+        ranked = _search_cause(client, cause, installed)
+        return {sig.key: ranked for sig, _ in cause.members}
+    out: dict[str, list[UpstreamMatch]] = {}
+    for member, _ in cause.members:
+        one = causes.Cause(cause.key, cause.owner, cause.function, cause.culprit,
+                           cause.trigger, [(member, [])], listing=True)
+        out[member.key] = _search_cause(client, one, installed)  # the same query: cached
+    return out
 
 
 def _in_scope(repo: str, item: Mapping[str, Any]) -> bool:
@@ -333,10 +355,10 @@ def search(client: GitHubClient, found: list[tuple[Signature, list[CaseResult]]]
     by_cause: dict[str, tuple[list[UpstreamMatch], str | None]] = {}
     for cause in causes.group(found):
         error = stopped
-        ranked: list[UpstreamMatch] = []
+        claims: dict[str, list[UpstreamMatch]] = {}
         if not stopped:
             try:
-                ranked = _search_cause(client, cause, installed)
+                claims = _claims(client, cause, installed)
             except BudgetSpent as exc:  # answers already cached still serve the next ones
                 spent = error = f"not searched: {exc}"
             except RateLimited as exc:
@@ -348,7 +370,7 @@ def search(client: GitHubClient, found: list[tuple[Signature, list[CaseResult]]]
                 error = f"search failed: {exc}"
                 warnings.append(f"upstream search for {cause.lead.op_name} failed: {exc}")
         for sig, _ in cause.members:
-            by_cause[sig.key] = (ranked, error)
+            by_cause[sig.key] = (claims.get(sig.key, []), error)
     reports: list[UpstreamReport] = []
     for sig, cases in found:
         ranked, error = by_cause[sig.key]

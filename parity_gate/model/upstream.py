@@ -187,6 +187,9 @@ SYMPTOMS = {
                                       [rf"\b{w}" for w in _VALUES],
                                       phrase="returns {got} where eager returns {eager}"),
 }
+# Where a node that does not take a dtype fails (no kernel; type constraints that exclude
+# it): one defect per dtype, and one report per dtype lists the nodes (`ops.causes`).
+GAPS = frozenset({Symptom.MISSING_KERNEL, Symptom.INVALID_MODEL})
 # A report of one of these describes the other defect, never this one.
 OPPOSITE = {Symptom.NAN_DROPPED: Symptom.NAN_INTRODUCED,
             Symptom.NAN_INTRODUCED: Symptom.NAN_DROPPED,
@@ -196,7 +199,17 @@ TRIGGER_WORDS = {"empty": [r"\bempty\b", r"zero[- ]size", r"size[- ]?0\b", r"0[-
                            r"numel\(\)\s*==\s*0", r"no elements", r"shape \(\w*,?\s*0"],
                  "specials": [r"\bnan\b", r"\binf\b", r"infinity", r"-0(\.0)?\b",
                               r"special values?", r"\b(fully|all)[- ]masked"]}
+# A dtype gap's trigger is the dtype: the words a report of it uses.
+TRIGGER_WORDS |= {"float64": [r"float64", r"\bdouble\b", r"\bfp64\b"],
+                  "float32": [r"float32", r"\bfloat\b", r"\bfp32\b"],
+                  "float16": [r"float16", r"\bhalf\b", r"\bfp16\b"],
+                  "bfloat16": [r"bfloat16", r"\bbf16\b"],
+                  **{t: [rf"\b{t}\b"] for t in ("int64", "int32", "int16", "int8", "uint8",
+                                                  "bool")}}
 TRIGGER_PHRASE = {"empty": "on an empty input", "specials": "", "normal": "", "range": ""}
+# The execution provider a case key names, as ONNX Runtime spells it.
+PROVIDERS = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
+             "tensorrt": "TensorrtExecutionProvider"}
 
 
 @dataclass(frozen=True, config=CONFIG)
@@ -210,7 +223,8 @@ class Signature(Record):
     symptom: Symptom
     owner: Owner
     args: list[str] = field(default_factory=list)  # the keyword arguments that matter
-    kernel: str = ""             # a kernel defect: the ONNX op and opset, "Cast(19)"
+    kernel: str = ""             # the ONNX node that lacks the dtype: "Cast(19)" (no kernel),
+    #                              "Acos" (its type constraints exclude it); else ""
     lowering: str = ""           # the torchlib function (filled where onnxscript is importable)
     lowering_at: str = ""        # its file:line in the installed package
     variants: list[str] = field(default_factory=list)
@@ -221,11 +235,13 @@ class Signature(Record):
 
     @property
     def key(self) -> str:
-        """What makes two cases one defect (a kernel gap: the ONNX op alone)."""
+        """What makes two cases one defect (a kernel gap: the ONNX op and the dtype alone;
+        a node whose type constraints exclude the dtype: the call and the dtype)."""
+        gap = ",".join(self.dtypes) if self.kernel and self.symptom in GAPS else ""
         if self.symptom is Symptom.MISSING_KERNEL:
-            return f"kernel|{self.kernel}"
+            return f"kernel|{self.kernel}|{gap}"
         return "|".join((self.owner.value, self.user_op or self.overload, self.overload,
-                         ",".join(self.args), self.symptom.value, self.kernel))
+                         ",".join(self.args), self.symptom.value, self.kernel, gap))
 
     @property
     def op_name(self) -> str:

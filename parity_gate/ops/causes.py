@@ -9,7 +9,10 @@ of its own ATen ops fails when swept alone, on the same input class, is that
 op's defect; the cause is the function that owns it (the torchlib function of
 that op, or the ONNX Runtime kernel) and the minimal trigger (the input class
 for a wrong value; none for an error, which shows on any input). Arguments and
-symptom wording never split a cause. Pure: signatures in, records out.
+symptom wording never split a cause. A node that does not take a dtype (ONNX Runtime has
+no kernel for it; its type constraints at the exported opset exclude it) is one cause per
+dtype and owner, whatever the node: its maintainer fixes the dtype's support, and one
+report lists the nodes that lack it (`listing`). Pure: signatures in, records out.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from parity_gate.model.results import CaseResult
-from parity_gate.model.upstream import OpRef, Owner, Signature, Symptom
+from parity_gate.model.upstream import GAPS, PROVIDERS, OpRef, Owner, Signature, Symptom
 
 Found = tuple[Signature, list[CaseResult]]
 # Symptoms about the values an op returns: one cause may show several of them (a NaN
@@ -51,6 +54,7 @@ class Cause:
     culprit: str       # the ATen overload whose translation is at fault ("" when the call's)
     trigger: str       # the input class a wrong value needs ("" for an error)
     members: list[Found] = field(default_factory=list)
+    listing: bool = False  # a dtype gap: one report lists its members, each its own defect
 
     @property
     def lead(self) -> Signature:
@@ -61,6 +65,8 @@ class Cause:
         """The keyword arguments every call of this cause passes (their names): part of
         its trigger, so a title names them and a report of it must."""
         names = [{a.split("=")[0] for a in s.args} for s, _ in self.members]
+        if self.listing:
+            return []  # a node that lacks a dtype lacks it whatever the call passes
         return sorted(set.intersection(*names) - SHAPE_ARGS) if names else []
 
     @property
@@ -72,6 +78,16 @@ class Cause:
 def family(symptom: Symptom) -> str:
     """What a cause is keyed on besides its function: values, types, or the symptom."""
     return "values" if symptom in VALUES else "types" if symptom in TYPES else symptom.value
+
+
+def gap(sig: Signature) -> str:
+    """The dtype a signature's node does not take, where that is its defect; else ""."""
+    return sig.dtypes[0] if sig.kernel and sig.symptom in GAPS and len(sig.dtypes) == 1 else ""
+
+
+def _own_node(sig: Signature) -> bool:
+    """The node that lacks the dtype is the call's own (`torch.acos` → `Acos`)."""
+    return sig.kernel.split("(")[0].lower() == sig.op_name.replace("_", "")
 
 
 def _name(overload: str) -> str:
@@ -121,10 +137,23 @@ def trigger(sig: Signature) -> str:
     return sig.input_classes[0] if sig.input_classes else ""
 
 
-def cause_key(sig: Signature, blame: str) -> tuple[str, str]:
+def wrong_inputs(found: Sequence[Found]) -> set[tuple[str, str]]:
+    """(call, node) pairs whose node rejects float32 as well: every ONNX op on floats takes
+    float32, so the lowering wires the wrong tensor there (float `labels` into an index
+    input), on every dtype; that is the call's defect, not a dtype gap."""
+    return {(s.user_op, s.kernel) for s, _ in found
+            if s.symptom is Symptom.INVALID_MODEL and gap(s) == "float32"}
+
+
+def cause_key(sig: Signature, blame: str, provider: str = "") -> tuple[str, str]:
     """(key, function) of a signature's cause, given its culprit overload: a decomposed call
     whose node at fault is not known is its own function, one per mode it is called in
-    (`reduction='mean'` and `reduction='sum'` run different nodes)."""
+    (`reduction='mean'` and `reduction='sum'` run different nodes); a dtype gap is the
+    execution provider's (no kernel) or the translation's (type constraints), per dtype."""
+    if provider and gap(sig):
+        function = PROVIDERS.get(provider, provider) if sig.symptom is Symptom.MISSING_KERNEL \
+            else "ONNX type constraints"
+        return "|".join((sig.owner.value, function, sig.symptom.value, gap(sig))), function
     if sig.symptom is Symptom.MISSING_KERNEL:
         return f"kernel|{sig.kernel}", sig.kernel
     if blame:
@@ -141,14 +170,20 @@ def group(found: Sequence[Found]) -> list[Cause]:
     """The causes of a run's signatures, in the order of their first signature; within a
     cause the direct calls lead (the minimal trigger), then the order found."""
     causes: dict[str, Cause] = {}
+    wrong = wrong_inputs(found)
     for sig, cases in found:
         blame = culprit(sig, cases, found)
-        key, function = cause_key(sig, blame)
-        cause = causes.setdefault(key, Cause(key, sig.owner, function, blame, trigger(sig)))
+        listing = bool(gap(sig)) and (sig.user_op, sig.kernel) not in wrong
+        key, function = cause_key(sig, blame, (cases[0].key.provider if cases else "cpu")
+                                  if listing else "")
+        cause = causes.setdefault(key, Cause(key, sig.owner, function, blame,
+                                             gap(sig) if listing else trigger(sig),
+                                             listing=listing))
         cause.members.append((sig, cases))
     for cause in causes.values():
         first = cause.members[0][0].symptom
-        cause.members.sort(key=lambda m: (not direct(m[0]), m[0].symptom is not first))
+        cause.members.sort(key=lambda m: (not direct(m[0]), m[0].symptom is not first,
+                                          cause.listing and not _own_node(m[0])))
     return list(causes.values())
 
 

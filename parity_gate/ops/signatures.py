@@ -34,6 +34,11 @@ _BY_OUTCOME = {
     Outcome.SHAPE_MISMATCH: Symptom.WRONG_SHAPE, Outcome.BAKED_SHAPE: Symptom.WRONG_SHAPE,
 }
 _KERNEL = re.compile(r"implementation for (\w+\(\d+\))")
+# onnx.checker on a node whose type constraint (at the exported opset) excludes its input's
+# element type: the ONNX op, and the type by ONNX's name.
+_EXCLUDED = re.compile(r"op_type:(\w+), node name: [^)]*\): \w+ typestr: \w+, has unsupported "
+                       r"type: tensor\((\w+)\)")
+_ONNX_TYPE = {"float": "float32", "double": "float64"}  # ONNX's names that torch spells apart
 
 
 def lead_order(case: CaseResult) -> tuple[int, int, str]:
@@ -139,15 +144,29 @@ def reported(case: CaseResult) -> bool:
     return rc is None or not rc.verdict.dismisses
 
 
+def dtype_gap(case: CaseResult, symptom: Symptom) -> str:
+    """The ONNX node that does not take the case's own dtype, where that is the failure:
+    ONNX Runtime has no kernel for it ("Acos(7)"), or its type constraints at the exported
+    opset exclude it (onnx.checker: "Acos"); "" for any other failure. A gap is one defect
+    per dtype: its report lists the nodes a dtype lacks (`ops.causes`)."""
+    if symptom is Symptom.MISSING_KERNEL:
+        kernel = _KERNEL.search(case.reason)
+        return kernel.group(1) if kernel else ""
+    excluded = _EXCLUDED.search(case.reason) if symptom is Symptom.INVALID_MODEL else None
+    if excluded is None or _ONNX_TYPE.get(excluded.group(2), excluded.group(2)) != case.key.dtype:
+        return ""  # another input's type (a float `labels`): a wrong lowering, not a gap
+    return excluded.group(1)
+
+
 def signature_of(case: CaseResult) -> Signature:
-    """The one-case signature (scope filled in by `group`)."""
+    """The one-case signature (scope filled in by `group`); a dtype gap is one per dtype."""
     assert case.op is not None
     symptom = symptom_of(case)
-    kernel = _KERNEL.search(case.reason)
+    node = dtype_gap(case, symptom)
     return Signature(
         user_op=case.op.user_op, overload=case.op.op, symptom=symptom,
         owner=owner_of(case, symptom), args=args_that_matter(case.op.call),
-        kernel=kernel.group(1) if kernel else "")
+        kernel=node, dtypes=[case.key.dtype] if node else [])
 
 
 def group(run: RunResult) -> list[tuple[Signature, list[CaseResult]]]:

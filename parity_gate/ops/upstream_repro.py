@@ -11,6 +11,7 @@ them (`upstream_check`) and keeps the first that reproduces; none: no draft.
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass, field
 
@@ -338,3 +339,41 @@ def reproduced(repro: Repro, stage: str, error: str) -> bool:
     if stage != repro.expect or "NameError" in error:
         return False
     return not repro.needs or re.search(repro.needs, error) is not None
+
+
+IGNORED = "IGNORED"  # what a probe prints when ONNX Runtime's output is eager's without it
+_FORWARD = re.compile(r"^    def forward\(self, (.*)\):\n        return (.+)$", re.MULTILINE)
+
+
+def without(call: str, kwarg: str) -> str | None:
+    """The call with one keyword argument left out (`F.avg_pool2d(x, 2)`); None when the
+    call does not pass it by name."""
+    try:
+        node = ast.parse(call, mode="eval").body
+    except SyntaxError:
+        return None
+    if not isinstance(node, ast.Call) or not any(k.arg == kwarg for k in node.keywords):
+        return None
+    node.keywords = [k for k in node.keywords if k.arg != kwarg]
+    return ast.unparse(node)
+
+
+def ignored_probe(repro: Repro, kwarg: str) -> str | None:
+    """A script that prints IGNORED when ONNX Runtime returns what eager returns without
+    `kwarg` (the repro already shows it differs from eager with it): what a title may
+    then say ("ignores divisor_override"), measured rather than read off the values.
+    None where the repro does not end in a comparison of values or the call lacks it."""
+    lines = repro.script.rstrip("\n").split("\n")
+    forward = _FORWARD.search(repro.script)
+    call = without(forward.group(2), kwarg) if forward else None
+    expected = next((ln for ln in lines if ln.startswith("expected = model(*inputs)")), "")
+    if forward is None or call is None or not expected \
+            or not lines[-1].startswith("torch.testing.assert_close(got, expected,"):
+        return None
+    return "\n".join([
+        *lines[:-1], "", "",
+        "class Without(torch.nn.Module):", f"    def forward(self, {forward.group(1)}):",
+        f"        return {call}", "", "",
+        expected.replace("expected = model(", "plain = Without().eval()("),
+        lines[-1].replace("assert_close(got, expected,", "assert_close(got, plain,"),
+        f"print({IGNORED!r})", ""])
