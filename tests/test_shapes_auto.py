@@ -55,7 +55,8 @@ def test_a_probe_finds_the_size_the_declared_cases_miss(probed: Any) -> None:
     assert probe["outcome"] == "shape_mismatch"
     lines = (MANIFEST.parent / "models.py").read_text().splitlines()
     line = lines.index("        return self.pool(self.conv(x)).flatten(1)") + 1
-    assert f"h // 4 == 5, assumed at models.py:{line}" in probe["probe"]
+    assert f"h // 4 == 5, assumed by self.pool (nn.AdaptiveAvgPool2d) at models.py:{line}" \
+        in probe["probe"]
     assert cases["pool/float32/img20@h=21/b2/cpu"]["outcome"] == "mismatch"
 
 
@@ -106,6 +107,42 @@ def test_check_explain_lists_the_probes_before_any_run() -> None:
     assert proc.returncode == 0, proc.stderr
     assert "probe pool/float32/img20@h=19/b2: breaks h // 4 == 5" in proc.stdout
     assert "probe square/float32/square@h=9/b2: breaks w == h" in proc.stdout
+
+
+def _line(text: str) -> int:
+    return (MANIFEST.parent / "models.py").read_text().splitlines().index(text) + 1
+
+
+@pytest.mark.process
+def test_each_assumption_names_the_op_and_line_that_made_it() -> None:
+    """The op is the call the model's line makes, read from what made the guard (the live
+    stack while torch.export traces, the decomposed node's metadata after), never the op
+    the check was filed beside: AdaptiveAvgPool2d's decomposition, not the conv before
+    it; the `+` that needs two sizes to agree, not the interpolate or the conv."""
+    proc = _cli("check", str(MANIFEST.parent / "provenance.yml"), "--explain")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    pool = _line("        return self.pool(self.conv(x)).flatten(1)")
+    strided_conv, strided_add = _line("        y = self.down(x)"), _line("        return y + half")
+    back = _line('        return F.interpolate(y, scale_factor=2.0, mode="nearest") + x')
+    expected = [
+        f"h % 4 == 0, assumed by self.pool (nn.AdaptiveAvgPool2d) at models.py:{pool}",
+        f"1 < 3*h*w, assumed by self.conv (nn.Conv2d) at models.py:{pool}",
+        "(batch*n) % 16 == 0, assumed by x.view at models.py:"
+        f"{_line('        return x.view(-1, 16).sum(-1)')}",
+        f"1 < 3*h*w, assumed by self.down (nn.Conv2d) at models.py:{strided_conv}",
+        f"1 + (((-1) + h) // 2) == math.trunc(0.50000000000000000*torch.sym_float(h)), "
+        f"assumed by operator + at models.py:{strided_add}",
+        "1 < 3*h*w, assumed by F.conv2d at models.py:"
+        f"{_line('        return F.conv2d(x, self.weight, stride=2, padding=1)')}",
+        "w // 2 != 1, assumed by F.pixel_unshuffle at models.py:"
+        f"{_line('        return F.pixel_unshuffle(x, 2)')}",
+        f"2*math.trunc(0.50000000000000000*torch.sym_float(h)) == h, assumed by operator + "
+        f"at models.py:{back}",
+    ]
+    for line in expected:
+        assert f"  assumes {line}\n" in out, line
+    assert "near " not in out and "_conv_forward" not in out
 
 
 def test_probes_keep_and_break_each_relation() -> None:

@@ -208,7 +208,8 @@ def explain(job: Any) -> list[str]:
                            Draw(batch, dtype), seed=job.seed, base_dir=job.base_dir)
         exported = export_once(job, mod, example, [], job.export)
         exported.assumptions, exported.ranges = read_assumptions(exported.program, [
-            s for n in binding.order for s in job.module.inputs if s.name == n])
+            s for n in binding.order for s in job.module.inputs if s.name == n],
+            exported.guard_sources)
         planned = plan_probes(ctx, exported, example, batch)
         probes = planned[1] if planned else []
         lines.append(f"{job.name}/{dtype}: {len(exported.assumptions)} assumption(s), "
