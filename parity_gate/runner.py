@@ -25,6 +25,7 @@ from parity_gate.localise.run import LocalisePolicy, localise
 from parity_gate.manifest.models import Manifest, ProviderSettings
 from parity_gate.model.findings import Finding
 from parity_gate.model.gate import GateDecision
+from parity_gate.model.keys import matches
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.plan.cases import ModuleJob, Plan, missing_required_providers, plan
 from parity_gate.plan.providers import EXECUTION_PROVIDERS, check_names
@@ -106,7 +107,7 @@ def _run(manifest: Manifest, manifest_path: Path, options: RunOptions,
     )
     run.planned = work.total
     journal = _open_journal(options, run, universe)
-    to_run = sum(len(j.cases) for j in work.jobs)
+    to_run = sum(len(j.cases) - len(j.helpers) for j in work.jobs)
     progress = Progress(to_run, quiet=options.quiet, skipped=len(work.skipped))
     for case in work.skipped:
         _record(run, progress, case, journal, show=False)
@@ -128,6 +129,11 @@ def _run(manifest: Manifest, manifest_path: Path, options: RunOptions,
     if journal is not None:
         journal.end(run)
         journal.close()
+    unmatched = [p for p in work.probe_patterns if not any(matches(c.id, p) for c in run.cases)]
+    if unmatched:
+        raise UserError(f"--select {' '.join(unmatched)}: matches no case and names no probe "
+                        "of a `shapes: auto` module (expected a case id, or a probe id as "
+                        "`parity-gate check --explain` lists it)")
     return run, decision
 
 
@@ -147,7 +153,7 @@ def _plan_work(manifest: Manifest, manifest_path: Path,
             for name in missing
         ])
     work: Plan = plan(manifest, manifest_path, available, options.select)
-    if options.select and not work.total:
+    if options.select and not work.total and not any(j.helpers for j in work.jobs):
         raise UserError(f"--select {' '.join(options.select)}: matches no case "
                         "(expected a case-id glob such as 'mlp/*' or 'mlp/float16/*/b4/cpu')")
     check_outputs(options.reports)  # before any work: a bad --out costs seconds, not the run
@@ -169,13 +175,19 @@ def _execute(run: RunResult, work: Plan, options: RunOptions, progress: Progress
     try:
         signals.arm()  # a signal during the set-up stops the run here
         pool = WorkerPool(options.jobs, warm=(ModuleJob.entry.partition(":")[0],))
+        helpers = {i for job in work.jobs for i in job.helpers}
+        held: list[CaseResult] = []
         for event in pool.run(work.jobs):
-            if isinstance(event, CaseResult):
+            if isinstance(event, CaseResult) and event.id in helpers:
+                held.append(event)  # run only to make a selected probe's export
+            elif isinstance(event, CaseResult):
                 _record(run, progress, event, journal)
             elif isinstance(event, Activity):
                 progress.step(event.module, event.step)
             else:
                 _note(run, progress, event, journal)
+        for case in unexplained(held, run.cases):
+            _record(run, progress, case, journal)
         if options.localise is not None and options.localise.artifacts is not None:
             _replay_crashes(run, options.localise, journal, progress, work.jobs, pool)
         if options.localise is not None:  # follow-up checks on the failing cases
@@ -195,6 +207,13 @@ def _execute(run: RunResult, work: Plan, options: RunOptions, progress: Progress
         signals.shutting_down()
         if pool is not None:
             pool.close()
+
+
+def unexplained(helpers: list[CaseResult], reported: list[CaseResult]) -> list[CaseResult]:
+    """The helper cases worth reporting: the failing ones of a module and dtype where no
+    probe was reported (their failure, an export or eager error, is why there is none)."""
+    probed = {(c.key.module, c.key.dtype) for c in reported if c.probe}
+    return [c for c in helpers if c.failed and (c.key.module, c.key.dtype) not in probed]
 
 
 def policy_record(policy: GatePolicy) -> dict[str, Any]:

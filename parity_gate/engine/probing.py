@@ -28,7 +28,7 @@ from parity_gate.hazards.rules import BY_ID
 from parity_gate.manifest.models import EdgeFixture, FileFixture
 from parity_gate.model.findings import Stage
 from parity_gate.model.hazards import Action, Hazard
-from parity_gate.model.keys import CaseKey
+from parity_gate.model.keys import CaseKey, matches_any
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult
 from parity_gate.plan.cases import GENERATE, batch_sizes_for
@@ -106,6 +106,8 @@ def run_probes(ctx: JobContext, shared: ProviderRun, planned: tuple[str, list[Pr
         label = probe_label(name or next(iter(job.fixtures), "file"), probe, batch_symbol)
         batch = changed.get(batch_symbol, export_batch) if batch_symbol else export_batch
         key = CaseKey(job.name, mod.dtype, label, batch, shared.provider)
+        if not matches_any(key.id, job.select):
+            continue  # `--select` names other cases (or other probes)
         said = f"{probe.label}: {probe.why}"
         t0 = time.perf_counter()
         resized = resize(base, job.module.inputs, changed) if base is not None else \
