@@ -61,7 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--html", type=Path, help="HTML report with charts (default: "
                      "OUT/report.html)")
     run.add_argument("--select", action="append", default=[], metavar="GLOB",
-                     help="run only cases whose id matches (repeatable), e.g. 'mlp/float16/*'")
+                     help="run only cases whose id matches (repeatable), e.g. 'mlp/float16/*'; "
+                     "a `shapes: auto` probe's id as `check --explain` prints it selects "
+                     "that probe")
     run.add_argument("--providers", help="comma-separated providers to run, overriding the "
                      "manifest: cpu,cuda,tensorrt")
     run.add_argument("--jobs", type=int, default=None,

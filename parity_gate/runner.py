@@ -27,6 +27,7 @@ from parity_gate.localise.run import LocalisePolicy, localise
 from parity_gate.manifest.models import Manifest, ProviderSettings
 from parity_gate.model.findings import Finding
 from parity_gate.model.gate import GateDecision
+from parity_gate.model.keys import matches
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.plan.cases import ModuleJob, Plan, missing_required_providers, plan
 from parity_gate.plan.providers import EXECUTION_PROVIDERS, check_names
@@ -109,7 +110,7 @@ def _run(manifest: Manifest, manifest_path: Path, options: RunOptions,
     )
     run.planned = work.total
     journal = _open_journal(options, run, universe)
-    to_run = sum(len(j.cases) for j in work.jobs)
+    to_run = sum(len(j.cases) - len(j.helpers) for j in work.jobs)
     progress = Progress(to_run, quiet=options.quiet, skipped=len(work.skipped))
     for case in work.skipped:
         _record(run, progress, case, journal, show=False)
@@ -134,6 +135,11 @@ def _run(manifest: Manifest, manifest_path: Path, options: RunOptions,
     if journal is not None:
         journal.end(run)
         journal.close()
+    unmatched = [p for p in work.probe_patterns if not any(matches(c.id, p) for c in run.cases)]
+    if unmatched:
+        raise UserError(f"--select {' '.join(unmatched)}: matches no case and names no probe "
+                        "of a `shapes: auto` module (expected a case id, or a probe id as "
+                        "`parity-gate check --explain` lists it)")
     return run, decision
 
 
@@ -153,7 +159,7 @@ def _plan_work(manifest: Manifest, manifest_path: Path,
             for name in missing
         ])
     work: Plan = plan(manifest, manifest_path, available, options.select)
-    if options.select and not work.total:
+    if options.select and not work.total and not any(j.helpers for j in work.jobs):
         raise UserError(f"--select {' '.join(options.select)}: matches no case "
                         "(expected a case-id glob such as 'mlp/*' or 'mlp/float16/*/b4/cpu')")
     check_outputs(options.reports)  # before any work: a bad --out costs seconds, not the run
@@ -217,18 +223,26 @@ def _run_jobs(run: RunResult, jobs: list[ModuleJob], pool: WorkerPool, sink: Sin
         for past in replayed or []:
             _take(run, sink, past)
     by_job: dict[str, list[CaseResult | Finding | Inputs]] = {j.name: [] for j in todo}
+    helpers = {i for job in todo for i in job.helpers}
+    held: list[CaseResult] = []
     for event in pool.run(todo):
         if isinstance(event, Activity):
             sink.progress.step(event.module, event.step)
+            continue
+        if isinstance(event, CaseResult) and event.id in helpers:
+            held.append(event)  # run only to make a selected probe's export
             continue
         name = event.key.module if isinstance(event, CaseResult) else (
             event.job if isinstance(event, Inputs) else event.module)
         by_job.setdefault(name, []).append(event)
         if not isinstance(event, Inputs):
             _take(run, sink, event)
+    for case in unexplained(held, run.cases):
+        _take(run, sink, case)
     if replayer is not None:
         for job in todo:
-            replayer.remember(job, by_job.get(job.name, []), run.started_at)
+            if not job.helpers:  # a probe selection reports part of what it ran
+                replayer.remember(job, by_job.get(job.name, []), run.started_at)
 
 
 def _take(run: RunResult, sink: Sink, event: CaseResult | Finding) -> None:
@@ -236,6 +250,13 @@ def _take(run: RunResult, sink: Sink, event: CaseResult | Finding) -> None:
         _record(run, sink.progress, event, sink.journal)
     else:
         _note(run, sink.progress, event, sink.journal)
+
+
+def unexplained(helpers: list[CaseResult], reported: list[CaseResult]) -> list[CaseResult]:
+    """The helper cases worth reporting: the failing ones of a module and dtype where no
+    probe was reported (their failure, an export or eager error, is why there is none)."""
+    probed = {(c.key.module, c.key.dtype) for c in reported if c.probe}
+    return [c for c in helpers if c.failed and (c.key.module, c.key.dtype) not in probed]
 
 
 def policy_record(policy: GatePolicy) -> dict[str, Any]:

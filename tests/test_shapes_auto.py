@@ -13,7 +13,10 @@ from typing import Any
 
 import pytest
 
+from parity_gate.manifest.load import load_manifest
 from parity_gate.manifest.models import InputSpec, RandomFixture
+from parity_gate.model.keys import could_match
+from parity_gate.plan.cases import plan
 from parity_gate.plan.probes import (
     Assumption,
     Probe,
@@ -55,7 +58,8 @@ def test_a_probe_finds_the_size_the_declared_cases_miss(probed: Any) -> None:
     assert probe["outcome"] == "shape_mismatch"
     lines = (MANIFEST.parent / "models.py").read_text().splitlines()
     line = lines.index("        return self.pool(self.conv(x)).flatten(1)") + 1
-    assert f"h // 4 == 5, assumed at models.py:{line}" in probe["probe"]
+    assert f"h // 4 == 5, assumed by self.pool (nn.AdaptiveAvgPool2d) at models.py:{line}" \
+        in probe["probe"]
     assert cases["pool/float32/img20@h=21/b2/cpu"]["outcome"] == "mismatch"
 
 
@@ -108,6 +112,80 @@ def test_check_explain_lists_the_probes_before_any_run() -> None:
     assert "probe square/float32/square@h=9/b2: breaks w == h" in proc.stdout
 
 
+def _line(text: str) -> int:
+    return (MANIFEST.parent / "models.py").read_text().splitlines().index(text) + 1
+
+
+@pytest.mark.process
+def test_each_assumption_names_the_op_and_line_that_made_it() -> None:
+    """The op is the call the model's line makes, read from what made the guard (the live
+    stack while torch.export traces, the decomposed node's metadata after), never the op
+    the check was filed beside: AdaptiveAvgPool2d's decomposition, not the conv before
+    it; the `+` that needs two sizes to agree, not the interpolate or the conv."""
+    proc = _cli("check", str(MANIFEST.parent / "provenance.yml"), "--explain")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    pool = _line("        return self.pool(self.conv(x)).flatten(1)")
+    strided_conv, strided_add = _line("        y = self.down(x)"), _line("        return y + half")
+    back = _line('        return F.interpolate(y, scale_factor=2.0, mode="nearest") + x')
+    expected = [
+        f"h % 4 == 0, assumed by self.pool (nn.AdaptiveAvgPool2d) at models.py:{pool}",
+        f"1 < 3*h*w, assumed by self.conv (nn.Conv2d) at models.py:{pool}",
+        "(batch*n) % 16 == 0, assumed by x.view at models.py:"
+        f"{_line('        return x.view(-1, 16).sum(-1)')}",
+        f"1 < 3*h*w, assumed by self.down (nn.Conv2d) at models.py:{strided_conv}",
+        f"1 + (((-1) + h) // 2) == math.trunc(0.50000000000000000*torch.sym_float(h)), "
+        f"assumed by operator + at models.py:{strided_add}",
+        "1 < 3*h*w, assumed by F.conv2d at models.py:"
+        f"{_line('        return F.conv2d(x, self.weight, stride=2, padding=1)')}",
+        "w // 2 != 1, assumed by F.pixel_unshuffle at models.py:"
+        f"{_line('        return F.pixel_unshuffle(x, 2)')}",
+        f"2*math.trunc(0.50000000000000000*torch.sym_float(h)) == h, assumed by operator + "
+        f"at models.py:{back}",
+    ]
+    for line in expected:
+        assert f"  assumes {line}\n" in out, line
+    assert "near " not in out and "_conv_forward" not in out
+
+
+@pytest.mark.process
+def test_a_probe_id_from_check_explain_selects_that_probe_alone(tmp_path: Path) -> None:
+    """Probes exist only once the module is exported: `--select` with an id `check
+    --explain` prints runs the export's own cases as helpers (kept out of the reports)
+    and that probe alone; a glob over probe ids works the same way."""
+    explain = _cli("check", str(MANIFEST), "--explain").stdout
+    printed = next(line.split()[1].rstrip(":") for line in explain.splitlines()
+                   if line.startswith("  probe pool/") and "breaks h // 4 == 5" in line)
+    assert printed == "pool/float32/img20@h=19/b2"
+    proc = _cli("run", str(MANIFEST), "--out", str(tmp_path / "one"), "--no-cache",
+                "--no-localise", "--select", printed, "--select", "view16/*@n=33*")
+    cases = json.loads((tmp_path / "one" / "results.json").read_text())["cases"]
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert {c["id"]: c["outcome"] for c in cases} == {
+        "pool/float32/img20@h=19/b2/cpu": "shape_mismatch",
+        "view16/float32/flat@n=33/b2/cpu": "skipped"}
+
+
+@pytest.mark.process
+def test_selecting_a_planned_case_runs_no_probe(tmp_path: Path) -> None:
+    """A planned case's id selects that case, not the probes of its module."""
+    proc = _cli("run", str(MANIFEST), "--out", str(tmp_path), "--no-cache", "--no-localise",
+                "--select", "view16/float32/flat/b2/cpu")
+    cases = json.loads((tmp_path / "results.json").read_text())["cases"]
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert [c["id"] for c in cases] == ["view16/float32/flat/b2/cpu"]
+
+
+@pytest.mark.process
+def test_a_probe_pattern_that_names_no_probe_is_a_usage_error(tmp_path: Path) -> None:
+    proc = _cli("run", str(MANIFEST), "--out", str(tmp_path), "--no-cache", "--no-localise",
+                "--select", "view16/float32/flat@n=77/b2")
+    assert proc.returncode == 2
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("--select view16/float32/flat@n=77/b2: matches no case and names "
+                           "no probe"), proc.stderr[-2000:]
+
+
 def test_probes_keep_and_break_each_relation() -> None:
     same = Assumption("w == h", ("h", "w"))
     probes = derive([same], {"batch": 2, "h": 8, "w": 8}, {},
@@ -146,3 +224,27 @@ def test_resize_splits_a_set_dim_shared_by_two_symbols() -> None:
     assert not isinstance(got, str)
     resized, batch = got
     assert resized.inputs["x"].shape == ["batch", 3, 9, "s"] and batch == 3
+
+
+def test_could_match_tells_which_modules_a_probe_pattern_may_name() -> None:
+    assert could_match("pool/*@h=22*", "pool/float32/")
+    assert not could_match("pool/*@h=22*", "view16/float32/")
+    assert could_match("*@h=19*", "view16/float32/")
+    assert not could_match("pool/float16/**", "pool/float32/")
+    assert could_match("pool/float[13]2/x", "pool/float32/")
+    assert not could_match("pool/float[!3]2/x", "pool/float32/")
+    assert could_match("pool", "pool/float32/")  # a prefix of whole segments
+
+
+def test_a_probe_pattern_plans_the_export_cases_as_helpers() -> None:
+    """Planning only (no run): a probe id plans its module's export cases as helpers, not
+    counted; a planned case's id plans no helper; a pattern no `auto` module could hold is
+    no probe pattern."""
+    manifest = load_manifest(MANIFEST)
+    probe = plan(manifest, MANIFEST, ["CPUExecutionProvider"], ["pool/float32/img20@h=19/b2", "typo/*"])
+    assert [(j.name, [k.id for k in j.cases]) for j in probe.jobs] == [
+        ("pool", ["pool/float32/img20/b2/cpu"])]
+    assert probe.jobs[0].helpers == {"pool/float32/img20/b2/cpu"} and probe.total == 0
+    assert probe.probe_patterns == ["pool/float32/img20@h=19/b2"]
+    case = plan(manifest, MANIFEST, ["CPUExecutionProvider"], ["pool/float32/img20/b2/cpu"])
+    assert not case.jobs[0].helpers and case.total == 1 and not case.probe_patterns

@@ -13,21 +13,21 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from parity_gate.hazards.context import in_library
-from parity_gate.hazards.graph import source_of
 from parity_gate.plan.probes import Assumption, Range
 
 _SOURCE = re.compile(r"^L((?:\[[^\]]+\])+)\.size\(\)\[(\d+)\]$")
-_CALL = re.compile(r"(\w+)\(")
 
 
-def read_assumptions(program: Any, inputs: Sequence[Any]
+def read_assumptions(program: Any, inputs: Sequence[Any],
+                     sources: Mapping[str, Any] | None = None
                      ) -> tuple[list[Assumption], dict[str, Range]]:
     """The program's assumptions over the declared symbols of `inputs` (specs with `name`
-    and `dynamic`), and each symbol's range; empty when the program keeps no ShapeEnv (the
-    torchscript exporter) or cannot be read (advisory: never fails the export)."""
+    and `dynamic`), each with where it came from (`sources`: condition text →
+    guard_sources.GuardSource, recorded while the export ran), and each symbol's range;
+    empty when the program keeps no ShapeEnv (the torchscript exporter) or cannot be read
+    (advisory: never fails the export)."""
     try:
-        return _read(program, inputs)
+        return _read(program, inputs, sources or {})
     except Exception:  # a torch internals change costs the probes, not the run
         import traceback
 
@@ -35,7 +35,8 @@ def read_assumptions(program: Any, inputs: Sequence[Any]
         return [], {}
 
 
-def _read(program: Any, inputs: Sequence[Any]) -> tuple[list[Assumption], dict[str, Range]]:
+def _read(program: Any, inputs: Sequence[Any], sources: Mapping[str, Any]
+          ) -> tuple[list[Assumption], dict[str, Range]]:
     env = _shape_env(program)
     if env is None:
         return [], {}
@@ -44,7 +45,6 @@ def _read(program: Any, inputs: Sequence[Any]) -> tuple[list[Assumption], dict[s
     names = _symbol_names(env, inputs)
     if not names:
         return [], {}
-    sources = _sources(program)
     seen: dict[str, Assumption] = {}
     exprs = [g.expr for g in getattr(env, "guards", [])]
     exprs += [r.expr for asserts in env.deferred_runtime_asserts.values() for r in asserts]
@@ -57,9 +57,10 @@ def _read(program: Any, inputs: Sequence[Any]) -> tuple[list[Assumption], dict[s
         text = _python(expr.xreplace({s: sympy.Symbol(names[s], integer=True) for s in free}))
         if text in ("True", "False"):
             continue
-        op, where = sources.get(expr, ("", ""))
+        source = sources.get(str(expr))
         if text not in seen:
-            seen[text] = Assumption(text, tuple(sorted({names[s] for s in free})), op, where)
+            seen[text] = Assumption(text, tuple(sorted({names[s] for s in free})),
+                                    source.op if source else "", source.where if source else "")
     ranges: dict[str, Range] = {}
     for sym, name in names.items():
         vr = env.var_to_range.get(sym)
@@ -99,46 +100,6 @@ def _symbol_names(env: Any, inputs: Sequence[Any]) -> dict[Any, str]:
             if sym in out:
                 break
     return out
-
-
-def _sources(program: Any) -> dict[Any, tuple[str, str]]:
-    """Size condition → (the call its node is filed under, its user source line), from the
-    program's nodes whose value is that condition. Torch files a condition under the node
-    where its sizes were first read, which can be the op before the one that assumed it:
-    the line is right, the call is where torch saw it ("near")."""
-    out: dict[Any, tuple[str, str]] = {}
-    for node in program.graph.nodes:
-        trace = node.meta.get("stack_trace") or ""
-        expr = getattr(getattr(node.meta.get("val"), "node", None), "expr", None)
-        where = source_of(trace)
-        if expr is not None and trace and expr not in out and not _library(where):
-            out[expr] = (_op_of(trace), where)
-    return out
-
-
-def _library(source: str) -> bool:
-    """A line of torch's own (a pass's, written relative: `torch/fx/passes/...`)."""
-    path = source.rsplit(":", 1)[0]
-    return in_library(path) or path.startswith(("torch/", "onnxscript/", "onnx/"))
-
-
-_FRAME = re.compile(r'^\s*File "([^"]+)", line \d+')
-
-
-def _op_of(trace: str) -> str:
-    """The call that made a condition: the one the innermost user frame went into (the
-    library frame below it, `F.adaptive_avg_pool2d(...)`), else the user line's first."""
-    lines = trace.splitlines()
-    frames = [(m.group(1), lines[i + 1].strip() if i + 1 < len(lines) else "")
-              for i, line in enumerate(lines) if (m := _FRAME.match(line))]
-    user = [i for i, (path, _) in enumerate(frames) if not in_library(path)]
-    if user and user[-1] + 1 < len(frames):
-        calls = _CALL.findall(frames[user[-1] + 1][1])
-        if calls:
-            return calls[-1]
-    code = frames[user[-1]][1] if user else frames[-1][1] if frames else ""
-    calls = _CALL.findall(code)
-    return calls[0] if calls else ""
 
 
 def _python(expr: Any) -> str:

@@ -50,6 +50,8 @@ class ExportedModel:
     # from the live program once and cached with the export: `shapes: auto` probes them
     assumptions: list[Any] = field(default_factory=list)
     ranges: dict[str, Any] = field(default_factory=dict)
+    # where each size condition came from, recorded while the export ran (guard_sources)
+    guard_sources: dict[str, Any] = field(default_factory=dict)
 
     @property
     def source(self) -> bytes | str:
@@ -188,8 +190,11 @@ def export_module(
     """
     import torch
 
+    from parity_gate.engine.guard_sources import recording
+
     names = [i.name for i in inputs]
-    with warnings.catch_warnings(), _recorded_at_model_lines() as caught:
+    with warnings.catch_warnings(), _recorded_at_model_lines() as caught, \
+            recording(_model_file) as sources:
         warnings.simplefilter("always")
         try:
             program, path = None, None
@@ -219,7 +224,8 @@ def export_module(
     proto = skeleton(onnx.load_from_string(model))  # the graph; weights are in `model`
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
     return ExportedModel(model, messages, find_baked_dims(proto, inputs), opset,
-                         proto.ir_version, exporter_warnings(caught), program, path, proto)
+                         proto.ir_version, exporter_warnings(caught), program, path, proto,
+                         guard_sources=sources)
 
 
 def _export_dynamo(torch: Any, module: Any, example: Sequence[Any] | Mapping[str, Any],

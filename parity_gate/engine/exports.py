@@ -152,7 +152,9 @@ def cached_export(ctx: JobContext, mod: TypedModule, example: dict[str, np.ndarr
         hazards = run_checks(hazard_context(ctx, mod, example, export_batch, exported),
                              job.settings.hazards)
         exported.assumptions, exported.ranges = read_assumptions(exported.program, [
-            spec for n in mod.binding.order for spec in job.module.inputs if spec.name == n])
+            spec for n in mod.binding.order for spec in job.module.inputs if spec.name == n],
+            exported.guard_sources)
+        exported.guard_sources = {}  # read into the assumptions; not kept in the cache
     if cache is not None:
         cache.store_export(key, exported, hazards)
     return exported, hazards, False

@@ -28,7 +28,7 @@ from parity_gate.hazards.rules import BY_ID
 from parity_gate.manifest.models import EdgeFixture, FileFixture
 from parity_gate.model.findings import Stage
 from parity_gate.model.hazards import Action, Hazard
-from parity_gate.model.keys import CaseKey
+from parity_gate.model.keys import CaseKey, matches_any
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult
 from parity_gate.plan.cases import GENERATE, batch_sizes_for
@@ -106,6 +106,8 @@ def run_probes(ctx: JobContext, shared: ProviderRun, planned: tuple[str, list[Pr
         label = probe_label(name or next(iter(job.fixtures), "file"), probe, batch_symbol)
         batch = changed.get(batch_symbol, export_batch) if batch_symbol else export_batch
         key = CaseKey(job.name, mod.dtype, label, batch, shared.provider)
+        if not matches_any(key.id, job.select):
+            continue  # `--select` names other cases (or other probes)
         said = f"{probe.label}: {probe.why}"
         t0 = time.perf_counter()
         resized = resize(base, job.module.inputs, changed) if base is not None else \
@@ -208,7 +210,8 @@ def explain(job: Any) -> list[str]:
                            Draw(batch, dtype), seed=job.seed, base_dir=job.base_dir)
         exported = export_once(job, mod, example, [], job.export)
         exported.assumptions, exported.ranges = read_assumptions(exported.program, [
-            s for n in binding.order for s in job.module.inputs if s.name == n])
+            s for n in binding.order for s in job.module.inputs if s.name == n],
+            exported.guard_sources)
         planned = plan_probes(ctx, exported, example, batch)
         probes = planned[1] if planned else []
         lines.append(f"{job.name}/{dtype}: {len(exported.assumptions)} assumption(s), "

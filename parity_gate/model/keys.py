@@ -66,3 +66,49 @@ def matches(case_id: str, pattern: str) -> bool:
 def matches_any(case_id: str, patterns: list[str] | tuple[str, ...]) -> bool:
     """No patterns select everything."""
     return not patterns or any(matches(case_id, p) for p in patterns)
+
+
+def _glob_tokens(pattern: str) -> list[str]:
+    """`pattern` as glob tokens: `*` (any run, `**` too), `?`, a `[...]` set, a character."""
+    tokens: list[str] = []
+    i = 0
+    while i < len(pattern):
+        ch = pattern[i]
+        end = pattern.find("]", i + 2 if pattern[i + 1:i + 2] in ("!", "]") else i + 1) \
+            if ch == "[" else -1
+        if ch == "[" and end > i:
+            tokens.append(pattern[i:end + 1])
+            i = end + 1
+            continue
+        if ch != "*" or not tokens or tokens[-1] != "*":
+            tokens.append(ch)
+        i += 1
+    return tokens
+
+
+def could_match(pattern: str, prefix: str) -> bool:
+    """Whether some id that starts with `prefix` matches `pattern` (by `matches`' rule): a
+    `shapes: auto` probe's id is known only once its module is exported, its
+    `module/dtype/` before."""
+    tokens = _glob_tokens(pattern)
+
+    def closure(states: set[int]) -> set[int]:
+        more = {s + 1 for s in states if s < len(tokens) and tokens[s] == "*"}
+        return states | closure(more - states) if more - states else states
+
+    states = closure({0})
+    for ch in prefix:
+        step: set[int] = set()
+        for s in states:
+            if s == len(tokens):
+                # past the pattern's end only the segment-prefix rule goes on (`mlp` → `mlp/..`)
+                continue
+            token = tokens[s]
+            if token == "*":
+                step.add(s)
+            elif token == "?" or fnmatch.fnmatchcase(ch, token):
+                step.add(s + 1)
+        if not step:
+            return prefix.startswith(pattern.rstrip("/") + "/")
+        states = closure(step)
+    return True

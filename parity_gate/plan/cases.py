@@ -23,9 +23,10 @@ from parity_gate.manifest.models import (
     Settings,
     resolve_settings,
 )
-from parity_gate.model.keys import CaseKey, matches_any
+from parity_gate.model.keys import CaseKey, could_match, matches, matches_any
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult
+from parity_gate.plan.probes import auto_symbols
 from parity_gate.plan.providers import availability
 
 
@@ -47,6 +48,11 @@ class ModuleJob:
     # tolerances are not one. An output's own `tolerances` are a contract for that output.
     contract_dtypes: frozenset[str] = frozenset()
     gate: GateDims = field(default_factory=GateDims)  # the gate's own dim sums and reach
+    # `--select`'s patterns (none: everything): a `shapes: auto` probe runs when its id
+    # matches one. `helpers`: ids of cases run only so that a selected probe can exist (the
+    # export it is derived from), not selected themselves: kept out of the reports.
+    select: tuple[str, ...] = ()
+    helpers: frozenset[str] = frozenset()
     entry: ClassVar[str] = "parity_gate.engine.module_worker:run_job"
 
     @property
@@ -73,10 +79,13 @@ class ModuleJob:
 class Plan:
     jobs: list[ModuleJob]
     skipped: list[CaseResult]
+    # `--select` patterns that match no planned case and may name a probe (see _helpers)
+    probe_patterns: list[str] = field(default_factory=list)
 
     @property
     def total(self) -> int:
-        return sum(len(j.cases) for j in self.jobs) + len(self.skipped)
+        """The selected cases (not a probe's helpers: those are not reported)."""
+        return sum(len(j.cases) - len(j.helpers) for j in self.jobs) + len(self.skipped)
 
 
 def batch_sizes_for(fixture: Any, batch_sizes: Sequence[int]) -> list[int]:
@@ -154,6 +163,8 @@ def plan(manifest: Manifest, manifest_path: Path, available: list[str],
     base = manifest_path.resolve().parent
     jobs: list[ModuleJob] = []
     skipped: list[CaseResult] = []
+    keys_of: dict[str, list[CaseKey]] = {}
+    probing: set[str] = set()  # patterns that made a module run helpers for its probes
     for module in manifest.modules:
         settings = resolve_settings(manifest, module)
         job = ModuleJob(
@@ -166,8 +177,10 @@ def plan(manifest: Manifest, manifest_path: Path, available: list[str],
             python_path=[(base / p).resolve() for p in manifest.python_path] + [base],
             contract_dtypes=frozenset(str(d) for layer in (manifest.defaults, module)
                                       for d in (layer.tolerances or {})),
+            select=tuple(select or ()),
         )
-        for key in all_case_keys(manifest, module, settings):
+        keys_of[module.name] = all_case_keys(manifest, module, settings)
+        for key in keys_of[module.name]:
             if not matches_any(key.id, select or []):
                 continue
             reason = _skip_reason(module, key.provider, available)
@@ -175,9 +188,44 @@ def plan(manifest: Manifest, manifest_path: Path, available: list[str],
                 skipped.append(CaseResult(key, Outcome.SKIPPED, reason=reason))
             else:
                 job.cases.append(key)
+        probing |= _add_helpers(job, keys_of[module.name], list(select or []), available)
         if job.cases:
             jobs.append(job)
-    return Plan(jobs, skipped)
+    return Plan(jobs, skipped, [p for p in select or [] if p in probing and not any(
+        matches(k.id, p) for keys in keys_of.values() for k in keys)])
+
+
+def _add_helpers(job: ModuleJob, keys: list[CaseKey], select: list[str],
+                 available: list[str]) -> set[str]:
+    """A `--select` pattern that matches none of a `shapes: auto` module's planned cases of
+    a dtype, yet could match an id under `module/dtype/set`, may name one of its probes,
+    which exist only once that dtype is exported: the job then runs one planned case per
+    fixture set and provider of that dtype (the export a full run makes, from the same
+    sets) and the probes that match. Those cases are helpers, kept out of the reports.
+    Returns the patterns that asked for them."""
+    if not auto_symbols(job.module, job.settings) or job.module.cache is not None:
+        return set()
+    chosen = {k.id for k in job.cases}
+    helpers: dict[CaseKey, None] = {}
+    probing: set[str] = set()
+    for dtype in dict.fromkeys(k.dtype for k in keys):
+        mine = [k for k in keys if k.dtype == dtype and not is_generation(k)
+                and not _skip_reason(job.module, k.provider, available)]
+        # A probe's id starts with the name of the set it resizes (its sizes may differ).
+        sets = dict.fromkeys(k.inputs.split("@")[0] for k in mine)
+        naming = {p for p in select if not any(matches(k.id, p) for k in mine)
+                  and any(could_match(p, f"{job.name}/{dtype}/{f}") for f in sets)}
+        if not naming:
+            continue
+        probing |= naming
+        firsts = {(k.inputs, k.provider): k for k in reversed(mine)}
+        helpers.update((k, None) for k in mine if firsts[(k.inputs, k.provider)] == k
+                       and k.id not in chosen)
+    if helpers:
+        order = {k: i for i, k in enumerate(keys)}
+        job.cases = sorted([*job.cases, *helpers], key=order.__getitem__)
+        job.helpers = frozenset(k.id for k in helpers)
+    return probing
 
 
 def _skip_reason(module: ModuleSpec, provider: str, available: list[str]) -> str:

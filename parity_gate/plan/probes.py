@@ -24,7 +24,8 @@ NEAR = 24  # how far from the export size a kept/broken size is looked for
 @dataclass(frozen=True)
 class Assumption:
     """One condition the export holds about its dynamic dims: a Python expression over
-    the manifest's symbols (`h % 4 == 0`), the call that made it and its source line."""
+    the manifest's symbols (`h % 4 == 0`), the call that made it and its source line
+    (`path:line`), both "" where the export did not say."""
 
     text: str
     symbols: tuple[str, ...]
@@ -40,13 +41,14 @@ class Assumption:
             return None
 
     def describe(self) -> str:
-        """`h % 4 == 0, assumed at models.py:12 (near adaptive_avg_pool2d)`: the line is the
-        user's line torch recorded; the call is the one torch filed the condition under."""
+        """`h % 4 == 0, assumed by self.pool (nn.AdaptiveAvgPool2d) at models.py:12`: the
+        model's line and the call on it that made the condition, as the export recorded
+        them (the call left out where it could not be told, both where no line was)."""
         if ":" not in self.source:
             return f"{self.text} ({self.op})" if self.op else self.text
         path, line = self.source.rsplit(":", 1)
-        near = f" (near {self.op})" if self.op else ""
-        return f"{self.text}, assumed at {os.path.basename(path)}:{line}{near}"
+        by = f" by {self.op}" if self.op else ""
+        return f"{self.text}, assumed{by} at {os.path.basename(path)}:{line}"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -85,5 +85,45 @@ class CrashOnNine(nn.Module):
         return x + 1
 
 
+class StridedSkip(nn.Module):
+    """A stride-2 nn.Conv2d added to x halved by F.interpolate: the conv assumes a non-empty
+    input; the add, that the two halves agree in size ((h - 1) // 2 + 1 == h // 2)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = nn.Conv2d(3, 3, 3, stride=2, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.down(x)
+        half = F.interpolate(x, scale_factor=0.5, mode="nearest")
+        return y + half
+
+
+class FunctionalConv(nn.Module):
+    """F.conv2d called directly (no module): the call itself is the op."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(3, 3, 3, 3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.conv2d(x, self.weight, stride=2, padding=1)
+
+
+class Unshuffle(nn.Module):
+    """F.pixel_unshuffle(x, 2) needs even h and w."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.pixel_unshuffle(x, 2)
+
+
+class HalfAndBack(nn.Module):
+    """F.interpolate down by 2 and up again, added to x: the add assumes h and w even."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.interpolate(x, scale_factor=0.5, mode="nearest")
+        return F.interpolate(y, scale_factor=2.0, mode="nearest") + x
+
+
 def build(name: str) -> nn.Module:
     return globals()[name]().eval()
