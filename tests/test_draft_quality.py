@@ -24,6 +24,7 @@ from github_server import FakeGitHub, Item
 from test_github_upstream import client, make_run
 
 from parity_gate.github import drafts, upstream, upstream_pass
+from parity_gate.model.findings import Example
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.model.upstream import Owner, Signature, Symptom
 from parity_gate.ops import causes, signatures
@@ -143,6 +144,8 @@ def test_one_draft_per_cause_with_a_raw_title_naming_trigger_and_symptom(
             "LeakyRelu(16), Det(11), PRelu(16), Selu(6), Sinh(9), Tan(7) and 4 more") in titles
     assert max(map(len, titles)) <= drafts.TITLE_LIMIT
     assert "[torchlib] clamp returns -3.403e+38 instead of -inf for a -inf input" in titles
+    # an export that fails only on an empty input says so, whatever the symptom
+    assert "[torchlib] scaled_dot_product_attention fails to export on an empty input" in titles
     assert ("[torchlib] avg_pool2d returns 1.679 where eager returns 2.239 with "
             "divisor_override") in titles
     text = titles["[torchlib] mean returns 0 instead of NaN on an empty input"]
@@ -256,12 +259,14 @@ def _literals(script: str) -> int:
 def test_repros_are_small_in_content_and_still_show_the_defect(
         gh: FakeGitHub, tmp_path: Path, bundled: RunResult) -> None:
     """max_pool2d dropping a NaN: the sweep's 129 literal values become ordinary seeded
-    data with one NaN planted; std overflowing to inf: one element, the huge finite input
+    data with one NaN planted; gcd's missing translation: its 342 integer literals become
+    seeded integers in the sweep's range; std overflowing to inf: one element, the huge finite input
     an ordinary ±100 only if that still overflows (else the sweep's value). Each repro,
     run again from the draft's text, fails with the defect."""
     found = signatures.group(bundled)
     leads = [_cause(found, "max_pool2d", Symptom.NAN_DROPPED).members[0][1][0],
-             _cause(found, "atan2", Symptom.NAN_DROPPED).members[0][1][0]]
+             _cause(found, "atan2", Symptom.NAN_DROPPED).members[0][1][0],
+             _cause(found, "gcd", Symptom.UNSUPPORTED).members[0][1][0]]
     got, _ = upstream_pass.attach(make_run(*leads), client(gh), upstream.UpstreamOptions(
         mode="draft", drafts=tmp_path / "d", check_cache=tmp_path / "c.json"))
     for report in got.upstream:
@@ -274,7 +279,25 @@ def test_repros_are_small_in_content_and_still_show_the_defect(
         script.write_text(repro, encoding="utf-8")
         run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                              timeout=300)
-        assert run.returncode != 0 and "AssertionError" in run.stderr, run.stderr[-1500:]
+        assert run.returncode != 0, run.stderr[-1500:]
+        assert ("AssertionError" in run.stderr) != ("gcd" in repro), run.stderr[-1500:]
+    gcd = next(Path(r.draft).read_text() for r in got.upstream if r.draft and "gcd" in r.draft)
+    assert "torch.randint(" in gcd  # 342 integer literals before: an export error needs none
     pool = next(Path(r.draft).read_text() for r in got.upstream if r.draft and "max_pool2d"
                 in r.draft)
     assert 'inputs[0][0, 0, 0, 0] = float("nan")' in pool and "torch.randn(" in pool
+
+
+def test_a_title_quotes_the_values_the_repro_prints() -> None:
+    """A shrunk repro prints other values than the sweep saw: the title follows the repro
+    (what a reader's run shows), one element each side; anything else keeps the sweep's."""
+    sweep = Example("o0", [0, 3], "0.2467", "1.44", {})
+    printed = {"output": "eager: tensor(0.3441) | onnxruntime: tensor(0.4397) | float64: 0.34"}
+    got = drafts.as_printed(sweep, printed)
+    assert got is not None and (got.eager, got.onnx) == ("0.3441", "0.4397")
+    flags = drafts.as_printed(sweep, {"output": "eager: tensor(False) | onnxruntime: "
+                                                "tensor(True) | float64: False"})
+    assert flags is not None and (flags.eager, flags.onnx) == ("0", "1")
+    for kept in ({"output": "eager: tensor([1., 2.]) | onnxruntime: tensor([1., 3.])"},
+                 {"output": "eager: torch.float16 | onnxruntime: torch.float32"}, None):
+        assert drafts.as_printed(sweep, kept) == sweep

@@ -80,7 +80,9 @@ def trigger_words(sig: Signature, cause: causes.Cause | None, example: Example |
     """What it takes to show the defect, as a title says it: the input class ("on an empty
     input"), the single special value, the keyword arguments every call of it passes."""
     cls = sig.input_classes[0] if sig.input_classes else ""
-    words = [TRIGGER_PHRASE.get(cls, "") if sig.symptom.info.phrase else "",
+    # An empty input is the trigger whatever the symptom (an export that fails only on it);
+    # a special value only where the symptom names a value.
+    words = [TRIGGER_PHRASE.get(cls, "") if sig.symptom.info.phrase or cls == "empty" else "",
              _special(example) if cls == "specials" and sig.symptom.info.phrase else ""]
     args = cause.args if cause is not None else [a.split("=")[0] for a in sig.args]
     return [w for w in (*words, f"with {', '.join(args)}" if args else "") if w]
@@ -412,13 +414,29 @@ def prepare(run: RunResult, reports: list[UpstreamReport],
         report = _known(next(r for r in reports if r.signature and r.signature.key == sig.key),
                         reports, cause, cause_of)
         lead = cases[sig.key][0]
-        text = (sig.owner.route.repo,
-                title(sig, cause, lead.op.example if lead.op is not None else None,
-                      ignored.get(sig.key, ())),
+        example = as_printed(lead.op.example if lead.op is not None else None,
+                             answers.get(sig.key))
+        text = (sig.owner.route.repo, title(sig, cause, example, ignored.get(sig.key, ())),
                 body(sig, run, pick.script, answers.get(sig.key),
                      _replace(report, signature=sig.to_dict()), cause, lead))
         drafted.update({member.key: text for member, _ in cause.members})
     return _settle(reports, cause_of, done), drafted, []
+
+
+_PRINTED = re.compile(r"^eager: tensor\((\S+?)[,)].*?\| onnxruntime: tensor\((\S+?)[,)]",
+                      re.M)
+
+
+def as_printed(example: Example | None, answer: Mapping[str, Any] | None) -> Example | None:
+    """The example with the values the verified repro printed, where it printed one element
+    each side: the title then quotes what the reader's run of the repro shows (a shrunk
+    input gives other values than the sweep's)."""
+    found = _PRINTED.search(str((answer or {}).get("output", "")))
+    if example is None or found is None or found.group(1).startswith("["):
+        return example
+    number = {"True": "1", "False": "0"}
+    eager, onnx = (number.get(v, v) for v in found.groups())
+    return Example(example.output, example.index, eager, onnx, example.inputs)
 
 
 def _known(report: UpstreamReport, reports: list[UpstreamReport], cause: causes.Cause,

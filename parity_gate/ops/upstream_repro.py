@@ -69,6 +69,13 @@ def _tensor(array: np.ndarray, requires_grad: bool, seeded: bool) -> str:
         return f"torch.zeros({shape}, dtype=torch.{dtype}){grad}"
     if seeded and dtype in FLOATS:
         return f"torch.randn({shape}).to(torch.{dtype}){grad}"
+    if seeded and dtype == "bool":
+        return f"torch.rand({shape}) < {float(array.mean()):.2g}"
+    low, high = (int(array.min()), int(array.max()) + 1) if array.dtype.kind in "iu" \
+        else (0, 0)
+    if seeded and array.dtype.kind in "iu" and -2**31 < low < high < 2**31:
+        # the sweep's range, so indices stay valid (an extreme value stays a literal)
+        return f"torch.randint({low}, {high}, {shape}, dtype=torch.{dtype})"
     reshape = "" if array.ndim == 1 else f".reshape({shape})"
     text = _literal(array)
     if array.ndim == 0:
@@ -295,10 +302,21 @@ def candidates(sig: Signature, case: CaseResult, variant: OpVariant,
         a.kind == "data" for a in variant.args)
     seeded = [_tensor(arrays[n], grads.get(n, False), _is_data(variant, n))
               for n in variant.arg_names]
-    if cls in ("normal", "range") and data:
+    # Every input drawn from the seed in the sweep's range (masks, targets and integer data
+    # too): an export or loading failure never depends on the values, and an ordinary-value
+    # difference rarely does; each candidate is run, so one that loses the defect is dropped.
+    drawn = [_tensor(arrays[n], grads.get(n, False), _drawable(variant, n, arrays[n]))
+             for n in variant.arg_names]
+    ordinary = cls in ("normal", "range") or EXPECTED_STAGE.get(sig.symptom) in (
+        "export", "session")
+    if ordinary:
+        out.append(_script(subject, drawn, where, "seeded"))
+    if cls in ("normal", "range") and data and seeded != drawn:
         out.append(_script(subject, seeded, where, "seeded"))
     plants = _plants(subject, arrays) if cls == "specials" and data and not raises else ()
     if plants:
+        if drawn != seeded:
+            out.append(_script(subject, drawn, where, "seeded", plant=plants))
         out.append(_script(subject, seeded, where, "seeded", plant=plants))
     given = [_tensor(arrays[n], grads.get(n, False), False) for n in variant.arg_names]
     small = [_tensor(_shrunk(arrays[n]), grads.get(n, False), False) for n in variant.arg_names]
@@ -314,6 +332,16 @@ def _low_op(case: CaseResult) -> str:
     """The ONNX op the precision audit named (`Softmax (node_3) computes in float16 ...`)."""
     low = case.op.low_precision if case.op is not None else None
     return low.nodes[0].split()[0] if low is not None and low.nodes else ""
+
+
+def _drawable(variant: OpVariant, name: str, array: np.ndarray) -> bool:
+    """Whether a candidate may draw this input from the seed: data, or any input without
+    values the op's record fixes (a mask, a target) that is too long to read as literals."""
+    fixed = any(a.name == name and a.values for a in variant.args)
+    return _is_data(variant, name) or (not fixed and array.size > _LITERALS)
+
+
+_LITERALS = 24  # more literals than this in one input and a repro stops being readable
 
 
 def _is_data(variant: OpVariant, name: str) -> bool:
