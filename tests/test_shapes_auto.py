@@ -241,7 +241,8 @@ def test_a_probe_pattern_plans_the_export_cases_as_helpers() -> None:
     counted; a planned case's id plans no helper; a pattern no `auto` module could hold is
     no probe pattern."""
     manifest = load_manifest(MANIFEST)
-    probe = plan(manifest, MANIFEST, ["CPUExecutionProvider"], ["pool/float32/img20@h=19/b2", "typo/*"])
+    probe = plan(manifest, MANIFEST, ["CPUExecutionProvider"],
+                 ["pool/float32/img20@h=19/b2", "typo/*"])
     assert [(j.name, [k.id for k in j.cases]) for j in probe.jobs] == [
         ("pool", ["pool/float32/img20/b2/cpu"])]
     assert probe.jobs[0].helpers == {"pool/float32/img20/b2/cpu"} and probe.total == 0
