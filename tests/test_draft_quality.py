@@ -298,6 +298,10 @@ def test_a_title_quotes_the_values_the_repro_prints() -> None:
     flags = drafts.as_printed(sweep, {"output": "eager: tensor(False) | onnxruntime: "
                                                 "tensor(True) | float64: False"})
     assert flags is not None and (flags.eager, flags.onnx) == ("0", "1")
+    big = drafts.as_printed(Example("o0", [0], "1.797e+308", "inf", {}), {
+        "output": "eager: tensor(1.7977e+308, dtype=torch.float64) | onnxruntime: "
+                  "tensor(inf, dtype=torch.float64)"})  # 1.7977e+308 reads back as inf
+    assert big is not None and (big.eager, big.onnx) == ("1.797e+308", "inf")
     for kept in ({"output": "eager: tensor([1., 2.]) | onnxruntime: tensor([1., 3.])"},
                  {"output": "eager: torch.float16 | onnxruntime: torch.float32"}, None):
         assert drafts.as_printed(sweep, kept) == sweep

@@ -282,3 +282,23 @@ def test_a_title_says_a_keyword_is_ignored_only_where_that_was_measured(
                 if r.draft is not None and r.signature is not None
                 and r.signature.op_name == "avg_pool2d")
     assert re.search(r"eager: .*\| onnxruntime: .*\| float64:", text)  # the values, kept
+
+
+@pytest.mark.process
+def test_a_dtype_gap_draft_points_at_the_lowering_of_the_op_its_repro_shows(
+        gh: FakeGitHub, tmp_path: Path, bundled: RunResult) -> None:
+    """A dtype gap found first on addmm (its node is not its own name) and then on ceil: the
+    draft leads with ceil, whose node is Ceil, and "Where the lowering lives" names
+    `aten_ceil`, the function the repro exercises, not the first member's."""
+    found = signatures.group(bundled)
+    invalid = Symptom.INVALID_MODEL
+    cases = [c for op in ("addmm", "ceil") for s, cs in found if s.op_name == op
+             and s.symptom is invalid and s.dtypes == ["uint8"] for c in cs[:1]]
+    assert len(cases) == 2
+    upstream_pass.attach(make_run(*cases), client(gh), upstream.UpstreamOptions(
+        mode="draft", drafts=tmp_path / "d", check_cache=tmp_path / "checks.json"))
+    (draft,) = list((tmp_path / "d").iterdir())
+    text = draft.read_text(encoding="utf-8")
+    assert "return torch.ceil(x)" in text
+    where = text.split("### Where the lowering lives")[1].split("###")[0]
+    assert "`aten_ceil`" in where and "aten_addmm" not in where, where

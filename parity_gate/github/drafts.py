@@ -391,7 +391,7 @@ def prepare(run: RunResult, reports: list[UpstreamReport],
                 built[sig.key] = upstream_repro.candidates(sig, lead, variant)
             except Exception:
                 built[sig.key] = []
-    overloads = [cause_of[s.key].culprit or s.overload for s in leads.values()
+    overloads = [_blamed(cause_of[s.key], s) for s in leads.values()
                  if s.owner is not Owner.KERNEL and built.get(s.key)]
     chosen, answers, lowerings, unavailable = _verify(run, built, overloads, options)
     ignored = ignored_args(run, chosen, {s.key: cause_of[s.key].args for s in leads.values()
@@ -400,7 +400,7 @@ def prepare(run: RunResult, reports: list[UpstreamReport],
     done: dict[str, Signature | str] = {}  # cause key → the drafted signature, or why not
     for key, sig in leads.items():
         cause = cause_of[sig.key]
-        where = [*(lowerings.get(cause.culprit or sig.overload) or []), "", ""]
+        where = [*(lowerings.get(_blamed(cause, sig)) or []), "", ""]
         sig = Signature.from_dict({**sig.to_dict(), "lowering": where[0],
                                    "lowering_at": where[1]})
         pick = chosen.get(sig.key)
@@ -423,6 +423,12 @@ def prepare(run: RunResult, reports: list[UpstreamReport],
     return _settle(reports, cause_of, done), drafted, []
 
 
+def _blamed(cause: causes.Cause, lead: Signature) -> str:
+    """The ATen overload whose lowering a draft points at: the cause's culprit, but for a
+    dtype gap (many ops, each its own node) the lead's own op, which the repro shows."""
+    return lead.overload if cause.listing else cause.culprit or lead.overload
+
+
 _PRINTED = re.compile(r"^eager: tensor\((\S+?)[,)].*?\| onnxruntime: tensor\((\S+?)[,)]",
                       re.M)
 
@@ -436,6 +442,10 @@ def as_printed(example: Example | None, answer: Mapping[str, Any] | None) -> Exa
         return example
     number = {"True": "1", "False": "0"}
     eager, onnx = (number.get(v, v) for v in found.groups())
+    # torch prints 4 or 5 significant digits: 1.7977e+308 reads back as inf, so a printed
+    # value that overflows when read keeps the sweep's own
+    eager, onnx = (seen if _value(seen) not in ("inf", "-inf") or "inf" in seen else swept
+                   for seen, swept in ((eager, example.eager), (onnx, example.onnx)))
     return Example(example.output, example.index, eager, onnx, example.inputs)
 
 
