@@ -228,7 +228,8 @@ def _where(sig: Signature, cause: causes.Cause | None = None,
         seen = measured(case) if sig.symptom is not Symptom.MISSING_KERNEL else ""
         return (f"The {code_span(sig.kernel or 'ONNX')} kernel of ONNX Runtime's CPU "
                 f"execution provider{f' ({seen})' if seen else ''}.")
-    culprit = cause.culprit if cause is not None and cause.culprit else ""
+    culprit = cause.culprit if cause is not None and cause.culprit and not cause.listing \
+        else ""  # a dtype gap's draft is about its lead's own op (_blamed)
     if sig.lowering:
         at = f" in {code_span(sig.lowering_at)}" if sig.lowering_at else ""
         return (f"{code_span(sig.lowering)}{at}, the torchlib function registered for "
