@@ -26,6 +26,9 @@ from parity_gate.model.upstream import Owner, Signature, Symptom
 from parity_gate.ops.records import user_op
 from parity_gate.ops.signatures import CLASS_ORDER, DTYPE_ORDER, value_symptom
 
+# The op libraries an exported graph's culprit can come from and the sweep names ops by:
+# ATen and its primitives (`torch.var` exports as `prims.var.default`).
+OP_NAMESPACES = ("aten.", "prims.")
 _BY_VERDICT = {Verdict.SHAPE: Symptom.WRONG_SHAPE, Verdict.DTYPE: Symptom.WRONG_DTYPE,
                Verdict.SIGNED_ZERO: Symptom.SIGNED_ZERO_LOST}
 
@@ -37,7 +40,7 @@ def localised(case: CaseResult) -> Culprit | None:
     if case.op is not None or not case.failed or loc is None or loc.culprit is None \
             or case.outcome is Outcome.EAGER_ERROR or loc.artefact is True:
         return None
-    return loc.culprit if loc.culprit.aten.startswith("aten.") else None
+    return loc.culprit if loc.culprit.aten.startswith(OP_NAMESPACES) else None
 
 
 def symptom_of(case: CaseResult) -> Symptom:
