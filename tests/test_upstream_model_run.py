@@ -202,7 +202,8 @@ def test_the_actions_post_step_searches_a_model_run(run_copy: Path, gh: FakeGitH
 
 
 def test_a_culprit_reads_as_the_op_users_call_with_the_options_that_matter() -> None:
-    """The op as written on the source line when it is a torch function, else the op
+    """The op as written on the source line when it is a torch function that exports as
+    the culprit's ATen op (ATen's `special_` prefix, a loss's `_loss` kernel), else the op
     sweep's public name for it; a mode string keeps its value, a tensor or flag its name."""
     from parity_gate.model.localisation import Culprit
     from parity_gate.ops import localised
@@ -215,8 +216,13 @@ def test_a_culprit_reads_as_the_op_users_call_with_the_options_that_matter() -> 
     scatter = culprit("aten.scatter_reduce.two", "y = x.scatter_reduce(0, i, s, reduce='mean')",
                       reduce="'mean'", include_self="False")
     mean = culprit("aten.mean.dim", "return torch.mean(x, dim=1)")
-    assert [localised.user_op_of(c) for c in (pool, scatter, mean)] == [
-        "torch.nn.functional.avg_pool2d", "torch.scatter_reduce", "torch.mean"]
+    erfcx = culprit("aten.special_erfcx.default", "return torch.special.erfcx(self.proj(x))")
+    loss = culprit("aten.cross_entropy_loss.default",
+                   "return F.cross_entropy(self.proj(x), target, label_smoothing=0.1)")
+    var = culprit("prims.var.default", "return torch.var(self.proj(x), dim=1)")
+    assert [localised.user_op_of(c) for c in (pool, scatter, mean, erfcx, loss, var)] == [
+        "torch.nn.functional.avg_pool2d", "torch.scatter_reduce", "torch.mean",
+        "torch.special.erfcx", "torch.nn.functional.cross_entropy", "torch.var"]
     assert localised.option_args(scatter) == ["include_self", "reduce='mean'"]
     assert localised.option_args(pool) == ["divisor_override"]
 
