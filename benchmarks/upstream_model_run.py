@@ -56,14 +56,13 @@ def seed(gh: FakeGitHub) -> int:
     return len(items)
 
 
-def gate(out: Path) -> float:
+def gate(out: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-m", "parity_gate", "run", str(MANIFEST), "--out",
                            str(out), "--quiet"], capture_output=True, text=True, env=env,
                           timeout=1800, check=False)
     if done.returncode not in (0, 1):
         raise SystemExit(f"gate exited {done.returncode}: {done.stderr[-2000:]}")
-    return 0.0
 
 
 def upstream(results: Path, gh: FakeGitHub, *extra: str) -> str:
