@@ -202,7 +202,8 @@ def test_the_actions_post_step_searches_a_model_run(run_copy: Path, gh: FakeGitH
 
 
 def test_a_culprit_reads_as_the_op_users_call_with_the_options_that_matter() -> None:
-    """The op as written on the source line when it is a torch function, else the op
+    """The op as written on the source line when it is a torch function that exports as
+    the culprit's ATen op (ATen's `special_` prefix, a loss's `_loss` kernel), else the op
     sweep's public name for it; a mode string keeps its value, a tensor or flag its name."""
     from parity_gate.model.localisation import Culprit
     from parity_gate.ops import localised
@@ -215,7 +216,69 @@ def test_a_culprit_reads_as_the_op_users_call_with_the_options_that_matter() -> 
     scatter = culprit("aten.scatter_reduce.two", "y = x.scatter_reduce(0, i, s, reduce='mean')",
                       reduce="'mean'", include_self="False")
     mean = culprit("aten.mean.dim", "return torch.mean(x, dim=1)")
-    assert [localised.user_op_of(c) for c in (pool, scatter, mean)] == [
-        "torch.nn.functional.avg_pool2d", "torch.scatter_reduce", "torch.mean"]
+    erfcx = culprit("aten.special_erfcx.default", "return torch.special.erfcx(self.proj(x))")
+    loss = culprit("aten.cross_entropy_loss.default",
+                   "return F.cross_entropy(self.proj(x), target, label_smoothing=0.1)")
+    var = culprit("prims.var.default", "return torch.var(self.proj(x), dim=1)")
+    assert [localised.user_op_of(c) for c in (pool, scatter, mean, erfcx, loss, var)] == [
+        "torch.nn.functional.avg_pool2d", "torch.scatter_reduce", "torch.mean",
+        "torch.special.erfcx", "torch.nn.functional.cross_entropy", "torch.var"]
     assert localised.option_args(scatter) == ["include_self", "reduce='mean'"]
     assert localised.option_args(pool) == ["divisor_override"]
+
+
+VARIANCE_HEAD = '''
+import torch
+
+
+class VarianceHead(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.var(self.proj(x), dim=1)
+
+
+def variance_head() -> torch.nn.Module:
+    return VarianceHead().eval()
+'''
+VARIANCE_MANIFEST = '''
+version: 1
+python_path: [.]
+defaults: {batch_sizes: [2], dtypes: [float32]}
+providers: {cpu: {required: true}}
+fixtures:
+  no_tokens: {kind: random, inputs: {x: {shape: [batch, 0, 8]}}}
+modules:
+  - {name: variance_head, factory: "varmodel:variance_head", fixtures: [no_tokens],
+     inputs: [{name: x}]}
+'''
+
+
+@pytest.mark.process
+def test_a_culprit_from_torchs_primitives_is_a_searched_signature(tmp_path: Path,
+                                                                   gh: FakeGitHub) -> None:
+    """`torch.var` exports as `prims.var.default`: localisation names the culprit with its
+    namespace (not the bare `var.default`), and a primitive's failure is a defect searched
+    upstream like an ATen op's, its status beside the case (it had none)."""
+    (tmp_path / "varmodel.py").write_text(VARIANCE_HEAD, encoding="utf-8")
+    (tmp_path / "parity.yml").write_text(VARIANCE_MANIFEST, encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "parity.yml"), "--out", str(out), "--quiet"]) == 1
+    done = upstream_cli(out / "results.json", gh, "--search-only")
+    assert done.returncode == 0, done.stderr
+    assert "1 defect(s)" in done.stderr
+    run = read_results(out / "results.json")[1]
+    (case,) = run.cases
+    assert case.localisation is not None and case.localisation.culprit is not None
+    assert case.localisation.culprit.aten == "prims.var.default"
+    (report,) = run.upstream
+    assert report.signature is not None and report.cases == [case.id]
+    assert (report.signature.user_op, report.signature.overload) == ("torch.var",
+                                                                     "prims.var.default")
+    queries = [c.query["q"][0] for c in gh.calls("search")]
+    assert queries and all("var" in q for q in queries), queries
+    assert "upstream: no report found" in " ".join(
+        (out / "summary.md").read_text(encoding="utf-8").split())

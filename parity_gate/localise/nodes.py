@@ -68,8 +68,11 @@ def _class(kind: Any) -> str:
 
 
 def _target(node: Any) -> str:
-    return str(node.target) if str(node.target).startswith("aten.") else getattr(
-        node.target, "__name__", str(node.target))
+    """An op overload by its qualified name (`aten.mean.dim`, `prims.var.default`: the
+    namespace says whose op it is), any other callable by its name (`getitem`)."""
+    if getattr(node.target, "namespace", None) and str(node.target).count(".") >= 2:
+        return str(node.target)
+    return getattr(node.target, "__name__", str(node.target))
 
 
 def aten_node(node: Any) -> tuple[Any, str]:

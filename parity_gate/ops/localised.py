@@ -13,6 +13,7 @@ Pure but for reading the node repro's arrays: a RunResult in, records out.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,6 +27,11 @@ from parity_gate.model.upstream import Owner, Signature, Symptom
 from parity_gate.ops.records import user_op
 from parity_gate.ops.signatures import CLASS_ORDER, DTYPE_ORDER, value_symptom
 
+# The op libraries an exported graph's culprit can come from and the sweep names ops by:
+# ATen and its primitives (`torch.var` exports as `prims.var.default`).
+OP_NAMESPACES = ("aten.", "prims.")
+# torch submodules whose functions ATen names with the submodule as prefix.
+_PREFIXED = ("special", "linalg", "fft")
 _BY_VERDICT = {Verdict.SHAPE: Symptom.WRONG_SHAPE, Verdict.DTYPE: Symptom.WRONG_DTYPE,
                Verdict.SIGNED_ZERO: Symptom.SIGNED_ZERO_LOST}
 
@@ -37,7 +43,7 @@ def localised(case: CaseResult) -> Culprit | None:
     if case.op is not None or not case.failed or loc is None or loc.culprit is None \
             or case.outcome is Outcome.EAGER_ERROR or loc.artefact is True:
         return None
-    return loc.culprit if loc.culprit.aten.startswith("aten.") else None
+    return loc.culprit if loc.culprit.aten.startswith(OP_NAMESPACES) else None
 
 
 def symptom_of(case: CaseResult) -> Symptom:
@@ -56,19 +62,26 @@ def option_args(culprit: Culprit) -> list[str]:
     return sorted(f"{k}={v}" if v[:1] in "'\"" else k for k, v in culprit.options.items())
 
 
+def aten_names(op: str) -> set[str]:
+    """The ATen names a public torch function exports as: its own name, prefixed by its
+    submodule where ATen prefixes it (`torch.special.erfcx` → `special_erfcx`), and a
+    loss by its `_loss` kernel (`F.cross_entropy` → `cross_entropy_loss`)."""
+    *path, short = op.split(".")
+    names = {short, f"{short}_loss"}
+    if path and path[-1] in _PREFIXED:
+        names.add(f"{path[-1]}_{short}")
+    return names
+
+
 def user_op_of(culprit: Culprit) -> str:
-    """The op as users call it: the call of that name on the culprit's source line
-    (`F.scaled_dot_product_attention(...)` → torch.nn.functional.…), else the op sweep
+    """The op as users call it: the torch call on the culprit's source line that exports
+    as the culprit's ATen op (`F.scaled_dot_product_attention(...)` →
+    torch.nn.functional.…, `torch.special.erfcx` for `special_erfcx`), else the op sweep
     catalogue's call of it, else "" (the ATen name stands)."""
     name = culprit.aten.split(".")[1]
-    at = culprit.code.find(f"{name}(")
-    if at > 0:
-        start = at
-        while start > 0 and (culprit.code[start - 1].isalnum() or culprit.code[start - 1]
-                             in "._"):
-            start -= 1
-        found = user_op(culprit.code[start:at + len(name)] + "()")
-        if found.startswith("torch."):
+    for call in re.findall(r"[A-Za-z_][\w.]*(?=\()", culprit.code):
+        found = user_op(call + "()")
+        if found.startswith("torch.") and name in aten_names(found):
             return found
     return _catalogued().get(name, "")
 
@@ -81,9 +94,9 @@ def _catalogued() -> dict[str, str]:
     out: dict[str, str] = {}
     for v in VARIANTS:
         name = user_op(v.call)
-        short = name.rsplit(".", 1)[-1]
-        if name and (short not in out or out[short].startswith("Tensor.")):
-            out[short] = name
+        for aten in aten_names(name) if name else ():
+            if aten not in out or out[aten].startswith("Tensor."):
+                out[aten] = name
     return out
 
 
