@@ -27,6 +27,7 @@ from parity_gate.cli import main
 from parity_gate.gate.merge import read_results
 from parity_gate.github import comment
 from parity_gate.model.results import RunResult
+from parity_gate.model.upstream import Owner
 
 ROOT = Path(__file__).resolve().parent.parent
 KNOWN_SDPA = ROOT / "tests" / "data" / "known_sdpa"
@@ -282,3 +283,56 @@ def test_a_culprit_from_torchs_primitives_is_a_searched_signature(tmp_path: Path
     assert queries and all("var" in q for q in queries), queries
     assert "upstream: no report found" in " ".join(
         (out / "summary.md").read_text(encoding="utf-8").split())
+
+
+BY_THE_STANDARD = '''\
+import torch
+
+
+class MeanHead(torch.nn.Module):
+    """Mean-pools the tokens: an empty sequence means an empty reduction."""
+
+    def forward(self, x):
+        return x.mean(dim=1)
+
+
+class LogCap(torch.nn.Module):
+    """A cap in log space: log(relu(x)) is -inf where x <= 0, then clamped from above."""
+
+    def forward(self, x):
+        return torch.clamp(torch.log(torch.relu(x)), max=0.0)
+'''
+
+BY_THE_STANDARD_MANIFEST = """\
+version: 1
+python_path: [.]
+defaults: {batch_sizes: [2], performance: {measure: false}}
+fixtures:
+  empty: {kind: random, inputs: {x: {shape: [batch, 0, 4]}}}
+  signs: {kind: random, inputs: {x: {shape: [batch, 8]}}}
+modules:
+  - {name: mean_head, factory: "stdmodels:MeanHead", inputs: [{name: x}], fixtures: [empty]}
+  - {name: log_cap, factory: "stdmodels:LogCap", inputs: [{name: x}], fixtures: [signs]}
+"""
+
+
+@pytest.mark.process
+def test_localisation_routes_by_the_standard_not_the_reference_evaluator(
+        tmp_path: Path) -> None:
+    """ReduceMean over an empty set is undefined by ONNX (ReduceMean-18), so a graph that
+    reaches it relies on what the standard does not promise: torchlib's, though the
+    reference evaluator's numpy mean gives eager's NaN. A one-sided Clip's missing bound
+    is the type's lowest value by Clip-13's doc, so ONNX Runtime's -3.4e38 for -inf is
+    right and the translation is at fault, though the reference evaluator keeps -inf (its
+    input comes from a Log in the same cut). Both were routed to ONNX Runtime's kernel."""
+    (tmp_path / "stdmodels.py").write_text(BY_THE_STANDARD, encoding="utf-8")
+    (tmp_path / "parity.yml").write_text(BY_THE_STANDARD_MANIFEST, encoding="utf-8")
+    out = tmp_path / "out"
+    assert main(["run", str(tmp_path / "parity.yml"), "--out", str(out), "--quiet"]) == 1
+    run = read_results(out / "results.json")[1]
+    owners = {c.key.module: c.localisation.culprit for c in run.cases
+              if c.localisation is not None and c.localisation.culprit is not None}
+    assert set(owners) == {"mean_head", "log_cap"}, [c.reason for c in run.cases]
+    for module, culprit in owners.items():
+        assert culprit.owner is Owner.TRANSLATION, (module, culprit.owned_by, culprit.reference)
+    assert "undefined" in owners["mean_head"].reference

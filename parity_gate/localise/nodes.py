@@ -239,18 +239,17 @@ def judge(part: Cut, feeds: dict[str, np.ndarray], eager: np.ndarray, tol: cmp.T
     options.log_severity_level = 3
     session = ort.InferenceSession(part.model, options, providers=[provider])
     got = dict(zip(part.outputs, session.run(part.outputs, feeds), strict=True))
-    ref: dict[str, np.ndarray] | None = None
-    try:
-        from onnx.reference import ReferenceEvaluator
-
-        values = ReferenceEvaluator(part.model).run(part.outputs, feeds)
-        ref = {n: np.asarray(v) for n, v in zip(part.outputs, values, strict=True)}
-        said = "ran"
-    except Exception as exc:
-        said = (f"ONNX's reference evaluator cannot run {', '.join(part.ops)} in "
-                f"{eager.dtype}: {first_line(f'{type(exc).__name__}: {exc}')}")
+    ref, every, said = _reference(part, feeds, eager.dtype)
     out = part.output
-    defined = spec.evaluate(onnx.load_from_string(part.model), feeds, out, like=eager.dtype)
+    model = onnx.load_from_string(part.model)
+    undefined = spec.undefined_at(model, {**feeds, **every}) if every else None
+    if undefined is not None and not layers.agreement(eager, got[out], tol).passed:
+        # no value is wrong by the standard there: the graph relies on what it leaves open
+        return Verdict(True, Owner.TRANSLATION, translation_of(fx_node),
+                       f"the standard leaves the result undefined: {undefined}", got[out],
+                       None if ref is None else ref[out])
+    # the making node's inputs as the reference computed them (a Clip after a Log)
+    defined = spec.evaluate(model, {**every, **feeds}, out, like=eager.dtype)
     oracle: np.ndarray | None = None if ref is None else ref[out]
     if defined is not None:
         by_spec = defined[0]
@@ -277,6 +276,22 @@ def judge(part: Cut, feeds: dict[str, np.ndarray], eager: np.ndarray, tol: cmp.T
         by = said if oracle is None else rule.why
     return Verdict(not ort_ok, None if ort_ok else rule.owner, by, said, got[out],
                    None if ref is None else ref[out])
+
+
+def _reference(part: Cut, feeds: dict[str, np.ndarray], dtype: np.dtype[Any]
+               ) -> tuple[dict[str, np.ndarray] | None, dict[str, Any], str]:
+    """ONNX's reference evaluator on the cut: its outputs, every intermediate value (for
+    the standard's undefined cases) and what it did ("ran", or why it could not)."""
+    try:
+        from onnx.reference import ReferenceEvaluator
+
+        with np.errstate(all="ignore"):
+            every = ReferenceEvaluator(part.model).run(None, feeds, intermediate=True)
+        assert isinstance(every, dict)
+        return {n: np.asarray(every[n]) for n in part.outputs}, every, "ran"
+    except Exception as exc:
+        return None, {}, (f"ONNX's reference evaluator cannot run {', '.join(part.ops)} in "
+                          f"{dtype}: {first_line(f'{type(exc).__name__}: {exc}')}")
 
 
 def _reference_against(ref: np.ndarray, defined: np.ndarray, tol: cmp.Tolerance) -> str:
