@@ -123,13 +123,11 @@ def _run(manifest: Manifest, manifest_path: Path, options: RunOptions,
     run.duration_s = time.monotonic() - t0
     decision = apply(run, options.policy, universe)
     run.gate = decision
-    if options.cache_dir is not None and _cache_line(run, options.cache_dir):
-        progress.message(_cache_line(run, options.cache_dir))
-    if replayer is not None and replayer.summary():
-        progress.message(replayer.summary())
-    probes = probe_share(run)
-    if probes:
-        progress.message(probes)
+    lines = [_cache_line(run, options.cache_dir) if options.cache_dir is not None else "",
+             replayer.summary() if replayer is not None else "", probe_share(run)]
+    for line in lines:
+        if line:
+            progress.message(line)
     progress.final(run)
     write_all(run, options.reports)
     if journal is not None:

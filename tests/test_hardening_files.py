@@ -104,7 +104,7 @@ def test_an_entry_listing_a_file_outside_itself_is_never_trusted(tmp_path: Path)
     secret = tmp_path / "private.key"
     secret.write_bytes(b"not the cache's")
     meta = json.loads(entry.file("entry.json").read_text())
-    meta["files"]["../../../../private.key"] = export_cache._sha256(secret)
+    meta["files"]["../../../../private.key"] = export_cache.file_sha256(secret)
     entry.file("entry.json").write_text(json.dumps(meta))
     assert os.path.samefile(entry.folder / "../../../../private.key", secret)
     assert store.get("export", "c" * 64) is None  # a miss, never a hit built on that file

@@ -31,7 +31,7 @@ NaN; that reading is the `basis` each record states.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -167,11 +167,14 @@ SPECS: dict[str, Spec] = {s.op: s for s in (
 
 
 def evaluate(model: Any, feeds: dict[str, np.ndarray], output: str,
-             like: np.dtype[Any] | None = None) -> tuple[np.ndarray, Spec] | None:
+             like: np.dtype[Any] | None = None,
+             computed: Mapping[str, Any] | None = None) -> tuple[np.ndarray, Spec] | None:
     """`output` of a culprit cut (onnx.ModelProto) by its op's definition, in float64
     (rounded to `like` when that is the float dtype it is compared in): only where one
     node with a record makes it and every input it reads is known (a feed, an
-    initializer or a Constant); None otherwise (no oracle: say so)."""
+    initializer, a Constant, or a value `computed` inside the graph: what ONNX's
+    reference evaluator gave the nodes before it, a Log before a Clip); None otherwise
+    (no oracle: say so)."""
     from onnx import helper, numpy_helper
 
     graph = model.graph
@@ -183,6 +186,7 @@ def evaluate(model: Any, feeds: dict[str, np.ndarray], output: str,
                 values[node.output[0]] = numpy_helper.to_array(value)
             else:
                 values[node.output[0]] = np.asarray(value)
+    values.update({k: np.asarray(v) for k, v in (computed or {}).items()})
     values.update(feeds)
     makers = [n for n in graph.node if n.op_type != "Constant" and output in n.output]
     if len(makers) != 1 or makers[0].output[0] != output or makers[0].op_type not in SPECS:

@@ -93,7 +93,7 @@ def module_fingerprint(module: Any, extra: Any = None,
     for path in user_files(roots):
         # Relative to the root it lies under: the same checkout in another folder (another
         # runner, another clone) is the same source and reuses its exports.
-        h.update(f"{_relative(path, roots)}|{_sha256(path)}|".encode())
+        h.update(f"{_relative(path, roots)}|{file_sha256(path)}|".encode())
     h.update(json.dumps(extra, sort_keys=True, default=repr).encode())
     return h.hexdigest()
 
@@ -212,7 +212,7 @@ def _code_of(obj: Any) -> str:
     if path and installed(path):
         return f"{top}=={_version(top)}"
     if path and Path(path).is_file():
-        return _sha256(Path(path))
+        return file_sha256(Path(path))
     try:
         return hashlib.sha256(inspect.getsource(obj).encode()).hexdigest()
     except (OSError, TypeError):
@@ -335,7 +335,7 @@ class ExportCache:
             meta = json.loads(_read(meta_path).decode("utf-8"))
             newer = isinstance(meta.get("format"), int) and meta["format"] > FORMAT
             ok = not newer and meta.get("format") == FORMAT and meta.get("key") == key and all(
-                _own(name) and _regular(folder / name) and _sha256(folder / name) == digest
+                _own(name) and _regular(folder / name) and file_sha256(folder / name) == digest
                 for name, digest in meta["files"].items())
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             newer, ok = False, False
@@ -382,7 +382,7 @@ class ExportCache:
                     self.stats.withheld.append(f"{kind} entry not stored: {note}")
                     return None
             meta = {"format": FORMAT, "key": key, "kind": kind, "created": time.time(),
-                    "files": {name: _sha256(staging / name) for name in files},
+                    "files": {name: file_sha256(staging / name) for name in files},
                     "info": masker.tree(dict(info or {}))}
             (staging / "entry.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
             final.parent.mkdir(parents=True, exist_ok=True)
@@ -521,7 +521,7 @@ def _restored(array: np.ndarray, dtype: str) -> np.ndarray:
     return array
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     """The digest of a regular file, opened without following a link."""
     h = hashlib.sha256()
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from parity_gate.engine.cache import installed, user_files
+from parity_gate.engine.cache import file_sha256, installed, user_files
 from parity_gate.engine.sandbox import CREDENTIALS
 
 WEIGHT_SUFFIXES = frozenset({".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".npz", ".npy",
@@ -71,10 +71,11 @@ class _Recorder:
         writing = (any(c in mode for c in "wax+") if isinstance(mode, str)
                    else isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR))
         if not writing:
-            name = os.fsdecode(path) if isinstance(path, bytes | os.PathLike) else str(path)
-            self.read.add(os.path.abspath(name))
+            name = os.path.abspath(os.fsdecode(path) if isinstance(path, bytes | os.PathLike)
+                                   else str(path))
+            self.read.add(name)
             if self.building:
-                self.built.add(os.path.abspath(name))
+                self.built.add(name)
 
 
 RECORDER = _Recorder()
@@ -219,13 +220,5 @@ def describe(path: Path, base: Path) -> dict[str, Any]:
     st = path.stat()
     return {"path": str(path),
             "rel": path.relative_to(base).as_posix() if path.is_relative_to(base) else None,
-            "sha256": sha256(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+            "sha256": file_sha256(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
             "hashed_ns": time.time_ns()}
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()

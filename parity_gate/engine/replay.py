@@ -31,9 +31,9 @@ from typing import Any
 
 import pydantic_core
 
-from parity_gate.engine.cache import ExportCache, key_of
+from parity_gate.engine.cache import ExportCache, file_sha256, key_of
 from parity_gate.engine.environment import usable_cores
-from parity_gate.engine.inputs import sha256, value_digest
+from parity_gate.engine.inputs import value_digest
 from parity_gate.engine.protocol import Inputs
 from parity_gate.model.findings import Finding
 from parity_gate.model.results import CaseResult
@@ -53,8 +53,7 @@ def environment(providers: tuple[str, ...], jobs: int) -> str:
     dists = sorted(f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions())
     env = sorted(f"{k}={v}" for k, v in os.environ.items() if k.startswith(_ENV_PREFIXES))
     return key_of("environment", sys.version, platform.platform(), dists, _own_code(),
-                  _processor(), list(providers), max(1, usable_cores() // max(1, jobs)),
-                  hashlib.sha256("\n".join(env).encode()).hexdigest())
+                  _processor(), list(providers), max(1, usable_cores() // max(1, jobs)), env)
 
 
 def _own_code() -> str:
@@ -103,7 +102,7 @@ def unchanged(record: dict[str, Any], base: Path) -> bool:
         settled = record["mtime_ns"] < record.get("hashed_ns", 0) - _RACY_NS
         if st.st_mtime_ns == record["mtime_ns"] and settled:
             return True
-        return bool(sha256(path) == record["sha256"])
+        return bool(file_sha256(path) == record["sha256"])
     except (OSError, KeyError, TypeError):
         return False
 

@@ -566,7 +566,7 @@ def _by_definition(case: _Case, got: list[np.ndarray], failing: list[int],
         return ByDefinition(oracle, owner=Owner.TRANSLATION, undefined=undefined)
     values = [np.asarray(every[n]) for n in names]
     for m, name in enumerate(names):
-        defined = spec.evaluate(part, feeds, name, like=case.eager[m].dtype)
+        defined = spec.evaluate(part, feeds, name, like=case.eager[m].dtype, computed=every)
         if defined is not None:
             values[m] = defined[0]
             oracle = f"the definition of {defined[1].op}"
