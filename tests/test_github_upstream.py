@@ -143,8 +143,8 @@ def test_queries_carry_the_op_and_the_symptom() -> None:
     assert [q for _, _, q in upstream.queries(nan)] == [
         "repo:microsoft/onnxscript repo:pytorch/pytorch atan2 (nan OR fix OR implement OR add)"]
     assert [q for _, _, q in upstream.queries(kernel)] == [
-        "repo:microsoft/onnxruntime Atan (not_implemented OR implementation OR kernel OR fix "
-        "OR implement OR add)"]
+        "repo:microsoft/onnxruntime repo:microsoft/onnxscript Atan (not_implemented OR "
+        "implementation OR kernel OR fix OR implement OR add)"]
 
 
 # Near misses for `torch.mean` returning a number where eager returns NaN (the mean over an

@@ -172,7 +172,8 @@ def cli_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, Path, float]
               "op/sdpa.3d/float32/normal/*", "op/circular.1d/float32/empty/*",
               "op/atan2/float32/specials/*", "op/floor_divide/int64/specials/*",
               "op/gru/float32/specials/*", "op/hamming_window/float32/normal/*",
-              "op/std_mean/float32/empty/*"]
+              "op/std_mean/float32/empty/*", "op/sdpa.gqa/float32/empty/*",
+              "op/scatter_add/float16/normal/*"]
     cmd = [sys.executable, "-m", "parity_gate", "ops", "--out", str(out), "--no-baseline",
            "--jobs", "2", "--quiet"]
     for s in select:
@@ -304,3 +305,32 @@ def test_full_sweep_finishes_in_ten_minutes(tmp_path: Path) -> None:
     if _versions_match():
         gate = doc["gate"]
         assert proc.returncode == 0, f"blocking: {gate['blocking'][:20]}\n{proc.stderr[-3000:]}"
+
+
+@pytest.mark.skipif(not _versions_match(), reason=f"outcomes recorded on {RECORDED}")
+def test_an_onnx_runtime_error_is_owned_by_running_the_graph_as_onnx_defines_it(
+        cli_run: tuple[int, Path, float]) -> None:
+    """ORT's Pad raises "Unexpected mode of 3" on an empty input, and its ScatterElements
+    rejects float16 with a reduction, on graphs ONNX's reference evaluator runs to eager's
+    answer: the kernel's (onnxruntime), one cause per kernel. SDPA with enable_gqa on an
+    empty input reshapes 0 elements into a shape of 256: the reference raises too, so the
+    graph is wrong (torchlib)."""
+    from parity_gate.model.findings import FindingClass
+    from parity_gate.model.upstream import Owner
+    from parity_gate.ops.signatures import signature_of
+
+    cases = _cases(out=cli_run[1])
+    for key, owner, node in (("circular.1d/float32", Owner.KERNEL, "Pad"),
+                             ("scatter_add/float16", Owner.KERNEL, "ScatterElements"),
+                             ("sdpa.gqa/float32", Owner.TRANSLATION, "")):
+        case = cases[key]
+        assert case.outcome is Outcome.RUNTIME_ERROR and case.op is not None, key
+        raised = case.op.raised
+        assert raised is not None and raised.owner is owner, (key, raised)
+        sig = signature_of(case)
+        assert (sig.owner, sig.kernel) == (owner, node), key
+        found = FindingClass.RUNTIME if owner is Owner.KERNEL else FindingClass.EXPORTER
+        assert case.op.finding_class is found, key
+    assert cases["circular.1d/float32"].op.raised.with_eager  # type: ignore[union-attr]
+    gqa = cases["sdpa.gqa/float32"].op.raised  # type: ignore[union-attr]
+    assert gqa is not None and "cannot reshape" in (gqa.error or "")

@@ -8,6 +8,7 @@ ONNX Runtime. Pure.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from parity_gate.model.upstream import Owner
@@ -30,6 +31,11 @@ class OwnerRule:
 OWNER_RULES: tuple[OwnerRule, ...] = (
     OwnerRule(True, False, Owner.KERNEL, ""),
     OwnerRule(False, True, Owner.TRANSLATION, ""),
+    # ONNX Runtime raised (with_ort None) on a graph the oracle runs: ONNX defines what
+    # the graph computes there, so the kernel that refuses it is at fault (whether or not
+    # the values by definition are eager's; a wrong graph would be a second report).
+    OwnerRule(True, None, Owner.KERNEL, ""),
+    OwnerRule(False, None, Owner.KERNEL, ""),
     OwnerRule(False, False, None, "split"),
     OwnerRule(True, True, None, "the oracle is within tolerance of both eager and ONNX "
               "Runtime, so it cannot tell them apart"),
@@ -44,3 +50,17 @@ def owner_rule(with_eager: bool | None, with_ort: bool | None) -> OwnerRule:
 def owner_of(ref_eager: bool | None, ref_ort: bool | None) -> Owner | None:
     """The owner rule's answer (see OWNER_RULES)."""
     return owner_rule(ref_eager, ref_ort).owner
+
+
+# How ONNX's reference evaluator says it lacks an op or a dtype itself: nothing about the
+# graph follows from that (its numpy has no bfloat16; some ops are not implemented).
+_REFERENCE_LACKS = re.compile(r"not implemented|no implementation|unable to find|"
+                              r"is not supported|unsupported|bfloat16|float8|int4|"
+                              r"not understood|data type", re.I)
+
+
+def reference_lacks(error: BaseException) -> bool:
+    """The reference evaluator failed for want of its own support, not because the graph
+    is invalid on these inputs: such a failure owns nothing."""
+    return isinstance(error, NotImplementedError) or \
+        _REFERENCE_LACKS.search(f"{type(error).__name__}: {error}") is not None

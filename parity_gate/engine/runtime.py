@@ -67,6 +67,30 @@ class ProviderFallback(RuntimeError):
     """The requested EP did not come up; running would silently test the CPU instead."""
 
 
+_RAISED = re.compile(r"running (\w+) node\. Name:'([^']+)'")
+
+
+def failing_node(text: str) -> tuple[str, str] | None:
+    """(op type, node name) of the node ONNX Runtime names in its error, else None."""
+    m = _RAISED.search(text or "")
+    return (m.group(1), m.group(2)) if m else None
+
+
+# ORT_ENFORCE's wording: "<file>:<line> <function> <condition> was false. <message>".
+_ENFORCED = re.compile(r"^\S+\.(?:h|cc|cpp):\d+ .*? was false\.\s*")
+_SOURCE = re.compile(r"^/\S+\.(?:h|cc|cpp):\d+ ")
+
+
+def status_message(text: str) -> str:
+    """What ONNX Runtime says went wrong in a node, as a maintainer quotes it: the status
+    message without the source location and the enforced condition ("Unexpected mode of 3",
+    "Tensor type mismatch. T=float ...")."""
+    said = text.split("Status Message:", 1)[1].strip().split("\n", 1)[0] \
+        if "Status Message:" in text else ""
+    said = _ENFORCED.sub("", said) if _ENFORCED.match(said) else _SOURCE.sub("", said)
+    return said.removeprefix("CPU execution provider: ").strip()
+
+
 _NO_KERNEL = re.compile(r"NOT_IMPLEMENTED|Could not find an implementation for", re.I)
 _BAD_DIMS = re.compile(r"Got invalid dimensions for input|invalid dimensions", re.I)
 

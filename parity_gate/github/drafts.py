@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from parity_gate.engine.runtime import status_message
 from parity_gate.github.upstream import (
     UpstreamOptions,
     _replace,
@@ -88,18 +89,37 @@ def trigger_words(sig: Signature, cause: causes.Cause | None, example: Example |
     return [w for w in (*words, f"with {', '.join(args)}" if args else "") if w]
 
 
+def _and(words: Sequence[str]) -> str:
+    return " and ".join([", ".join(words[:-1]), words[-1]] if len(words) > 1 else words)
+
+
+def raised_title(sig: Signature, cause: causes.Cause | None, status: str) -> str:
+    """An ONNX Runtime kernel that raises on a graph ONNX defines, as its maintainers
+    title it: the kernel, the dtypes (where a few), an empty input, and what it says
+    ("Pad raises on an empty input: Unexpected mode of 3")."""
+    members = [s for s, _ in cause.members] if cause is not None else [sig]
+    dtypes = list(dict.fromkeys(d for s in members for d in s.dtypes))
+    on = f" on {_and(dtypes)}" if 0 < len(dtypes) <= 3 else ""
+    empty = " on an empty input" if sig.input_classes == ["empty"] else ""
+    said = status.split(". ", 1)[0].rstrip(".")
+    return f"CPUExecutionProvider: {sig.kernel} raises{on}{empty}" + (f": {said}" if said else "")
+
+
 def title(sig: Signature, cause: causes.Cause | None = None,
-          example: Example | None = None, ignored: Sequence[str] = ()) -> str:
+          example: Example | None = None, ignored: Sequence[str] = (), status: str = "") -> str:
     """A title as a user writes it, raw text to paste: the repository's prefix (onnxscript
     `[torchlib]`, pytorch `[ONNX]`), the op the user calls, the symptom with the values
     seen, and the trigger ("on an empty input", "with divisor_override"); a keyword
     argument measured to be ignored (`ignored`: ONNX Runtime returns eager's result
-    without it) is the symptom ("avg_pool2d ignores divisor_override")."""
+    without it) is the symptom ("avg_pool2d ignores divisor_override"); a kernel that
+    raises, with what ONNX Runtime said (`status`)."""
     if cause is not None and cause.listing:
         text = gap_title(cause)
     elif sig.owner is Owner.KERNEL and sig.symptom is Symptom.MISSING_KERNEL:
         text = (f"CPUExecutionProvider has no kernel for {sig.kernel} with "
                 f"{', '.join(sig.dtypes)}")
+    elif sig.owner is Owner.KERNEL and sig.symptom is Symptom.RUN_FAILS and sig.kernel:
+        text = raised_title(sig, cause, status)
     else:
         info = sig.symptom.info
         what = info.phrase.format(eager=_value(example.eager), got=_value(example.onnx)) \
@@ -166,9 +186,17 @@ def _plain(text: str) -> str:
     return " ".join(_UNSAFE.sub("", text).split())
 
 
-def _what(sig: Signature) -> str:
+def _what(sig: Signature, case: CaseResult | None = None) -> str:
     calls = ", ".join(code_span(c) for c in sig.calls[:4])
     more = f" and {len(sig.calls) - 4} more calls" if len(sig.calls) > 4 else ""
+    raised = case.op.raised if case is not None and case.op is not None else None
+    if sig.symptom is Symptom.RUN_FAILS and sig.owner is Owner.KERNEL and raised is not None:
+        values = "eager's answer" if raised.with_eager else "values (not eager's)"
+        return (f"The ONNX model that {code_span('torch.onnx.export(..., dynamo=True)')} "
+                f"writes for {calls}{more} passes {code_span('onnx.checker')} "
+                f"({code_span('full_check=True')}), and {md_text(raised.oracle)} runs it "
+                f"to {values}, but ONNX Runtime's {code_span('CPUExecutionProvider')} raises "
+                f"in its {code_span(sig.kernel)} kernel. Affected: {md_text(scope(sig))}.")
     if sig.symptom is Symptom.MISSING_KERNEL:
         return (f"The ONNX model that {code_span('torch.onnx.export(..., dynamo=True)')} "
                 f"writes for {calls}{more} is valid, but ONNX Runtime's "
@@ -283,7 +311,7 @@ def body(sig: Signature, run: RunResult, repro: str, answer: Mapping[str, Any] |
     where = _where(sig, cause, case)
     listing = cause is not None and cause.listing
     what = f"{_what_gap(cause)}\n\n" + "\n".join(gap_list(cause)) \
-        if cause is not None and listing else _what(sig)  # the template's sections stay
+        if cause is not None and listing else _what(sig, case)  # the template's sections stay
     if sig.owner is Owner.KERNEL:  # onnxruntime's bug template
         sections = [("Describe the issue", f"{what}\n\n{_expected(sig)}"),
                     ("To reproduce", f"{code_block(repro, 'python')}\n\nOutput:\n\n"
@@ -417,7 +445,9 @@ def prepare(run: RunResult, reports: list[UpstreamReport],
         lead = cases[sig.key][0]
         example = as_printed(lead.op.example if lead.op is not None else None,
                              answers.get(sig.key))
-        text = (sig.owner.route.repo, title(sig, cause, example, ignored.get(sig.key, ())),
+        status = status_message(lead.detail or lead.reason)
+        text = (sig.owner.route.repo, title(sig, cause, example, ignored.get(sig.key, ()),
+                                            status),
                 body(sig, run, pick.script, answers.get(sig.key),
                      _replace(report, signature=sig.to_dict()), cause, lead))
         drafted.update({member.key: text for member, _ in cause.members})

@@ -49,11 +49,13 @@ STATE_SCORE = {MatchKind.OPEN_PR: 3.0, MatchKind.MERGED_PR: 2.5, MatchKind.OPEN_
                MatchKind.CLOSED_ISSUE: 1.0, MatchKind.CLOSED_PR: 0.5}
 FINGERPRINT_PREFIX = "parity-gate-finding"
 # Where a defect of each owner may already be reported: its own repository first; users
-# report exporter bugs in pytorch/pytorch (label "module: onnx") whoever owns the code.
+# report exporter bugs in pytorch/pytorch (label "module: onnx") whoever owns the code; a
+# kernel's difference is often reported, and worked around, in torchlib (a NaN MaxPool
+# drops), and that fix is the user's upgrade.
 SEARCHED = {
     Owner.TRANSLATION: ((ROUTES[Owner.TRANSLATION], KINDS), (ROUTES[Owner.CAPTURE], ("issue",))),
     Owner.CAPTURE: ((ROUTES[Owner.CAPTURE], KINDS),),
-    Owner.KERNEL: ((ROUTES[Owner.KERNEL], KINDS),),
+    Owner.KERNEL: ((ROUTES[Owner.KERNEL], KINDS), (ROUTES[Owner.TRANSLATION], KINDS)),
 }
 SEARCHED_REPOS = frozenset(r.repo for r in ROUTES.values())
 # A title that introduces an op (the PR that added it, a feature request), not a fix.
@@ -190,9 +192,8 @@ def _reading(sig: Signature, text: str, trigger: str) -> tuple[bool, bool, bool]
     an input class (an empty input) is that one only where the text says so."""
     info = sig.symptom.info
     symptom = _any(info.evidence, text)
-    opposite = OPPOSITE.get(sig.symptom)
-    contrary = opposite is not None and _any(opposite.info.says, text) \
-        and not _any(info.says, text)
+    contrary = any(_any(other.info.says, text) for other in OPPOSITE.get(sig.symptom, ())) \
+        and not (info.says and _any(info.says, text))
     words = TRIGGER_WORDS.get(trigger)
     return symptom and not contrary, contrary, words is None or _any(words, text)
 
@@ -219,7 +220,8 @@ def assess(sig: Signature, repo: str, item: Mapping[str, Any],
     if symptom:
         why.append(f"describes: {sig.symptom.info.title}")
     if contrary:
-        why.append(f"describes the opposite: {OPPOSITE[sig.symptom].info.title}")
+        said = next(o for o in OPPOSITE[sig.symptom] if _any(o.info.says, text))
+        why.append(f"describes another symptom: {said.info.title}")
     if not triggered:
         why.append(f"not about {TRIGGER_PHRASE.get(trigger) or trigger} inputs")
     args = [a for a in sig.args if _said(a.split("=")[-1].strip("'\""), text)]

@@ -13,7 +13,6 @@ case's: for a generation, the cached step's inputs at the step that raised.
 from __future__ import annotations
 
 import json
-import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,14 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from parity_gate.engine.runtime import first_line
+from parity_gate.engine.runtime import failing_node, first_line
 from parity_gate.hazards import graph as og
 from parity_gate.localise import nodes, repro
 from parity_gate.model.files import remove
 from parity_gate.model.localisation import Check, Culprit, Localisation, Status, StepRun
 from parity_gate.model.upstream import Owner
-
-_RAISED = re.compile(r"running (\w+) node\. Name:'([^']+)'")
 
 SCRIPT = '''#!/usr/bin/env python3
 """Reproduce the ONNX Runtime error of {case_id}: node {node!r} ({op}) alone, fed the
@@ -54,12 +51,6 @@ except Exception as exc:  # the error the gate met
 print("ONNX Runtime ran the node without an error: it does not reproduce")
 sys.exit(0)
 '''
-
-
-def failing_node(text: str) -> tuple[str, str] | None:
-    """(op type, node name) of the node ONNX Runtime names in its error, else None."""
-    m = _RAISED.search(text or "")
-    return (m.group(1), m.group(2)) if m else None
 
 
 @dataclass(frozen=True)
@@ -209,16 +200,23 @@ def _program_raises(case: Raised) -> tuple[bool, str]:
     return False, "the torch.export program runs"
 
 
-def _owner_of_node(proto: Any, node: Any, feeds: dict[str, np.ndarray]) -> tuple[Owner, str]:
+def _owner_of_node(proto: Any, node: Any, feeds: dict[str, np.ndarray]
+                   ) -> tuple[Owner | None, str]:
     """The program runs: the node is the exporter's (ONNX's reference evaluator raises on
-    it too: invalid there) or ONNX Runtime's kernel (the reference evaluator runs it)."""
+    it too: invalid there) or ONNX Runtime's kernel (the reference evaluator runs it);
+    unknown where the reference lacks the op or dtype itself."""
     from onnx.reference import ReferenceEvaluator
+
+    from parity_gate.compare.owner import reference_lacks
 
     try:
         ReferenceEvaluator(_alone(proto, node, feeds)).run(None, feeds)
     except Exception as exc:
+        said = first_line(str(exc))[:160]
+        if reference_lacks(exc):
+            return None, f"ONNX's reference evaluator cannot run {node.op_type}: {said}"
         return Owner.TRANSLATION, (f"ONNX's reference evaluator raises on {node.op_type} "
-                                   f"too: {first_line(str(exc))[:160]}")
+                                   f"too: {said}")
     return Owner.KERNEL, (f"ONNX's reference evaluator runs {node.op_type} on the same "
                           "inputs; ONNX Runtime's kernel raises")
 

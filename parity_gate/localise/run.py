@@ -57,7 +57,7 @@ def jobs_for(run: RunResult, modules: Iterable[ModuleJob], policy: LocalisePolic
 
 def _localised(case: CaseResult) -> bool:
     """A numeric failure, or an ONNX Runtime error that names the node it raised at."""
-    from parity_gate.localise.raised import failing_node
+    from parity_gate.engine.runtime import failing_node
 
     return case.outcome in LOCALISED or (
         case.outcome is Outcome.RUNTIME_ERROR

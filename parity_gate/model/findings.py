@@ -177,8 +177,14 @@ class ByDefinition(Record):
         if self.undefined:
             return (f"the graph reaches {self.undefined}: the translation relies on what "
                     "ONNX leaves undefined")
+        if self.error and self.owner is Owner.TRANSLATION:
+            return f"{self.oracle} raises on the graph too ({self.error}): the graph is wrong"
         if self.error:
             return f"{self.oracle} cannot run the graph: {self.error}"
+        if self.owner is Owner.KERNEL and self.with_ort is None:
+            values = "eager's answer" if self.with_eager else "values other than eager's"
+            return (f"{self.oracle} runs the graph (to {values}): ONNX Runtime's kernel "
+                    "raises on a graph ONNX defines")
         if self.owner is Owner.KERNEL:
             return (f"the graph computes eager's answer by {self.oracle}: ONNX Runtime's "
                     "kernel departs from the ONNX definition")
@@ -347,4 +353,7 @@ class OpCase(Record):
     user_op: str = ""
     eager_quirk: EagerQuirk | None = None
     finding_class: FindingClass | None = None  # set on failing and dismissed cases
+    # ONNX Runtime raised while running the graph: the graph run as ONNX defines it says
+    # whose code the error is (the kernel's where it computes eager's answer).
+    raised: ByDefinition | None = None
 

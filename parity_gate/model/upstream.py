@@ -190,10 +190,16 @@ SYMPTOMS = {
 # Where a node that does not take a dtype fails (no kernel; type constraints that exclude
 # it): one defect per dtype, and one report per dtype lists the nodes (`ops.causes`).
 GAPS = frozenset({Symptom.MISSING_KERNEL, Symptom.INVALID_MODEL})
-# A report of one of these describes the other defect, never this one.
-OPPOSITE = {Symptom.NAN_DROPPED: Symptom.NAN_INTRODUCED,
-            Symptom.NAN_INTRODUCED: Symptom.NAN_DROPPED,
-            Symptom.OVERFLOW_TO_INF: Symptom.INF_LOST, Symptom.INF_LOST: Symptom.OVERFLOW_TO_INF}
+# A report that says one of these (and not this one) describes another defect, never this
+# one: the opposite special value, and for a plain wrong number any special value (a NaN
+# where eager gives 0 is not the mean of V where eager gives 0).
+_SPECIAL_VALUES = (Symptom.NAN_INTRODUCED, Symptom.NAN_DROPPED, Symptom.OVERFLOW_TO_INF,
+                   Symptom.INF_LOST)
+OPPOSITE = {Symptom.NAN_DROPPED: (Symptom.NAN_INTRODUCED,),
+            Symptom.NAN_INTRODUCED: (Symptom.NAN_DROPPED,),
+            Symptom.OVERFLOW_TO_INF: (Symptom.INF_LOST,),
+            Symptom.INF_LOST: (Symptom.OVERFLOW_TO_INF,),
+            Symptom.WRONG_VALUES: _SPECIAL_VALUES}
 # The words a report uses for the input class a value defect needs (its trigger).
 TRIGGER_WORDS = {"empty": [r"\bempty\b", r"zero[- ]size", r"size[- ]?0\b", r"0[- ]size",
                            r"numel\(\)\s*==\s*0", r"no elements", r"shape \(\w*,?\s*0"],
@@ -224,7 +230,8 @@ class Signature(Record):
     owner: Owner
     args: list[str] = field(default_factory=list)  # the keyword arguments that matter
     kernel: str = ""             # the ONNX node that lacks the dtype: "Cast(19)" (no kernel),
-    #                              "Acos" (its type constraints exclude it); else ""
+    #                              "Acos" (its type constraints exclude it); the node type
+    #                              whose kernel raised ("Pad"); else ""
     lowering: str = ""           # the torchlib function (filled where onnxscript is importable)
     lowering_at: str = ""        # its file:line in the installed package
     variants: list[str] = field(default_factory=list)

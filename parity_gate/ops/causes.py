@@ -112,9 +112,11 @@ def _aten_names(cases: Sequence[CaseResult]) -> list[str]:
 
 def culprit(sig: Signature, cases: Sequence[CaseResult], found: Sequence[Found]) -> str:
     """The ATen overload at fault: for a decomposed call, the last of its own ATen ops that
-    fails alone the same way (same owner and symptom, an input class in common, called
-    plainly: a keyword argument such as `alpha=` or `rounding_mode=` runs other code);
-    the signature's overload for a direct call; "" when nothing says which node it is."""
+    fails alone the same way (same owner, the same kind of symptom: a wrong value of any
+    sort, since a predicate's wrong bool shows as an inf downstream; an input class in
+    common, not a dtype: a decomposition casts; called plainly: a keyword argument such as `alpha=` or
+    `rounding_mode=` runs other code); the signature's overload for a direct call; ""
+    when nothing says which node it is."""
     mine = _aten_names(cases)
     if direct(sig) or sig.symptom is Symptom.MISSING_KERNEL or mine == [_name(sig.overload)]:
         return sig.overload  # the call is one ATen op (`F.interpolate` → upsample_bilinear2d)
@@ -122,7 +124,7 @@ def culprit(sig: Signature, cases: Sequence[CaseResult], found: Sequence[Found])
     for other, _ in found:
         name = _name(other.overload)
         if other is sig or not direct(other) or name not in mine or other.owner is not sig.owner \
-                or other.symptom is not sig.symptom or other.args \
+                or family(other.symptom) != family(sig.symptom) or other.args \
                 or not set(other.input_classes) & set(sig.input_classes):
             continue
         rank = (mine.index(name), True, other.overload)
@@ -156,6 +158,9 @@ def cause_key(sig: Signature, blame: str, provider: str = "") -> tuple[str, str]
         return "|".join((sig.owner.value, function, sig.symptom.value, gap(sig))), function
     if sig.symptom is Symptom.MISSING_KERNEL:
         return f"kernel|{sig.kernel}", sig.kernel
+    if sig.owner is Owner.KERNEL and sig.kernel:  # the node type ONNX Runtime raised in
+        return "|".join((sig.owner.value, sig.kernel, family(sig.symptom),
+                         trigger(sig))), sig.kernel
     if blame:
         function = f"aten_{_name(blame)}" if sig.owner is Owner.TRANSLATION else _name(blame)
         mode = ""

@@ -49,6 +49,10 @@ def finding_class(case: CaseResult) -> FindingClass | None:
         return FindingClass.EAGER
     if rc is not None and rc.definition is not None and rc.definition.owner is Owner.KERNEL:
         return FindingClass.RUNTIME  # the graph computes eager's answer by definition
+    raised = case.op.raised if case.op is not None else None
+    if case.outcome is Outcome.RUNTIME_ERROR and raised is not None \
+            and raised.owner is Owner.KERNEL:
+        return FindingClass.RUNTIME  # ONNX Runtime raises on a graph ONNX defines
     return FindingClass.EXPORTER
 
 
@@ -136,6 +140,9 @@ def _recheck(case: CaseResult) -> str:
         parts.append("vanishes with ORT optimizations off")
     if rc is not None and rc.definition is not None and rc.definition.owner is not None:
         parts.append(f"{rc.definition.owner.value} by {rc.definition.oracle}")
+    raised = case.op.raised if case.op is not None else None
+    if raised is not None and raised.owner is not None:
+        parts.append(f"{raised.owner.value}: {raised.describe()}")
     if case.op is not None and case.op.low_precision is not None:
         parts.append("graph computes in lower precision")
     return "; ".join(parts)

@@ -14,6 +14,7 @@ import math
 import re
 from collections.abc import Callable
 
+from parity_gate.engine.runtime import failing_node
 from parity_gate.model.findings import FindingClass, Stage
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, RunResult
@@ -93,7 +94,9 @@ def owner_of(case: CaseResult, symptom: Symptom) -> Owner:
     """Whose code it is: a missing kernel, an ONNX Runtime crash or a difference that
     vanishes with ORT's graph optimizations off is the runtime's; where the graph run by
     ONNX's definition gives eager's answer, the kernel's, and ONNX Runtime's, the
-    translation's (compare.owner); a failure while
+    translation's (compare.owner); an ONNX Runtime error at run time, the kernel's where
+    the graph runs by definition to eager's answer, the translation's where the reference
+    raises too; a failure while
     capturing (or the legacy tracer, which lives in torch) is torch's; the rest is the
     translation's."""
     rc = case.recheck
@@ -106,6 +109,9 @@ def owner_of(case: CaseResult, symptom: Symptom) -> Owner:
         return Owner.KERNEL
     if rc is not None and rc.definition is not None and rc.definition.owner is not None:
         return rc.definition.owner  # the graph by ONNX's definition sides with one side
+    raised = case.op.raised if case.op is not None else None
+    if symptom is Symptom.RUN_FAILS and raised is not None and raised.owner is not None:
+        return raised.owner  # ONNX Runtime raised: the graph run by definition says whose
     if case.reason.startswith("torch.export") or case.provenance.exporter == "torchscript":
         return Owner.CAPTURE
     return Owner.TRANSLATION
@@ -159,14 +165,18 @@ def dtype_gap(case: CaseResult, symptom: Symptom) -> str:
 
 
 def signature_of(case: CaseResult) -> Signature:
-    """The one-case signature (scope filled in by `group`); a dtype gap is one per dtype."""
+    """The one-case signature (scope filled in by `group`); a dtype gap is one per dtype;
+    an error of ONNX Runtime's kernel names the node type it raised in (`Pad`)."""
     assert case.op is not None
     symptom = symptom_of(case)
     node = dtype_gap(case, symptom)
+    owner = owner_of(case, symptom)
+    raised = failing_node(f"{case.reason}\n{case.detail}") \
+        if symptom is Symptom.RUN_FAILS and owner is Owner.KERNEL else None
     return Signature(
         user_op=case.op.user_op, overload=case.op.op, symptom=symptom,
-        owner=owner_of(case, symptom), args=args_that_matter(case.op.call),
-        kernel=node, dtypes=[case.key.dtype] if node else [])
+        owner=owner, args=args_that_matter(case.op.call),
+        kernel=node or (raised[0] if raised else ""), dtypes=[case.key.dtype] if node else [])
 
 
 def group(run: RunResult) -> list[tuple[Signature, list[CaseResult]]]:

@@ -428,7 +428,7 @@ def _run_group(ctx: _Ctx, group: list[_Case], exported: Exported, provider: str)
     runs = isolate(group, attempt, blame)
     for case, failure in runs.failed:
         _fail(ctx, case, [case.keys[case_provider_index(ctx, provider)]], failure,
-              graphs.provenance)
+              graphs.provenance, raised=_raised(case, failure, graphs))
     for sub, outputs in runs.passed:
         for case in sub:
             key = case.keys[case_provider_index(ctx, provider)]
@@ -463,11 +463,13 @@ def _load_and_run(model: onnx.ModelProto, sub: list[_Case], provider: str, whole
 
 
 def _fail(ctx: _Ctx, case: _Case, keys: list[CaseKey], failure: StageFailure,
-          ran: Provenance | None = None) -> None:
+          ran: Provenance | None = None, raised: ByDefinition | None = None) -> None:
     for key in keys:
+        op = case.op_case()
+        op.raised = raised
         ctx.result(CaseResult(key, failure.outcome, failure.reason, failure.detail,
                               timings={"eager_s": case.eager_s},
-                              provenance=ran or provenance(ctx.job), op=case.op_case()))
+                              provenance=ran or provenance(ctx.job), op=op))
 
 
 # --------------------------------------------------------------------------
@@ -538,15 +540,17 @@ def _recheck(case: _Case, got: list[np.ndarray], failing: list[int], graphs: _Gr
     return replace(checked, unoptimized=rerun, definition=definition)
 
 
-def _by_definition(case: _Case, got: list[np.ndarray], failing: list[int],
+def _by_definition(case: _Case, got: list[np.ndarray] | None, failing: list[int],
                    graphs: _Graphs) -> ByDefinition:
     """The case's graph (the one ONNX Runtime ran) evaluated as ONNX defines it, on the
     same inputs, and judged against eager and against ONNX Runtime on the failing
-    outputs: the owner rule says whether the graph or the kernel computes otherwise."""
+    outputs: the owner rule says whether the graph or the kernel computes otherwise.
+    `got` None: ONNX Runtime raised. The reference raising too (not for want of its own
+    support) says the graph is invalid there; computing eager's answer, the kernel."""
     from onnx.reference import ReferenceEvaluator
 
     from parity_gate.compare import spec
-    from parity_gate.compare.owner import owner_rule
+    from parity_gate.compare.owner import owner_rule, reference_lacks
 
     names = case.output_names
     part = og.extract(graphs.model, names)
@@ -559,7 +563,9 @@ def _by_definition(case: _Case, got: list[np.ndarray], failing: list[int],
             warnings.simplefilter("ignore")
             every = ReferenceEvaluator(part).run(None, feeds, intermediate=True)
     except Exception as exc:  # an op or dtype the reference does not implement
-        return ByDefinition(oracle, error=first_line(f"{type(exc).__name__}: {exc}", 200))
+        said = first_line(f"{type(exc).__name__}: {exc}", 200)
+        invalid = got is None and not reference_lacks(exc)
+        return ByDefinition(oracle, error=said, owner=Owner.TRANSLATION if invalid else None)
     assert isinstance(every, dict)
     undefined = spec.undefined_at(part, {**feeds, **every})
     if undefined is not None:  # no value is wrong by the definition: the graph is
@@ -576,8 +582,19 @@ def _by_definition(case: _Case, got: list[np.ndarray], failing: list[int],
         return judge(case.variant, dtype, [side[m] for m in failing],
                      [values[m] for m in failing]).outcome is Outcome.PASS
 
-    with_eager, with_ort = agrees(case.eager), agrees(got)
+    with_eager, with_ort = agrees(case.eager), None if got is None else agrees(got)
     return ByDefinition(oracle, with_eager, with_ort, owner_rule(with_eager, with_ort).owner)
+
+
+def _raised(case: _Case, failure: StageFailure, graphs: _Graphs) -> ByDefinition | None:
+    """Whose code an ONNX Runtime error at run time is: the graph run as ONNX defines it."""
+    if failure.outcome is not Outcome.RUNTIME_ERROR:
+        return None
+    try:
+        return _by_definition(case, None, list(range(len(case.output_names))), graphs)
+    except Exception as exc:  # the oracle's own failure owns nothing
+        return ByDefinition("ONNX's reference evaluator",
+                            error=first_line(f"{type(exc).__name__}: {exc}", 200))
 
 
 def _either(eager: np.ndarray, strided: np.ndarray, got: np.ndarray) -> np.ndarray:
