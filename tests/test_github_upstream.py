@@ -346,3 +346,84 @@ def test_a_malformed_ledger_of_created_issues_is_one_warning(
         "should be a valid string); starting a new one"]
     ledger.write_text('{"fp1": "https://github.com/o/r/issues/1"}')
     assert upstream._read_ledger(ledger) == {"fp1": "https://github.com/o/r/issues/1"}
+
+
+def test_a_report_of_a_special_value_never_claims_a_plain_wrong_number() -> None:
+    """onnxscript#2604 says SDPA returned NaN for a fully masked row where eager returns 0: a
+    model whose bool-mask attention returns the mean of V there (a number, not NaN) has
+    another defect, which that report never claims; its own NaN signature it does."""
+    call = "F.scaled_dot_product_attention(q, k, v, attn_mask=m)"
+    number = op_case("sdpa.mask", "aten.scaled_dot_product_attention.default", cls="normal",
+                     call=call, example=("0.0", "-1.475"))
+    nan = op_case("sdpa.mask", "aten.scaled_dot_product_attention.default", cls="normal",
+                  call=call, example=("0.0", "nan"))
+    report = Item(ONNXSCRIPT, 2604, "[torchlib] SDPA mismatch for a fully masked row",
+                  "A mismatch with aten: `F.scaled_dot_product_attention(q, k, v, "
+                  "attn_mask=m)` with a row of `m` fully masked returned NaN in onnxruntime "
+                  "where eager returns 0.")  # an open issue: it would claim its own defect
+    (wrong, _), = signatures.group(make_run(number))
+    (introduced, _), = signatures.group(make_run(nan))
+    assert (wrong.symptom, introduced.symptom) == (Symptom.WRONG_VALUES, Symptom.NAN_INTRODUCED)
+    seen = upstream.assess(wrong, ONNXSCRIPT, report.to_json(), INSTALLED)
+    assert seen is not None and not seen.confident
+    assert "describes another symptom: returns NaN where eager returns a number" in seen.why
+    own = upstream.assess(introduced, ONNXSCRIPT, report.to_json(), INSTALLED)
+    assert own is not None and own.confident
+    assert "describes: returns NaN where eager returns a number" in own.why
+
+
+PAD_ERROR = ("onnxruntime run: [ONNXRuntimeError] : 1 : FAIL : Non-zero status code returned "
+             "while running Pad node. Name:'node_pad_2' Status Message: Unexpected mode of 3")
+SCATTER_ERROR = ("onnxruntime run: [ONNXRuntimeError] : 6 : RUNTIME_EXCEPTION : Non-zero status "
+                 "code returned while running ScatterElements node. Name:'node_scatter_add_1' "
+                 "Status Message: CPU execution provider: MLFloat16 data type is not supported "
+                 "with ScatterElements opset 16 when reduction is 'add'.")
+RESIZE_ERROR = ("Non-zero status code returned while running Resize node. Name:'n' Status "
+                "Message: /onnxruntime_src/include/onnxruntime/core/framework/tensor.h:210 T* "
+                "onnxruntime::Tensor::MutableData() [with T = float] utils::IsPrimitiveDataType"
+                "<T>(dtype_) was false. Tensor type mismatch. T !=N11onnxruntime17Primitive")
+
+
+def test_status_message_is_what_onnx_runtime_said_without_its_source_location() -> None:
+    from parity_gate.engine.runtime import status_message
+
+    assert status_message(PAD_ERROR) == "Unexpected mode of 3"
+    assert status_message(SCATTER_ERROR) == ("MLFloat16 data type is not supported with "
+                                             "ScatterElements opset 16 when reduction is 'add'.")
+    assert status_message(RESIZE_ERROR) == "Tensor type mismatch. T !=N11onnxruntime17Primitive"
+    assert status_message("no status here") == ""
+
+
+def test_a_kernel_that_raises_is_one_cause_per_node_type_titled_by_what_it_said() -> None:
+    """ONNX Runtime raising on a graph ONNX's reference evaluator runs is its kernel's defect
+    (the sweep's `op.raised`): scatter_add and scatter_reduce reach the same ScatterElements
+    kernel, one cause and one title; without that record the owner stays the translation."""
+    from parity_gate.github import drafts
+    from parity_gate.model.findings import ByDefinition
+    from parity_gate.model.upstream import Owner
+    from parity_gate.ops import causes
+
+    def raising(variant: str, call: str, dtype: str, ran: bool = True) -> CaseResult:
+        case = op_case(variant, f"aten.{variant.split('.')[0]}.two", Outcome.RUNTIME_ERROR,
+                       dtype, "normal", call=call, reason=SCATTER_ERROR)
+        assert case.op is not None
+        case.op.example = None
+        case.op.raised = ByDefinition("ONNX's reference evaluator", with_eager=True,
+                                      owner=Owner.KERNEL) if ran else None
+        return case
+
+    run = make_run(raising("scatter_add", "torch.scatter_add(x, 1, i, s)", "float16"),
+                   raising("scatter_reduce.sum", "torch.scatter_reduce(x, 1, i, s, reduce='sum')",
+                           "bfloat16"))
+    found = signatures.group(run)
+    assert [(s.owner, s.kernel) for s, _ in found] == [(Owner.KERNEL, "ScatterElements")] * 2
+    (cause,) = causes.group(found)
+    assert cause.function == "ScatterElements" and len(cause.members) == 2
+    title = drafts.title(cause.lead, cause, None, (), "MLFloat16 data type is not supported "
+                         "with ScatterElements opset 16 when reduction is 'add'.")
+    assert title == ("CPUExecutionProvider: ScatterElements raises on float16 and bfloat16: "
+                     "MLFloat16 data type is not supported with ScatterElements opset 16 when "
+                     "reduction is add")
+    (unknown, _), = signatures.group(make_run(raising("scatter_add", "torch.scatter_add(x, 1, "
+                                                      "i, s)", "float16", ran=False)))
+    assert (unknown.owner, unknown.kernel) == (Owner.TRANSLATION, "")

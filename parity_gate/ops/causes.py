@@ -114,9 +114,9 @@ def culprit(sig: Signature, cases: Sequence[CaseResult], found: Sequence[Found])
     """The ATen overload at fault: for a decomposed call, the last of its own ATen ops that
     fails alone the same way (same owner, the same kind of symptom: a wrong value of any
     sort, since a predicate's wrong bool shows as an inf downstream; an input class in
-    common, not a dtype: a decomposition casts; called plainly: a keyword argument such as `alpha=` or
-    `rounding_mode=` runs other code); the signature's overload for a direct call; ""
-    when nothing says which node it is."""
+    common, not a dtype: a decomposition casts; called plainly: a keyword argument such as
+    `alpha=` or `rounding_mode=` runs other code); the signature's overload for a direct
+    call; "" when nothing says which node it is."""
     mine = _aten_names(cases)
     if direct(sig) or sig.symptom is Symptom.MISSING_KERNEL or mine == [_name(sig.overload)]:
         return sig.overload  # the call is one ATen op (`F.interpolate` → upsample_bilinear2d)
