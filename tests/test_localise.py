@@ -544,3 +544,29 @@ def test_no_known_finding_is_cited_when_trigger_or_symptom_differ() -> None:
 
     plain = sdpa_nodes(Plain())
     assert plain and known.match(plain, findings) is None
+
+
+def test_a_repro_where_eager_is_nan_everywhere_reports_and_never_breaks(tmp_path: Path) -> None:
+    """var over an empty token axis: eager is NaN in every element and ONNX Runtime returns
+    numbers, so every difference is NaN. The model-level repro names the worst element and
+    exits 1 (it raised "All-NaN slice encountered" and took the node repro with it); a
+    script that raises counts as not reproducing."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    from parity_gate.localise import repro
+
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    x = np.zeros((2, 3), np.float32)
+    case = repro.ReproCase("m/float32/vec/b2/cpu", 1e-5, 1e-3, ["CPUExecutionProvider"], "t")
+    folder = repro.write(tmp_path / "r", case, model=model.SerializeToString(),
+                         inputs={"x": x}, expected={"y": np.full_like(x, np.nan)}, got={"y": x})
+    code, printed = repro.run_script(folder)
+    assert code == 1 and "6/6 out of tolerance" in printed, printed
+    (folder / "repro.py").write_text("raise ValueError('broken')\n")
+    assert repro.run_script(folder) == (3, "the repro script raised ValueError: broken\n")
+    assert onnx.load(str(folder / "model.onnx")).graph.node[0].op_type == "Identity"

@@ -77,6 +77,25 @@ def test_floor_divide_of_inf_is_inf_exactly_so_eager_nan_is_not_confirmed() -> N
     assert "exact" in checked.describe()
 
 
+def test_an_exact_zero_is_zero_though_eager_is_nan_there() -> None:
+    """torch 2.13's float64 fmod(±8.99e307, ±2.2e-308) is NaN; the exact remainder is 0
+    (the dividend is a multiple of the divisor), signed as the dividend, which is what
+    the exported Mod(fmod=1) returns: eager is off, never the export."""
+    inputs, eager = _eager("fmod", "float64")
+    x, y = inputs["x"], inputs["y"]
+    at = np.argwhere(np.isnan(eager) & np.isfinite(x) & (np.abs(x) > 1e307)
+                     & (np.abs(y) == np.finfo(np.float64).tiny))
+    assert len(at) >= 2  # torch 2.13 eager: NaN there
+    truth = _exact("fmod", inputs, eager, eager)
+    for index in map(tuple, at):
+        assert truth[index] == 0 and np.signbit(truth[index]) == np.signbit(x[index])
+    with np.errstate(invalid="ignore"):
+        onnx = np.fmod(x, y)  # IEEE fmod, as ONNX Runtime's Mod(fmod=1)
+    checked = recheck([eager], [onnx], [truth], [_tol("fmod", "float64")], [0],
+                      reference=RecheckReference.EXACT)
+    assert checked.verdict is RecheckVerdict.EAGER_OFF, checked.describe()
+
+
 def test_integer_cases_get_exact_wrapping_references() -> None:
     inputs, eager = _eager("add", "int8")
     truth = _exact("add", inputs, eager)

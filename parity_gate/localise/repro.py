@@ -71,7 +71,8 @@ for name in META["outputs"]:
         bad = ~((diff <= atol + rtol * np.abs(ref)) | (np.isnan(ref) & np.isnan(out))
                 | (ref == out))
     if bad.any():
-        worst = np.unravel_index(int(np.nanargmax(np.where(bad, diff, -1.0))), ref.shape)
+        score = np.where(bad, np.where(np.isnan(diff), np.inf, diff), -1.0)  # NaN: worst
+        worst = np.unravel_index(int(np.argmax(score)), ref.shape)
         print(f"{{name}}: {{int(bad.sum())}}/{{bad.size}} out of tolerance; worst at "
               f"{{tuple(int(i) for i in worst)}}: eager {{ref[worst]!r}} onnx {{out[worst]!r}}")
         failed = True
@@ -250,6 +251,9 @@ def run_script(folder: Path) -> tuple[int, str]:
             runpy.run_path(str(folder / "repro.py"), run_name="__main__")
         except SystemExit as done:
             code = done.code if isinstance(done.code, int) else (0 if done.code is None else 3)
+        except Exception as exc:  # the script itself broke: it shows nothing, never a 1
+            print(f"the repro script raised {type(exc).__name__}: {exc}")
+            code = 3
     return code, printed.getvalue()
 
 

@@ -62,6 +62,13 @@ class Fallback(Exception):
     float64 fallback."""
 
 
+class ExactZero(Fallback):
+    """The exact value is zero and only its sign is IEEE's: the fallback gives the sign
+    where it is a zero itself; where it is not (eager's fmod(huge, tiny) is NaN, the
+    exact remainder 0), the zero takes the sign of the first float operand, as IEEE's
+    fmod and remainder give it (the dividend's)."""
+
+
 def _div(x: Any, y: Any, rounding_mode: str | None = None) -> Any:
     if _is_nan(x) or _is_nan(y):
         return _NAN
@@ -299,7 +306,7 @@ def _to_output(value: Any, dtype: np.dtype) -> Any:
         return float(value)
     v = _f(value)
     if v == 0:
-        raise Fallback("the sign of zero is IEEE's")
+        raise ExactZero("the sign of zero is IEEE's")
     return float(v)
 
 
@@ -345,6 +352,13 @@ def reference(call: str, names: list[str], inputs: dict[str, np.ndarray],
                 exact += 1
             except AttributeError:
                 return None  # not an elementwise call of known functions
+            except ExactZero:
+                if out.dtype.kind != "f":
+                    return None
+                sign = back[i] if back is not None and back[i] == 0 else next(
+                    (f[i] for f, k in zip(flat, kinds, strict=True) if k == "f"), 1.0)
+                result[i] = math.copysign(0.0, sign)
+                exact += 1
             except (Fallback, ZeroDivisionError, ValueError, OverflowError, TypeError):
                 if back is None or out.dtype.kind != "f":
                     return None
