@@ -123,6 +123,9 @@ def test_each_localised_failure_is_a_signature_searched_and_shown_beside_its_cas
 
     draft = Path(float_r.draft)
     text = draft.read_text(encoding="utf-8")
+    # the title quotes what the node repro prints for its worst element
+    assert text.splitlines()[1] == ("# [torchlib] scaled_dot_product_attention returns NaN "
+                                    "instead of 0 with attn_mask")
     attached = draft.with_suffix(".repro")
     assert (attached / "repro.py").read_text(encoding="utf-8") in text  # the node repro
     assert "attn\\_mask: float32 tensor" in text and "eager np.float32(0.0) onnxruntime " \

@@ -11,6 +11,7 @@ report says why. Every value from the run passes the neutraliser on its way in.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -19,6 +20,7 @@ from pathlib import Path
 from parity_gate.github import drafts
 from parity_gate.github.upstream import UpstreamOptions, _replace, fingerprint, issue_url
 from parity_gate.model.files import copy_file, make_folder
+from parity_gate.model.findings import Example
 from parity_gate.model.localisation import Culprit
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.model.text import code_block, code_span, md_link, md_text, one_line
@@ -53,10 +55,27 @@ def prepare(run: RunResult, reports: list[UpstreamReport],
             out.append(_replace(r, not_drafted=why))
             continue
         assert lead.localisation is not None and lead.localisation.culprit is not None
-        drafted[sig.key] = (sig.owner.route.repo, drafts.title(sig),
+        drafted[sig.key] = (sig.owner.route.repo, drafts.title(sig, example=printed(output)),
                             body(sig, run, lead.localisation.culprit, folder, output, r))
         out.append(r)
     return out, drafted
+
+
+# The node repro's line for its worst element: "worst at (0, 1): eager np.float32(0.0)
+# onnxruntime np.float32(-0.3896045)".
+_WORST = re.compile(r"worst at \([\d, ]*\): eager (?:np\.\w+\()?([^\s)]+)\)? "
+                    r"onnxruntime (?:np\.\w+\()?([^\s)]+)\)?")
+
+
+def printed(output: str) -> Example | None:
+    """The worst element the verified node repro printed, for the title to quote what the
+    reader's run of it shows ("returns -0.3896 where eager returns 0")."""
+    found = _WORST.search(output)
+    if found is None:
+        return None
+    value = {"np.True_": "1", "np.False_": "0", "True": "1", "False": "0"}
+    eager, onnx = (value.get(v, v) for v in found.groups())
+    return Example("o0", [], eager, onnx)
 
 
 def _checked(lead: CaseResult, verify: bool) -> tuple[Path | None, str, str]:
