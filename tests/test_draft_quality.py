@@ -249,6 +249,28 @@ def test_a_kernel_draft_says_only_what_was_measured(bundled: RunResult) -> None:
     where = drafts._where(sig, None, kernel)
     assert "persists with graph optimizations off" in where and "vanishes" not in where
     assert "the graph computes eager's answer by ONNX" in where
+    # the kernel is the op of the verified repro's graph, never an unnamed "ONNX" kernel
+    nodes = ["[n0] tmp = Div <> (y, x)", "[n1] t2 = Atan (tmp)", "[n2] out = Where (c, t2, k)"]
+    assert drafts.node_ops(nodes) == ["Div", "Atan", "Where"]
+    named = drafts._where(sig, None, kernel, nodes[1:2])
+    assert named.startswith("The `Atan` kernel of ONNX Runtime's CPU execution provider (")
+
+
+def test_an_export_failure_is_described_as_one() -> None:
+    """No model ever reaches ONNX Runtime when the export fails: the draft says so, and a
+    dtype or precision defect never claims a float64 value is printed."""
+    from parity_gate.model.upstream import Signature
+
+    missing = Signature("torch.fmin", "aten.fmin.default", Symptom.UNSUPPORTED,
+                        Owner.TRANSLATION, calls=["torch.fmin(x, y)"], dtypes=["float32"],
+                        input_classes=["normal"])
+    what = drafts._what(missing)
+    assert what.startswith("`torch.onnx.export(..., dynamo=True)` of `torch.fmin(x, y)` "
+                           "fails: the op has no translation.") and "ONNX Runtime" not in what
+    for symptom in (Symptom.WRONG_DTYPE, Symptom.LOW_PRECISION):
+        said = drafts._expected(Signature("torch.prod", "aten.prod.default", symptom,
+                                          Owner.TRANSLATION))
+        assert "float64 value is printed" not in said and said.startswith("Expected: ")
 
 
 def _literals(script: str) -> int:

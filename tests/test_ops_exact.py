@@ -96,6 +96,30 @@ def test_an_exact_zero_is_zero_though_eager_is_nan_there() -> None:
     assert checked.verdict is RecheckVerdict.EAGER_OFF, checked.describe()
 
 
+def test_a_negative_zero_input_is_exact_where_its_sign_cannot_matter() -> None:
+    """addcdiv(-0, y, y, value=0.5) is 0.5 whatever the zero's sign; torch 2.13's float64
+    eager gives 0.6667 on the denormal y (it scales y first), the export 0.5. The element
+    is exact, not IEEE's fallback (eager itself on float64), so eager is the one off. An
+    element where the sign decides (atan2(-0, -1) is -pi, not pi) keeps IEEE's value."""
+    inputs, eager = _eager("addcdiv", "float64")
+    x, y, z = inputs["x"], inputs["y"], inputs["z"]
+    at = tuple(int(i) for i in np.argwhere((x == 0) & np.signbit(x) & (y == z) & (y > 0)
+                                           & (y < 1e-300))[0])
+    assert eager[at] != 0.5  # torch 2.13: 0.6667 there
+    truth = _exact("addcdiv", inputs, eager, eager)
+    assert truth[at] == 0.5
+    with np.errstate(all="ignore"):
+        onnx = x + 0.5 * (y / z)  # the exported Div, Mul, Add, in IEEE float64
+    assert onnx[at] == 0.5
+    checked = recheck([eager], [onnx], [truth], [_tol("addcdiv", "float64")], [0],
+                      reference=RecheckReference.EXACT)
+    assert checked.verdict is RecheckVerdict.EAGER_OFF, checked.describe()
+    ref = exact.reference("torch.atan2(x, y)", ["x", "y"],
+                          {"x": np.array([-0.0, 1.0]), "y": np.array([-1.0, -0.0])},
+                          [np.zeros(2)], [np.array([-np.pi, np.pi / 2])])
+    assert ref is not None and list(ref[0][0]) == [-np.pi, np.pi / 2] and ref[1] == 1
+
+
 def test_integer_cases_get_exact_wrapping_references() -> None:
     inputs, eager = _eager("add", "int8")
     truth = _exact("add", inputs, eager)

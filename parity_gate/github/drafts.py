@@ -203,6 +203,10 @@ def _what(sig: Signature, case: CaseResult | None = None) -> str:
                 f"{code_span('CPUExecutionProvider')} has no kernel for "
                 f"{code_span(sig.kernel)} with {md_text(', '.join(sig.dtypes))}, so the "
                 "session cannot be created.")
+    if sig.symptom in _AT_EXPORT:
+        return (f"{code_span('torch.onnx.export(..., dynamo=True)')} of {calls}{more} "
+                f"fails: the op {md_text(sig.symptom.info.title)}. Affected: "
+                f"{md_text(scope(sig))}.")
     return (f"{calls}{more} exported with "
             f"{code_span('torch.onnx.export(..., dynamo=True)')} "
             f"{md_text(sig.symptom.info.title)} when run in ONNX Runtime "
@@ -244,17 +248,29 @@ def measured(case: CaseResult | None) -> str:
     return "; ".join(said)
 
 
+# A node line of the verified repro's graph: "[node_max_pool1d] max_pool1d = MaxPool <...>".
+_NODE_OP = re.compile(r"^\[[^\]]*\] [^=]*= (\w+)")
+
+
+def node_ops(nodes: Sequence[str]) -> list[str]:
+    """The ONNX op types of a repro's node lines, each once, in graph order."""
+    return list(dict.fromkeys(m.group(1) for m in map(_NODE_OP.match, nodes) if m))
+
+
 def _where(sig: Signature, cause: causes.Cause | None = None,
-           case: CaseResult | None = None) -> str:
-    """Whose code it is: the kernel (with what was measured), the torchlib function of the
-    node at fault (the cause's culprit, not the first node of a decomposition), or the
-    decomposition when no node was isolated."""
+           case: CaseResult | None = None, nodes: Sequence[str] = ()) -> str:
+    """Whose code it is: the kernel (with what was measured; a value's kernel is the ONNX
+    op of the repro's graph), the torchlib function of the node at fault (the cause's
+    culprit, not the first node of a decomposition), or the decomposition when no node
+    was isolated."""
     if sig.owner is Owner.KERNEL and cause is not None and cause.listing:
         return (f"ONNX Runtime's {code_span(cause.function)}: its {md_text(cause.trigger)} "
                 "kernel registrations (one missing per ONNX op listed).")
     if sig.owner is Owner.KERNEL:
         seen = measured(case) if sig.symptom is not Symptom.MISSING_KERNEL else ""
-        return (f"The {code_span(sig.kernel or 'ONNX')} kernel of ONNX Runtime's CPU "
+        ops = [sig.kernel] if sig.kernel else node_ops(nodes)
+        which = ", ".join(code_span(o) for o in ops) if ops else "graph's"
+        return (f"The {which} kernel{'s' if len(ops) > 1 else ''} of ONNX Runtime's CPU "
                 f"execution provider{f' ({seen})' if seen else ''}.")
     culprit = cause.culprit if cause is not None and cause.culprit and not cause.listing \
         else ""  # a dtype gap's draft is about its lead's own op (_blamed)
@@ -308,12 +324,13 @@ def body(sig: Signature, run: RunResult, repro: str, answer: Mapping[str, Any] |
                         for m in report.related)
     versions = "\n".join(f"- {name}: {md_text(run.versions[name])}" for name in VERSIONS
                          if name in run.versions)
-    where = _where(sig, cause, case)
+    where = _where(sig, cause, case, nodes)
     listing = cause is not None and cause.listing
     what = f"{_what_gap(cause)}\n\n" + "\n".join(gap_list(cause)) \
         if cause is not None and listing else _what(sig, case)  # the template's sections stay
     if sig.owner is Owner.KERNEL:  # onnxruntime's bug template
-        sections = [("Describe the issue", f"{what}\n\n{_expected(sig)}"),
+        graph = f"\n\nThe exported graph:\n\n{shown_nodes}" if nodes else ""
+        sections = [("Describe the issue", f"{what}{graph}\n\n{_expected(sig)}"),
                     ("To reproduce", f"{code_block(repro, 'python')}\n\nOutput:\n\n"
                                      f"{code_block(actual)}"),
                     ("Urgency", "None (found by a test sweep)."),
@@ -350,7 +367,14 @@ _EXPECTED = {
     Symptom.EXPORT_FAILS: "Expected: the export succeeds.",
     Symptom.UNSUPPORTED: "Expected: the export succeeds (the op has no translation).",
     Symptom.CRASH: "Expected: the model runs; the process is killed instead.",
+    Symptom.WRONG_DTYPE: "Expected: ONNX Runtime returns the dtype eager returns; actual: "
+                         "another dtype.",
+    Symptom.LOW_PRECISION: "Expected: the graph computes in the dtype eager returns (the "
+                           "`dtype=` the call asks for); actual: a node computes in a "
+                           "narrower one.",
 }
+# What fails before ONNX Runtime runs anything: the description says the export does.
+_AT_EXPORT = frozenset({Symptom.EXPORT_FAILS, Symptom.UNSUPPORTED})
 
 
 def _expected(sig: Signature) -> str:

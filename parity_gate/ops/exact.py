@@ -244,6 +244,8 @@ _TORCH.update(
     add=lambda x, y, alpha=1: x + alpha * y, sub=lambda x, y, alpha=1: x - alpha * y,
     rsub=lambda x, y, alpha=1: y - alpha * x, mul=lambda x, y: x * y,
     div=_div, true_divide=_div, floor_divide=lambda x, y: _div(x, y, "floor"),
+    addcdiv=lambda x, y, z, value=1: _f(x) + _f(value) * _f(_div(y, z)),
+    addcmul=lambda x, y, z, value=1: _f(x) + _f(value) * _f(y) * _f(z),
     fmod=_fmod, remainder=_remainder, atan2=_m(mpmath.atan2), hypot=_hypot,
     maximum=lambda x, y: _nanmax(x, y, True), minimum=lambda x, y: _nanmax(x, y, True, True),
     fmax=lambda x, y: _nanmax(x, y, False), fmin=lambda x, y: _nanmax(x, y, False, True),
@@ -310,6 +312,25 @@ def _to_output(value: Any, dtype: np.dtype) -> Any:
     return float(v)
 
 
+_BELOW_ZERO = mpmath.mpf(-1) * mpmath.mpf(2) ** -4000  # far below float64's smallest value
+
+
+def _signless(fn: Callable[..., Any], at_zero: list[Any], below_zero: list[Any],
+              dtype: np.dtype) -> Any:
+    """An element with a -0 input, which mpmath cannot express: the call at +0 and just
+    below zero. Where both round to the same non-zero value the zero's sign does not
+    change the answer (addcdiv(-0, y, y, value=0.5) is 0.5), and that value is exact;
+    where they differ (atan2's branch cut, floor, sign, log's domain) or the value is a
+    zero, IEEE decides (the fallback)."""
+    try:
+        up, down = _to_output(fn(*at_zero), dtype), _to_output(fn(*below_zero), dtype)
+    except ExactZero:
+        raise Fallback("the sign of zero is IEEE's") from None
+    if (isinstance(up, float) and (math.isnan(up) or up == 0)) or up != down:
+        raise Fallback("the sign of the zero input decides")
+    return up
+
+
 def reference(call: str, names: list[str], inputs: dict[str, np.ndarray],
               outputs: list[np.ndarray], fallback: list[np.ndarray] | None
               ) -> tuple[list[np.ndarray], int] | None:
@@ -347,8 +368,11 @@ def reference(call: str, names: list[str], inputs: dict[str, np.ndarray],
             args = [_scalar(f[i], k) for f, k in zip(flat, kinds, strict=True)]
             try:
                 if negzero[i]:
-                    raise Fallback("mpmath has no -0.0")
-                result[i] = _to_output(fn(*args), out.dtype)
+                    below = [_BELOW_ZERO if k == "f" and f[i] == 0 and np.signbit(f[i]) else a
+                             for a, f, k in zip(args, flat, kinds, strict=True)]
+                    result[i] = _signless(fn, args, below, out.dtype)
+                else:
+                    result[i] = _to_output(fn(*args), out.dtype)
                 exact += 1
             except AttributeError:
                 return None  # not an elementwise call of known functions
