@@ -327,3 +327,19 @@ def test_a_title_quotes_the_values_the_repro_prints() -> None:
     for kept in ({"output": "eager: tensor([1., 2.]) | onnxruntime: tensor([1., 3.])"},
                  {"output": "eager: torch.float16 | onnxruntime: torch.float32"}, None):
         assert drafts.as_printed(sweep, kept) == sweep
+
+
+def test_a_shrunk_integer_element_is_written_as_an_integer() -> None:
+    """pow(0, -2**63) on int64 shrinks to pow(0, -100): the repro writes -100, never the
+    float -100.0 inside an int64 tensor."""
+    import numpy as np
+
+    from parity_gate.ops import upstream_repro
+
+    int64 = np.dtype("int64")
+    assert upstream_repro._element(upstream_repro._shrink("-9223372036854775808"), int64,
+                                   False) == "torch.tensor([-100], dtype=torch.int64)"
+    assert upstream_repro._element("9223372036854775807", int64, False) == \
+        "torch.tensor([9223372036854775807], dtype=torch.int64)"
+    assert upstream_repro._element("0", np.dtype("bool"), False) == \
+        "torch.tensor([False], dtype=torch.bool)"

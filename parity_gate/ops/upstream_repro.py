@@ -85,8 +85,19 @@ def _tensor(array: np.ndarray, requires_grad: bool, seeded: bool) -> str:
 
 def _element(value: str, dtype: np.dtype, requires_grad: bool) -> str:
     grad = ".requires_grad_()" if requires_grad and dtype.name in FLOATS else ""
-    number = _float(float(value)) if dtype.kind == "f" or dtype.name == "bfloat16" else value
+    number = _float(float(value)) if dtype.kind == "f" or dtype.name == "bfloat16" else \
+        _integer(value, dtype)
     return f"torch.tensor([{number}], dtype=torch.{dtype.name}){grad}"
+
+
+def _integer(value: str, dtype: np.dtype) -> str:
+    """An integer or bool element as Python writes it: a shrunk extreme ("-100.0") is -100."""
+    if dtype.kind == "b":
+        return str(value.strip().lower() in ("true", "1", "1.0"))
+    try:
+        return str(int(value))
+    except ValueError:
+        return str(int(float(value)))
 
 
 def _check(symptom: Symptom, k: int | None, where: str, tol: tuple[float, float]) -> list[str]:
