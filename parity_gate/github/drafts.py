@@ -32,6 +32,7 @@ from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.model.text import code_block, code_span, md_link, md_text, one_line
 from parity_gate.model.upstream import (
     TRIGGER_PHRASE,
+    OpRef,
     Owner,
     Signature,
     Symptom,
@@ -58,7 +59,10 @@ def scope(sig: Signature) -> str:
 
 
 def _value(text: str) -> str:
-    """An example value as a title writes it: `0`, `-3.403e+38`, `NaN`, `inf`."""
+    """An example value as a title writes it: `0`, `-3.403e+38`, `NaN`, `inf`, `True`,
+    `float16` (a dtype)."""
+    if text in ("True", "False") or text in _DTYPE_NAMES:
+        return text
     try:
         v = float(text)
     except ValueError:
@@ -67,25 +71,80 @@ def _value(text: str) -> str:
         else f"{v:.4g}"
 
 
-def _special(example: Example | None) -> str:
-    """The one special input value (NaN, ±inf, -0) an example needs, as a trigger."""
-    values = {_value(v) for v in (example.inputs.values() if example is not None else ())}
-    specials = sorted(v for v in values if v in ("NaN", "inf", "-inf", "-0"))
-    article = "an" if specials and specials[0].startswith("i") else "a"
-    return f"for {article} {specials[0]} input" if len(specials) == 1 else \
-        f"for {' and '.join(specials)} inputs" if specials else ""
+_DTYPE_NAMES = frozenset({"float64", "float32", "float16", "bfloat16", "int64", "int32",
+                          "int16", "int8", "uint8", "bool", "complex64", "complex128"})
+_TINY = {"float64": 2.2250738585072014e-308, "float32": 1.1754944e-38,
+         "float16": 6.104e-05, "bfloat16": 1.1754944e-38}
+_HUGE = 1e4  # a finite input this large is the trigger (upstream_repro.HUGE shrinks it)
 
 
-def trigger_words(sig: Signature, cause: causes.Cause | None, example: Example | None
-                  ) -> list[str]:
+def _values(example: Example) -> dict[str, str]:
+    """Eager's and ONNX Runtime's values for a title: 4 significant digits, or as printed
+    where those read alike (int64 -92233720368547759 vs -92233718306963456)."""
+    eager, got = _value(example.eager), _value(example.onnx)
+    return {"eager": eager, "got": got} if eager != got else \
+        {"eager": example.eager, "got": example.onnx}
+
+
+def _notable(text: str, dtype: str) -> str:
+    """An input value a title names as the trigger: a special (NaN, ±inf, -0), a subnormal,
+    a huge finite value (as it is: `8.988e+307`); "" for an ordinary one."""
+    try:
+        v = float(text)
+    except ValueError:
+        return ""
+    if v != v or v in (float("inf"), -float("inf")):
+        return _value(text)
+    if v == 0:
+        return "-0" if str(text).strip().startswith("-") else ""
+    if abs(v) < _TINY.get(dtype, 0.0):
+        return "subnormal"
+    return f"{v:.4g}" if abs(v) >= _HUGE else ""
+
+
+def _special(example: Example | None, dtype: str = "") -> str:
+    """The input values an example needs, as a trigger: the one special (NaN, ±inf, -0),
+    a subnormal, a huge finite value ("for an inf input", "for 8.988e+307")."""
+    values = {_notable(v, dtype) for v in (example.inputs.values() if example is not None
+                                          else ())} - {""}
+    if not values:
+        return ""
+    if values == {"subnormal"}:
+        return "for a subnormal input"
+    specials = sorted(values)
+    if len(specials) == 1 and specials[0] in ("NaN", "inf", "-inf", "-0"):
+        article = "an" if specials[0].startswith("i") else "a"
+        return f"for {article} {specials[0]} input"
+    plain = all(v in ("NaN", "inf", "-inf", "-0") for v in specials)
+    return f"for {_and(specials)}{' inputs' if plain else ''}" if len(specials) <= 2 else ""
+
+
+def _dtypes_of(sig: Signature, cause: causes.Cause | None) -> list[str]:
+    members = [s for s, _ in cause.members] if cause is not None else [sig]
+    return list(dict.fromkeys(d for s in members for d in s.dtypes))
+
+
+def trigger_words(sig: Signature, cause: causes.Cause | None, example: Example | None,
+                  needless: Sequence[str] = ()) -> list[str]:
     """What it takes to show the defect, as a title says it: the input class ("on an empty
-    input"), the single special value, the keyword arguments every call of it passes."""
+    input"), the notable input value, the one dtype a value defect shows on or the dtypes
+    an error alone shows on ("on bfloat16"), the keyword arguments every call of it
+    passes."""
     cls = sig.input_classes[0] if sig.input_classes else ""
+    phrase = bool(sig.symptom.info.phrase) and causes.family(sig.symptom) == "values"
+    dtypes = _dtypes_of(sig, cause)
     # An empty input is the trigger whatever the symptom (an export that fails only on it);
     # a special value only where the symptom names a value.
-    words = [TRIGGER_PHRASE.get(cls, "") if sig.symptom.info.phrase or cls == "empty" else "",
-             _special(example) if cls == "specials" and sig.symptom.info.phrase else ""]
-    args = cause.args if cause is not None else [a.split("=")[0] for a in sig.args]
+    words = [TRIGGER_PHRASE.get(cls, "") if phrase or cls == "empty" else "",
+             _special(example, dtypes[0] if dtypes else "") if cls == "specials" and phrase
+             else ""]
+    # a sweep's value defect on one of the dtypes swept (a model run has one dtype: no cause)
+    on = sig.trigger.split(",") if sig.trigger and sig.trigger != "empty" else \
+        dtypes if phrase and len(dtypes) == 1 and cause is not None \
+        and dtypes != ["float32"] else []  # float32 is what a reader assumes
+    words.append(f"on {_and(on)}" if on else "")
+    args = [a for a in (cause.args if cause is not None else [a.split("=")[0] for a in sig.args])
+            if a not in needless]
     return [w for w in (*words, f"with {', '.join(args)}" if args else "") if w]
 
 
@@ -106,11 +165,13 @@ def raised_title(sig: Signature, cause: causes.Cause | None, status: str) -> str
 
 
 def title(sig: Signature, cause: causes.Cause | None = None,
-          example: Example | None = None, ignored: Sequence[str] = (), status: str = "") -> str:
+          example: Example | None = None, ignored: Sequence[str] = (), status: str = "",
+          needless: Sequence[str] = ()) -> str:
     """A title as a user writes it, raw text to paste: the repository's prefix (onnxscript
     `[torchlib]`, pytorch `[ONNX]`), the op the user calls, the symptom with the values
     seen, and the trigger ("on an empty input", "with divisor_override"); a keyword
-    argument measured to be ignored (`ignored`: ONNX Runtime returns eager's result
+    argument measured not to be needed (`needless`: the repro fails without it) is no
+    trigger; one measured to be ignored (`ignored`: ONNX Runtime returns eager's result
     without it) is the symptom ("avg_pool2d ignores divisor_override"); a kernel that
     raises, with what ONNX Runtime said (`status`)."""
     if cause is not None and cause.listing:
@@ -122,9 +183,12 @@ def title(sig: Signature, cause: causes.Cause | None = None,
         text = raised_title(sig, cause, status)
     else:
         info = sig.symptom.info
-        what = info.phrase.format(eager=_value(example.eager), got=_value(example.onnx)) \
-            if info.phrase and example is not None else info.title
-        words = trigger_words(sig, cause, example)
+        typed = example is not None and example.eager in _DTYPE_NAMES \
+            and example.onnx in _DTYPE_NAMES
+        what = info.phrase.format(**_values(example)) \
+            if info.phrase and example is not None and \
+            (typed or causes.family(sig.symptom) != "types") else info.title
+        words = trigger_words(sig, cause, example, needless)
         if ignored:  # the values stay in the body
             what = f"ignores {' and '.join(ignored)}"
             words = [w for w in words if not w.startswith("with ")]
@@ -272,8 +336,23 @@ def _where(sig: Signature, cause: causes.Cause | None = None,
         which = ", ".join(code_span(o) for o in ops) if ops else "graph's"
         return (f"The {which} kernel{'s' if len(ops) > 1 else ''} of ONNX Runtime's CPU "
                 f"execution provider{f' ({seen})' if seen else ''}.")
+    said = f"{case.reason}\n{case.detail}" if case is not None else ""
+    if sig.owner is Owner.CAPTURE:  # no ATen graph exists yet: no lowering is involved
+        line = _CAUSED_BY.search(said)
+        at = f", at {code_span(f'{line.group(1)} in {line.group(2)}')}" if line else ""
+        return (f"`torch.export` (step 1/3 of `torch.onnx.export`), before any translation"
+                f"{at}.")
     culprit = cause.culprit if cause is not None and cause.culprit and not cause.listing \
         else ""  # a dtype gap's draft is about its lead's own op (_blamed)
+    missing = _NO_FUNCTION.search(said)
+    if missing and not sig.lowering:
+        op = _aten(culprit or sig.overload)
+        if (missing.group(1), missing.group(2)) == ("aten", OpRef(culprit or sig.overload).name):
+            return (f"No torchlib function is registered for {code_span(op)}, and torch "
+                    "registers no decomposition of it for export.")
+        return (f"{code_span(op)} is decomposed before translation; its "
+                f"{code_span(missing.group(1) + '::' + missing.group(2))} has no translation "
+                "(no torchlib function is registered for it).")
     if sig.lowering:
         at = f" in {code_span(sig.lowering_at)}" if sig.lowering_at else ""
         return (f"{code_span(sig.lowering)}{at}, the torchlib function registered for "
@@ -349,7 +428,8 @@ def body(sig: Signature, run: RunResult, repro: str, answer: Mapping[str, Any] |
                                            f"{code_block(actual)}"),
                     ("ONNX nodes involved", shown_nodes if nodes else
                      "(no model was produced)"),
-                    ("Where the lowering lives", where), ("Versions", versions)]
+                    ("Where it fails" if sig.owner is Owner.CAPTURE else
+                     "Where the lowering lives", where), ("Versions", versions)]
     if cause is not None and cause.also and not listing:
         sections.insert(1, ("Also seen (same cause)", also_seen(cause)))
     if related:
@@ -365,7 +445,8 @@ _EXPECTED = {
                            "what eager returns.",
     Symptom.RUN_FAILS: "Expected: the model runs and returns what eager returns.",
     Symptom.EXPORT_FAILS: "Expected: the export succeeds.",
-    Symptom.UNSUPPORTED: "Expected: the export succeeds (the op has no translation).",
+    Symptom.UNSUPPORTED: "Expected: the export succeeds; actual: no ONNX function is found "
+                         "for the operator (below).",
     Symptom.CRASH: "Expected: the model runs; the process is killed instead.",
     Symptom.WRONG_DTYPE: "Expected: ONNX Runtime returns the dtype eager returns; actual: "
                          "another dtype.",
@@ -374,6 +455,11 @@ _EXPECTED = {
                            "narrower one.",
 }
 # What fails before ONNX Runtime runs anything: the description says the export does.
+# Where torch.export stopped (its "Caused by" line), and the operator no ONNX function was
+# found for.
+_CAUSED_BY = re.compile(r"Caused by: \(([\w/.]+:\d+) in (\w+)\)")
+_NO_FUNCTION = re.compile(r"(?:No ONNX function found for <OpOverload\(op='|unsupported "
+                          r"operator )(\w+)\.(\w+)")
 _AT_EXPORT = frozenset({Symptom.EXPORT_FAILS, Symptom.UNSUPPORTED})
 
 
@@ -447,8 +533,9 @@ def prepare(run: RunResult, reports: list[UpstreamReport],
     overloads = [_blamed(cause_of[s.key], s) for s in leads.values()
                  if s.owner is not Owner.KERNEL and built.get(s.key)]
     chosen, answers, lowerings, unavailable = _verify(run, built, overloads, options)
-    ignored = ignored_args(run, chosen, {s.key: cause_of[s.key].args for s in leads.values()
-                                         if causes.family(s.symptom) == "values"}, options)
+    ignored, needless = measured_args(
+        run, chosen, {s.key: cause_of[s.key].args for s in leads.values()},
+        {s.key for s in leads.values() if causes.family(s.symptom) == "values"}, options)
     drafted: Drafted = {}
     done: dict[str, Signature | str] = {}  # cause key → the drafted signature, or why not
     for key, sig in leads.items():
@@ -468,10 +555,10 @@ def prepare(run: RunResult, reports: list[UpstreamReport],
                         reports, cause, cause_of)
         lead = cases[sig.key][0]
         example = as_printed(lead.op.example if lead.op is not None else None,
-                             answers.get(sig.key))
+                             answers.get(sig.key), pick.values if sig.key in answers else None)
         status = status_message(lead.detail or lead.reason)
         text = (sig.owner.route.repo, title(sig, cause, example, ignored.get(sig.key, ()),
-                                            status),
+                                            status, needless.get(sig.key, ())),
                 body(sig, run, pick.script, answers.get(sig.key),
                      _replace(report, signature=sig.to_dict()), cause, lead))
         drafted.update({member.key: text for member, _ in cause.members})
@@ -486,22 +573,37 @@ def _blamed(cause: causes.Cause, lead: Signature) -> str:
 
 _PRINTED = re.compile(r"^eager: tensor\((\S+?)[,)].*?\| onnxruntime: tensor\((\S+?)[,)]",
                       re.M)
+# What a dtype repro prints: eager's dtype and ONNX Runtime's, or the dtype eager returns
+# and the narrower one the graph computes in.
+_DTYPES = re.compile(r"^eager: torch\.(\w+) \| onnxruntime: torch\.(\w+)$", re.M)
+_COMPUTES = re.compile(r"^eager returns torch\.(\w+) \| the graph computes \[\('[^']*', "
+                       r"'(\w+)'\)", re.M)
 
 
-def as_printed(example: Example | None, answer: Mapping[str, Any] | None) -> Example | None:
+def as_printed(example: Example | None, answer: Mapping[str, Any] | None,
+               inputs: Mapping[str, str] | None = None) -> Example | None:
     """The example with the values the verified repro printed, where it printed one element
-    each side: the title then quotes what the reader's run of the repro shows (a shrunk
-    input gives other values than the sweep's)."""
-    found = _PRINTED.search(str((answer or {}).get("output", "")))
-    if example is None or found is None or found.group(1).startswith("["):
-        return example
-    number = {"True": "1", "False": "0"}
-    eager, onnx = (number.get(v, v) for v in found.groups())
+    each side (or the two dtypes): the title then quotes what the reader's run of the repro
+    shows (a shrunk input gives other values than the sweep's); `inputs`, the repro's own
+    one-element inputs where it has them."""
+    output = str((answer or {}).get("output", ""))
+    typed = _DTYPES.search(output) or _COMPUTES.search(output)
+    if example is None and typed is None:
+        return None
+    if typed is not None:
+        return Example(example.output if example else "o0", example.index if example else [],
+                       typed.group(1), typed.group(2), dict(inputs or {}))
+    assert example is not None
+    found = _PRINTED.search(output)
+    given = dict(inputs) if inputs else example.inputs
+    if found is None or found.group(1).startswith("["):
+        return Example(example.output, example.index, example.eager, example.onnx, given)
+    eager, onnx = found.groups()
     # torch prints 4 or 5 significant digits: 1.7977e+308 reads back as inf, so a printed
     # value that overflows when read keeps the sweep's own
     eager, onnx = (seen if _value(seen) not in ("inf", "-inf") or "inf" in seen else swept
                    for seen, swept in ((eager, example.eager), (onnx, example.onnx)))
-    return Example(example.output, example.index, eager, onnx, example.inputs)
+    return Example(example.output, example.index, eager, onnx, given)
 
 
 def _known(report: UpstreamReport, reports: list[UpstreamReport], cause: causes.Cause,
@@ -538,29 +640,46 @@ def _salt(run: RunResult) -> str:
                                                                "onnxruntime"))
 
 
-def ignored_args(run: RunResult, chosen: Mapping[str, upstream_repro.Repro],
-                 wanted: Mapping[str, Sequence[str]], options: UpstreamOptions
-                 ) -> dict[str, list[str]]:
-    """Signature key → the keyword arguments (of `wanted`) ONNX Runtime was measured to
-    ignore: a probe on the chosen repro's inputs finds its output equal to eager's without
-    the argument (upstream_repro.ignored_probe). Nothing is claimed unverified."""
+def measured_args(run: RunResult, chosen: Mapping[str, upstream_repro.Repro],
+                  wanted: Mapping[str, Sequence[str]], values: set[str],
+                  options: UpstreamOptions) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """Signature key → (the keyword arguments of `wanted` ONNX Runtime was measured to
+    ignore, those the defect was measured not to need). Ignored: a probe on the chosen
+    repro's inputs finds its output equal to eager's without the argument
+    (upstream_repro.ignored_probe; value defects, `values`, only). Not needed: the repro
+    without it still fails the same way (upstream_repro.needless_probe), so the title does
+    not name it as the trigger. Nothing is claimed unverified."""
     probes: list[dict[str, Any]] = []
+    needless: dict[str, upstream_repro.Repro] = {}
     for key, names in wanted.items():
         repro = chosen.get(key)
-        for name in names:
-            script = upstream_repro.ignored_probe(repro, name) if repro is not None else None
+        for name in names if repro is not None else ():
+            assert repro is not None
+            script = upstream_repro.ignored_probe(repro, name) if key in values else None
             if script is not None:
-                probes.append({"key": f"{key}\n{name}", "script": script, "stages": {}})
+                probes.append({"key": f"ignored\n{key}\n{name}", "script": script,
+                               "stages": {}})
+            bare = upstream_repro.needless_probe(repro, name)
+            if bare is not None:
+                needless[f"needless\n{key}\n{name}"] = bare
+                probes.append({"key": f"needless\n{key}\n{name}", "script": bare.script,
+                               "stages": bare.stages})
     if not probes or not options.verify:
-        return {}
+        return {}, {}
     checked = upstream_check.check_all(probes, [], options.check_cache, _salt(run))
-    out: dict[str, list[str]] = {}
-    for probe in probes:
-        answer = checked.answers.get(probe["key"]) or {}
-        if answer.get("stage") == "ok" and upstream_repro.IGNORED in str(answer.get("output")):
-            key, name = str(probe["key"]).split("\n", 1)
-            out.setdefault(key, []).append(name)
-    return out
+    ignored: dict[str, list[str]] = {}
+    unneeded: dict[str, list[str]] = {}
+    for item in probes:
+        answer = checked.answers.get(item["key"]) or {}
+        kind, key, name = str(item["key"]).split("\n", 2)
+        if kind == "ignored" and answer.get("stage") == "ok" \
+                and upstream_repro.IGNORED in str(answer.get("output")):
+            ignored.setdefault(key, []).append(name)
+        elif kind == "needless" and answer and upstream_repro.reproduced(
+                needless[item["key"]], answer["stage"], answer["error"],
+                str(answer.get("output", ""))):
+            unneeded.setdefault(key, []).append(name)
+    return ignored, unneeded
 
 
 def _verify(run: RunResult, built: dict[str, list[upstream_repro.Repro]], overloads: list[str],
@@ -587,7 +706,8 @@ def _verify(run: RunResult, built: dict[str, list[upstream_repro.Repro]], overlo
         lowerings.update(checked.lowerings)
         for k, r in batch.items():
             answer = checked.answers.get(k)
-            if answer and upstream_repro.reproduced(r, answer["stage"], answer["error"]):
+            if answer and upstream_repro.reproduced(r, answer["stage"], answer["error"],
+                                                    str(answer.get("output", ""))):
                 chosen[k], answers[k] = r, answer
     return chosen, answers, lowerings, ""
 

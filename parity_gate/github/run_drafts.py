@@ -73,7 +73,7 @@ def printed(output: str) -> Example | None:
     found = _WORST.search(output)
     if found is None:
         return None
-    value = {"np.True_": "1", "np.False_": "0", "True": "1", "False": "0"}
+    value = {"np.True_": "True", "np.False_": "False"}
     eager, onnx = (value.get(v, v) for v in found.groups())
     return Example("o0", [], eager, onnx)
 

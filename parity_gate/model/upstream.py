@@ -154,7 +154,8 @@ SYMPTOMS = {
                                 r"core dumped"], True),
     Symptom.WRONG_DTYPE: SymptomInfo("returns the wrong dtype", ["dtype", "type"],
                                      [r"\bdtype\b", r"wrong (output )?type", r"float32.*float16",
-                                      r"float16.*float32", r"\bcast\b"]),
+                                      r"float16.*float32", r"\bcast\b"],
+                                     phrase="returns {got} instead of {eager}"),
     Symptom.WRONG_SHAPE: SymptomInfo("returns the wrong shape", ["shape"],
                                      [r"\bshape\b", r"\brank\b", r"dimension"]),
     Symptom.NAN_DROPPED: SymptomInfo("returns a number where eager returns NaN", ["NaN", "nan"],
@@ -173,7 +174,7 @@ SYMPTOMS = {
                                          [r"\binf\b", r"overflow", r"infinity"],
                                          says=[r"overflow", r"(returns?|gives?|produces?|is)"
                                                r" (\+|-)?inf\b"],
-                                         phrase="overflows to inf (eager: {eager})"),
+                                         phrase="returns {got} instead of {eager}"),
     Symptom.INF_LOST: SymptomInfo("returns a finite value where eager returns inf",
                                   ["inf", "infinity"], [r"\binf\b", r"infinity"],
                                   says=[r"instead of (\+|-)?inf", r"(eager|torch|expected)\W+"
@@ -182,7 +183,8 @@ SYMPTOMS = {
                                   phrase="returns {got} instead of {eager}"),
     Symptom.LOW_PRECISION: SymptomInfo("computes in lower precision than requested",
                                        ["precision", "dtype", "float16"],
-                                       [r"precision", r"\bdtype\b", r"float16", r"half"]),
+                                       [r"precision", r"\bdtype\b", r"float16", r"half"],
+                                       phrase="computes {eager} in {got}"),
     Symptom.WRONG_VALUES: SymptomInfo("returns different values", _VALUES,
                                       [rf"\b{w}" for w in _VALUES],
                                       phrase="returns {got} where eager returns {eager}"),
@@ -239,6 +241,7 @@ class Signature(Record):
     dtypes: list[str] = field(default_factory=list)
     input_classes: list[str] = field(default_factory=list)
     lead: str = ""               # the case id the repro reproduces
+    trigger: str = ""            # where an error alone shows: "empty", or its dtypes
 
     @property
     def key(self) -> str:
@@ -248,7 +251,8 @@ class Signature(Record):
         if self.symptom is Symptom.MISSING_KERNEL:
             return f"kernel|{self.kernel}|{gap}"
         return "|".join((self.owner.value, self.user_op or self.overload, self.overload,
-                         ",".join(self.args), self.symptom.value, self.kernel, gap))
+                         ",".join(self.args), self.symptom.value, self.kernel, gap)) \
+            + (f"|{self.trigger}" if self.trigger else "")
 
     @property
     def op_name(self) -> str:

@@ -52,7 +52,7 @@ class Cause:
     owner: Owner
     function: str      # "aten_mean" (torchlib), "Atan(7)" (a kernel), or the call's op
     culprit: str       # the ATen overload whose translation is at fault ("" when the call's)
-    trigger: str       # the input class a wrong value needs ("" for an error)
+    trigger: str       # the input class a wrong value needs; where an error alone shows
     members: list[Found] = field(default_factory=list)
     listing: bool = False  # a dtype gap: one report lists its members, each its own defect
 
@@ -133,9 +133,10 @@ def culprit(sig: Signature, cases: Sequence[CaseResult], found: Sequence[Found])
 
 
 def trigger(sig: Signature) -> str:
-    """The input class a value defect needs (the most ordinary one it shows on)."""
+    """The input class a value defect needs (the most ordinary one it shows on); where an
+    error alone shows (an empty input, its dtypes: `signatures.error_triggers`)."""
     if family(sig.symptom) != "values":
-        return ""
+        return sig.trigger
     return sig.input_classes[0] if sig.input_classes else ""
 
 
@@ -188,8 +189,16 @@ def group(found: Sequence[Found]) -> list[Cause]:
     for cause in causes.values():
         first = cause.members[0][0].symptom
         cause.members.sort(key=lambda m: (not direct(m[0]), m[0].symptom is not first,
-                                          cause.listing and not _own_node(m[0])))
+                                          cause.listing and not _own_node(m[0]),
+                                          _ordinary(m[0])))
     return list(causes.values())
+
+
+def _ordinary(sig: Signature) -> int:
+    """How far from float32 a signature's most ordinary dtype is: a lead shows the cause on
+    the dtype a reader expects (not a bfloat16 repro for a defect of every dtype)."""
+    order = ("float32", "float64", "float16", "bfloat16")
+    return min((order.index(d) for d in sig.dtypes if d in order), default=len(order))
 
 
 def of(causes: Sequence[Cause]) -> dict[str, Cause]:

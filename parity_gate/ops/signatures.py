@@ -164,9 +164,56 @@ def dtype_gap(case: CaseResult, symptom: Symptom) -> str:
     return excluded.group(1)
 
 
-def signature_of(case: CaseResult) -> Signature:
+# Errors: what shows on any input unless `error_triggers` finds where it alone shows.
+ERRORS = frozenset({Symptom.EXPORT_FAILS, Symptom.UNSUPPORTED, Symptom.INVALID_MODEL,
+                    Symptom.RUN_FAILS, Symptom.CRASH})
+_VARIABLE = re.compile(r"\d+|'[^']*'|\"[^\"]*\"")
+
+
+def _said_as(case: CaseResult) -> str:
+    """An error as one defect says it: its first line, numbers and quoted names left out (a
+    shape or a node name differs from input to input, the error does not)."""
+    return _VARIABLE.sub("#", (case.reason or "").split("\n", 1)[0])[:120]
+
+
+def error_triggers(run: RunResult) -> dict[str, str]:
+    """Case id → the trigger of an error that shows only on part of what its call was swept
+    on: `empty` where the call's non-empty inputs of that dtype run or fail otherwise (a
+    zero-size reshape); the dtypes it shows on (`bfloat16`), comma-joined, where the same
+    inputs of other dtypes run or fail otherwise. An error on every input has none (""),
+    so one defect stays one report, and a defect that needs a trigger is one report per
+    trigger, not one mixed with another error of the same call."""
+    seen: dict[str, dict[tuple[str, str], tuple[Symptom, str] | None]] = {}
+    ids: dict[tuple[str, str, str], str] = {}
+    for case in run.cases:
+        shown = reported(case)
+        if case.op is None or not (shown or case.outcome is Outcome.PASS):
+            continue  # eager rejects it or dies on it, or it was skipped: not swept there
+        failing = shown and symptom_of(case) in ERRORS
+        seen.setdefault(case.op.variant, {})[(case.key.dtype, case.key.inputs)] = \
+            (symptom_of(case), _said_as(case)) if failing else None
+        ids[(case.op.variant, case.key.dtype, case.key.inputs)] = case.id
+    out: dict[str, str] = {}
+    for variant, cells in seen.items():
+        for (dtype, cls), me in cells.items():
+            if me is None:
+                continue
+            if cls == "empty":
+                others = [v for (d, k), v in cells.items() if d == dtype and k != "empty"]
+                if others and me not in others:
+                    out[ids[(variant, dtype, cls)]] = "empty"
+                continue
+            alike = [d for d, k in cells if k == cls]
+            same = [d for d in alike if cells[(d, cls)] == me]
+            if len(same) < len(alike):
+                out[ids[(variant, dtype, cls)]] = ",".join(sorted(same, key=_rank(DTYPE_ORDER)))
+    return out
+
+
+def signature_of(case: CaseResult, trigger: str = "") -> Signature:
     """The one-case signature (scope filled in by `group`); a dtype gap is one per dtype;
-    an error of ONNX Runtime's kernel names the node type it raised in (`Pad`)."""
+    an error of ONNX Runtime's kernel names the node type it raised in (`Pad`); an error
+    that shows only on part of its call's inputs carries that part (`error_triggers`)."""
     assert case.op is not None
     symptom = symptom_of(case)
     node = dtype_gap(case, symptom)
@@ -176,16 +223,18 @@ def signature_of(case: CaseResult) -> Signature:
     return Signature(
         user_op=case.op.user_op, overload=case.op.op, symptom=symptom,
         owner=owner, args=args_that_matter(case.op.call),
-        kernel=node or (raised[0] if raised else ""), dtypes=[case.key.dtype] if node else [])
+        kernel=node or (raised[0] if raised else ""), dtypes=[case.key.dtype] if node else [],
+        trigger="" if node or owner is Owner.KERNEL or symptom not in ERRORS else trigger)
 
 
 def group(run: RunResult) -> list[tuple[Signature, list[CaseResult]]]:
     """One signature per defect, its cases lead first; signatures in the order of their
     lead cases' ids. A kernel gap is one report per ONNX op whatever torch op reached it."""
     groups: dict[str, tuple[Signature, list[CaseResult]]] = {}
+    triggers = error_triggers(run)
     for case in run.cases:
         if reported(case):
-            sig = signature_of(case)
+            sig = signature_of(case, triggers.get(case.id, ""))
             groups.setdefault(sig.key, (sig, []))[1].append(case)
     out = []
     for sig, cases in groups.values():

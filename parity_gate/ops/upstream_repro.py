@@ -12,8 +12,9 @@ them (`upstream_check`) and keeps the first that reproduces; none: no draft.
 from __future__ import annotations
 
 import ast
+import itertools
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -40,6 +41,8 @@ class Repro:
     expect: str = "assert"  # the stage that must fail ("died": the process is killed)
     kind: str = ""          # "one element" | "seeded" | "sweep inputs"
     needs: str = ""         # a pattern the error must show (a kernel gap names itself)
+    values: dict[str, str] = field(default_factory=dict)  # one-element inputs, by name
+    shows: str = ""         # a pattern its output must show (the symptom's special value)
 
     @property
     def lines(self) -> int:
@@ -249,6 +252,44 @@ def _shrink(value: str) -> str:
         else value
 
 
+# What a shrunk repro's printed element must show to still be this defect (an input made
+# ordinary may show another difference, or none).
+SHOWS = {Symptom.NAN_INTRODUCED: r"\| onnxruntime: tensor\(nan", Symptom.NAN_DROPPED:
+         r"^eager: tensor\(nan", Symptom.OVERFLOW_TO_INF: r"\| onnxruntime: tensor\(-?inf",
+         Symptom.INF_LOST: r"^eager: tensor\(-?inf"}
+PLAIN = "1.0"  # what a special input value becomes where the defect does not need it
+
+
+def _notable(value: str) -> bool:
+    try:
+        v = float(value)
+    except ValueError:
+        return False
+    return not np.isfinite(v) or abs(v) >= HUGE or (v == 0 and value.strip().startswith("-"))
+
+
+def _fewer_notable(values: list[str]) -> list[list[str]]:
+    """One-element inputs with as few notable values (NaN, ±inf, -0, huge) as may show the
+    defect, fewest first: each notable value kept or made plain (a huge one ±100, a
+    special 1.0); the full set is the caller's last resort. Three notable values at most
+    (eight candidates), else the huge ones shrunk alone."""
+    notable = [i for i, v in enumerate(values) if _notable(v)]
+    if len(notable) > 3:
+        return [[_shrink(v) for v in values]]
+    out: list[list[str]] = []
+    for keep in range(len(notable)):
+        for kept in itertools.combinations(notable, keep):
+            out.append([v if i in kept or i not in notable else _plain(v)
+                        for i, v in enumerate(values)])
+    return [o for i, o in enumerate(out) if o != values and o not in out[:i]]
+
+
+def _plain(value: str) -> str:
+    """A notable value made ordinary: a huge one ±100, -0 +0, NaN or ±inf 1.0."""
+    v = float(value)
+    return _shrink(value) if np.isfinite(v) and v != 0 else "0.0" if v == 0 else PLAIN
+
+
 def _shrunk(array: np.ndarray) -> np.ndarray:
     if array.dtype.kind != "f" and array.dtype.name != "bfloat16":
         return array
@@ -303,12 +344,12 @@ def candidates(sig: Signature, case: CaseResult, variant: OpVariant,
     if example is not None and not raises and set(example.inputs) >= set(arrays) and all(
             a.shape == arrays[variant.arg_names[0]].shape and a.ndim for a in arrays.values()):
         values = [example.inputs[n] for n in variant.arg_names]
-        for shrink in ([_shrink(v) for v in values], values):
-            if shrink is values or shrink != values:
-                out.append(_script(subject, [_element(v, arrays[n].dtype, grads.get(n, False))
-                                             for v, n in zip(shrink, variant.arg_names,
-                                                             strict=True)],
-                                   "[0]", "one element"))
+        for shrink in [*_fewer_notable(values), values]:
+            script = _script(subject, [_element(v, arrays[n].dtype, grads.get(n, False))
+                                       for v, n in zip(shrink, variant.arg_names, strict=True)],
+                             "[0]", "one element")
+            out.append(replace(script, values=dict(zip(variant.arg_names, shrink, strict=True)),
+                               shows=SHOWS.get(sig.symptom, "") if shrink != values else ""))
     data = any(a.dtype.name in FLOATS for a in arrays.values()) and any(
         a.kind == "data" for a in variant.args)
     seeded = [_tensor(arrays[n], grads.get(n, False), _is_data(variant, n))
@@ -372,10 +413,13 @@ def _said(case: CaseResult) -> str:
     return re.escape(detail.split(". ")[0].strip()[:40])
 
 
-def reproduced(repro: Repro, stage: str, error: str) -> bool:
+def reproduced(repro: Repro, stage: str, error: str, output: str = "") -> bool:
     """Did the script fail where this defect shows (and, for a kernel gap or an export
-    error, with what the sweep saw)? A name the script lacks is never the defect."""
+    error, with what the sweep saw; for a shrunk input, printing the symptom's special
+    value)? A name the script lacks is never the defect."""
     if stage != repro.expect or "NameError" in error:
+        return False
+    if repro.shows and re.search(repro.shows, output, re.M) is None:
         return False
     return not repro.needs or re.search(repro.needs, error) is not None
 
@@ -395,6 +439,18 @@ def without(call: str, kwarg: str) -> str | None:
         return None
     node.keywords = [k for k in node.keywords if k.arg != kwarg]
     return ast.unparse(node)
+
+
+def needless_probe(repro: Repro, kwarg: str) -> Repro | None:
+    """The repro with the call made without `kwarg`: where it still fails the same way, the
+    argument is not part of the trigger (`celu(x, alpha=2.0)` computes float64 in float32
+    without `alpha` too) and a title does not name it. None where the call lacks it."""
+    forward = _FORWARD.search(repro.script)
+    call = without(forward.group(2), kwarg) if forward else None
+    if forward is None or call is None:
+        return None
+    start, end = forward.span(2)
+    return replace(repro, script=repro.script[:start] + call + repro.script[end:])
 
 
 def ignored_probe(repro: Repro, kwarg: str) -> str | None:
