@@ -112,3 +112,37 @@ def test_the_needless_probe_drops_one_keyword_from_the_call_only() -> None:
     assert probe is not None and "return F.celu(x)\n" in probe.script
     assert probe.stages == {7: "export"} and probe.script.endswith("model = Model().eval()\n")
     assert upstream_repro.needless_probe(upstream_repro.Repro(script), "beta") is None
+
+
+def test_where_an_export_fails_is_read_from_its_error() -> None:
+    """torch.export stopping on a data-dependent guard names its line, not a torchlib
+    function; a decomposition that reaches an operator without translation names that
+    operator; a torchlib function that raises while translating a decomposition is named
+    with its file:line; an op without any translation says so plainly."""
+    guard = op_case("gaussian_nll_loss", "aten.lt.Scalar", Outcome.EXPORT_ERROR, "float32",
+                    "normal", reason="torch.export: GuardOnDataDependentSymNode: Could not "
+                    "guard. Caused by: (nn/functional.py:3344 in gaussian_nll_loss)")
+    capture = Signature(user_op="torch.nn.functional.gaussian_nll_loss",
+                        overload="aten.lt.Scalar", symptom=Symptom.EXPORT_FAILS,
+                        owner=Owner.CAPTURE)
+    assert drafts._where(capture, None, guard) == (
+        "`torch.export` (step 1/3 of `torch.onnx.export`), before any translation, at "
+        "`nn/functional.py:3344 in gaussian_nll_loss`.")
+    lgamma = op_case("multigammaln", "aten.mvlgamma.default", Outcome.UNSUPPORTED_OP,
+                     reason="translation: unsupported operator prims.lgamma.default")
+    mvlgamma = _sig("torch.special.multigammaln", Symptom.UNSUPPORTED, [], [])
+    mvlgamma = Signature.from_dict({**mvlgamma.to_dict(), "overload": "aten.mvlgamma.default"})
+    assert "`aten::mvlgamma` is decomposed before translation; its `prims::lgamma` has no " \
+        "translation" in drafts._where(mvlgamma, None, lgamma)
+    own = op_case("kthvalue", "aten.kthvalue.default", Outcome.UNSUPPORTED_OP,
+                  reason="translation: unsupported operator aten.kthvalue.default")
+    assert drafts._where(_sig("torch.kthvalue", Symptom.UNSUPPORTED, [], []), None, own) == (
+        "No torchlib function is registered for `aten::kthvalue`, and torch registers no "
+        "decomposition of it for export.")
+    amin = op_case("aminmax", "aten.aminmax.default", Outcome.EXPORT_ERROR,
+                   reason="translation: ConversionError: Error calling function 'aten_amin' "
+                   "with args (x,). The function is defined at '/site-packages/onnxscript/"
+                   "function_libs/torch_lib/ops/core.py:430'.")
+    assert drafts._where(_sig("torch.aminmax", Symptom.EXPORT_FAILS, [], []), None, amin) == (
+        "`aten_amin` in `onnxscript/function_libs/torch_lib/ops/core.py:430` raises while "
+        "translating `aten::aminmax`'s decomposition (the call above, from the export error).")

@@ -138,10 +138,13 @@ def trigger_words(sig: Signature, cause: causes.Cause | None, example: Example |
     words = [TRIGGER_PHRASE.get(cls, "") if phrase or cls == "empty" else "",
              _special(example, dtypes[0] if dtypes else "") if cls == "specials" and phrase
              else ""]
-    # a sweep's value defect on one of the dtypes swept (a model run has one dtype: no cause)
+    # a sweep's value defect on one of the dtypes swept, or on its integer dtypes alone (a
+    # model run has one dtype: no cause); float32 is what a reader assumes
     on = sig.trigger.split(",") if sig.trigger and sig.trigger != "empty" else \
         dtypes if phrase and len(dtypes) == 1 and cause is not None \
-        and dtypes != ["float32"] else []  # float32 is what a reader assumes
+        and dtypes != ["float32"] else \
+        ["integer inputs"] if phrase and cause is not None and len(dtypes) > 1 \
+        and all(d.startswith(("int", "uint")) for d in dtypes) else []
     words.append(f"on {_and(on)}" if on else "")
     args = [a for a in (cause.args if cause is not None else [a.split("=")[0] for a in sig.args])
             if a not in needless]
@@ -344,6 +347,12 @@ def _where(sig: Signature, cause: causes.Cause | None = None,
                 f"{at}.")
     culprit = cause.culprit if cause is not None and cause.culprit and not cause.listing \
         else ""  # a dtype gap's draft is about its lead's own op (_blamed)
+    calling = _CALLING.search(said)
+    if calling and not sig.lowering and sig.symptom in _AT_EXPORT:
+        at = f" in {code_span(calling.group(2))}" if calling.group(2) else ""
+        return (f"{code_span(calling.group(1))}{at} raises while translating "
+                f"{code_span(_aten(culprit or sig.overload))}'s decomposition (the call "
+                "above, from the export error).")
     missing = _NO_FUNCTION.search(said)
     if missing and not sig.lowering:
         op = _aten(culprit or sig.overload)
@@ -460,6 +469,8 @@ _EXPECTED = {
 _CAUSED_BY = re.compile(r"Caused by: \(([\w/.]+:\d+) in (\w+)\)")
 _NO_FUNCTION = re.compile(r"(?:No ONNX function found for <OpOverload\(op='|unsupported "
                           r"operator )(\w+)\.(\w+)")
+_CALLING = re.compile(r"Error calling function '(\w+)'(?:[^\n]*?defined at '[^']*?"
+                      r"(onnxscript/[^']+)')?")
 _AT_EXPORT = frozenset({Symptom.EXPORT_FAILS, Symptom.UNSUPPORTED})
 
 
