@@ -94,7 +94,7 @@ _BACKTICKS = re.compile(r"`+")
 
 
 def _md_plain(text: str) -> str:
-    out = html.escape(inert(text), quote=True).replace("\\", "&#92;").replace("|", "\\|")
+    out = html.escape(inert(text), quote=False).replace("\\", "&#92;").replace("|", "\\|")
     return _MD_PUNCT.sub(r"\\\1", out)
 
 
