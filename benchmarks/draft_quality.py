@@ -14,7 +14,8 @@ an op). Prints one `name: value` line per figure.
 Root causes are counted with `parity_gate.ops.causes` where it exists (absent on
 releases before it: then only the drafts and searches are printed). The paced wall time
 is what GitHub's search limit makes of the searches sent: 10 a minute without a token,
-30 with one.
+30 with one; `--paced token|no-token` measures it, the client pacing its searches as it does
+against GitHub.
 """
 
 from __future__ import annotations
@@ -99,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="?", type=Path)
     parser.add_argument("--verify", action="store_true", help="run every repro (minutes)")
+    parser.add_argument("--paced", choices=("token", "no-token"), default=None,
+                        help="pace searches as the client does against GitHub (10 a minute "
+                             "without a token, 30 with one): the wall time a user waits")
     parser.add_argument("--keep", type=Path, default=None,
                         help="copy the drafts into this folder, to read them")
     args = parser.parse_args(argv)
@@ -107,8 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     with FakeGitHub() as gh, tempfile.TemporaryDirectory() as tmp:
         gh.items += [Item(**{k: v for k, v in t.items()  # type: ignore[arg-type]
                              if k not in ("claims", "listed_for")}) for t in items]
-        client = GitHubClient(gh.url, None, ClientSettings(search_per_minute=60000,
-                                                           backoff_s=0.01))
+        client = GitHubClient(gh.url, "a-token" if args.paced == "token" else None,
+                              ClientSettings(search_per_minute=None if args.paced else 60000,
+                                             backoff_s=0.01))
         folder = Path(tmp) / "drafts"
         t0 = time.monotonic()
         got, warnings = upstream_pass.attach(run, client, upstream.UpstreamOptions(
@@ -142,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.verify else "n/a (--verify)",
         **suppression(reports, items),
         "searches": searches,
-        "wall_s (local server, unpaced)": round(wall, 1),
+        f"wall_s (local server, {'paced, ' + args.paced if args.paced else 'unpaced'})":
+            round(wall, 1),
         "paced_min without token (10/min)": round(searches / 10, 1),
         "paced_min with token (30/min)": round(searches / 30, 1),
         "warnings": len(warnings),
