@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from parity_gate.engine.fixtures import is_float_dtype, special_values
 from parity_gate.engine.runtime import status_message
 from parity_gate.github.upstream import (
     UpstreamOptions,
@@ -73,9 +74,6 @@ def _value(text: str) -> str:
 
 _DTYPE_NAMES = frozenset({"float64", "float32", "float16", "bfloat16", "int64", "int32",
                           "int16", "int8", "uint8", "bool", "complex64", "complex128"})
-_TINY = {"float64": 2.2250738585072014e-308, "float32": 1.1754944e-38,
-         "float16": 6.104e-05, "bfloat16": 1.1754944e-38}
-_HUGE = 1e4  # a finite input this large is the trigger (upstream_repro.HUGE shrinks it)
 
 
 def _values(example: Example) -> dict[str, str]:
@@ -97,9 +95,11 @@ def _notable(text: str, dtype: str) -> str:
         return _value(text)
     if v == 0:
         return "-0" if str(text).strip().startswith("-") else ""
-    if abs(v) < _TINY.get(dtype, 0.0):
+    tiny = special_values(dtype, ["tiny"])[0] if is_float_dtype(dtype) else 0.0
+    if abs(v) < tiny:
         return "subnormal"
-    return f"{v:.4g}" if abs(v) >= _HUGE else ""
+    # a finite input the repro keeps this large is the trigger (shrunk where it is not)
+    return f"{v:.4g}" if abs(v) >= upstream_repro.HUGE else ""
 
 
 def _special(example: Example | None, dtype: str = "") -> str:
@@ -159,8 +159,7 @@ def raised_title(sig: Signature, cause: causes.Cause | None, status: str) -> str
     """An ONNX Runtime kernel that raises on a graph ONNX defines, as its maintainers
     title it: the kernel, the dtypes (where a few), an empty input, and what it says
     ("Pad raises on an empty input: Unexpected mode of 3")."""
-    members = [s for s, _ in cause.members] if cause is not None else [sig]
-    dtypes = list(dict.fromkeys(d for s in members for d in s.dtypes))
+    dtypes = _dtypes_of(sig, cause)
     on = f" on {_and(dtypes)}" if 0 < len(dtypes) <= 3 else ""
     empty = " on an empty input" if sig.input_classes == ["empty"] else ""
     said = status.split(". ", 1)[0].rstrip(".")
@@ -664,8 +663,9 @@ def measured_args(run: RunResult, chosen: Mapping[str, upstream_repro.Repro],
     needless: dict[str, upstream_repro.Repro] = {}
     for key, names in wanted.items():
         repro = chosen.get(key)
-        for name in names if repro is not None else ():
-            assert repro is not None
+        if repro is None:
+            continue
+        for name in names:
             script = upstream_repro.ignored_probe(repro, name) if key in values else None
             if script is not None:
                 probes.append({"key": f"ignored\n{key}\n{name}", "script": script,

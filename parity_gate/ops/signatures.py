@@ -189,9 +189,9 @@ def error_triggers(run: RunResult) -> dict[str, str]:
         shown = reported(case)
         if case.op is None or not (shown or case.outcome is Outcome.PASS):
             continue  # eager rejects it or dies on it, or it was skipped: not swept there
-        failing = shown and symptom_of(case) in ERRORS
+        symptom = symptom_of(case) if shown else None
         seen.setdefault(case.op.variant, {})[(case.key.dtype, case.key.inputs)] = \
-            (symptom_of(case), _said_as(case)) if failing else None
+            (symptom, _said_as(case)) if symptom in ERRORS else None
         ids[(case.op.variant, case.key.dtype, case.key.inputs)] = case.id
     out: dict[str, str] = {}
     for variant, cells in seen.items():

@@ -275,13 +275,11 @@ def _fewer_notable(values: list[str]) -> list[list[str]]:
     (eight candidates), else the huge ones shrunk alone."""
     notable = [i for i, v in enumerate(values) if _notable(v)]
     if len(notable) > 3:
-        return [[_shrink(v) for v in values]]
-    out: list[list[str]] = []
-    for keep in range(len(notable)):
-        for kept in itertools.combinations(notable, keep):
-            out.append([v if i in kept or i not in notable else _plain(v)
-                        for i, v in enumerate(values)])
-    return [o for i, o in enumerate(out) if o != values and o not in out[:i]]
+        shrunk = [_shrink(v) for v in values]
+        return [shrunk] if shrunk != values else []
+    # each notable value made plain differs from it: no candidate repeats another or the set
+    return [[v if i in kept or i not in notable else _plain(v) for i, v in enumerate(values)]
+            for keep in range(len(notable)) for kept in itertools.combinations(notable, keep)]
 
 
 def _plain(value: str) -> str:
