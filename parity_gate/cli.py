@@ -71,20 +71,17 @@ def build_parser() -> argparse.ArgumentParser:
                      f"may use, {usable_cores()} here)")
     cache = run.add_mutually_exclusive_group()
     cache.add_argument("--cache-dir", type=Path, metavar="DIR",
-                       help="the export cache: each module's exported ONNX model per dtype and "
-                       "its eager reference outputs, kept for the next run and keyed by a hash "
-                       "of the module's weights, attributes and code, the factory and its "
-                       "kwargs, input specs, dtype, export options, hazard settings and the "
-                       "torch, onnxscript, onnx and parity-gate versions (default: "
+                       help="the export cache: the ONNX translation of each captured "
+                       "torch.export program, keyed by a digest of that program (graph, "
+                       "weights, constants, shape constraints), the export options and the "
+                       "exporter stack's versions. Every module is still built, run eagerly "
+                       "and captured in every run (default: "
                        f"${CACHE_ENV} if set, else "
                        f"{DEFAULT_CACHE_DIR} here)")
     cache.add_argument("--no-cache", action="store_true",
-                       help="export and compute every reference afresh; read and write no cache")
-    run.add_argument("--rerun", action="store_true",
-                     help="run every module, even one whose cases all passed with nothing they "
-                     "depend on changed since (the cache replays those by default: "
-                     "docs/explanation/export-cache.md); exports and references still come "
-                     "from the cache. To time latency afresh, say")
+                       help="translate every export afresh; read and write no cache")
+    # Accepted for old workflows: every module runs in every run now, so it changes nothing.
+    run.add_argument("--rerun", action="store_true", help=argparse.SUPPRESS)
     _add_gate_args(run)
     run.add_argument("--shard", metavar="K/N",
                      help="run only part K of N (cost-balanced, whole modules), e.g. 2/4")
@@ -259,8 +256,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         quiet=args.quiet,
         localise=None if args.no_localise else _localise_policy(args, manifest),
         cache_dir=cache_dir,
-        replay=not args.rerun,
     )
+    if args.rerun:
+        print("parity-gate: --rerun changes nothing: every module is run in every run "
+              "(docs/explanation/export-cache.md)", file=sys.stderr)
     run, decision, stopped = run_manifest(manifest, path, options)
     for line in notices(decision):
         print(line, file=sys.stderr)

@@ -16,8 +16,6 @@ from typing import Any
 from parity_gate import __version__
 from parity_gate.engine.environment import versions
 from parity_gate.engine.pool import Activity, WorkerPool
-from parity_gate.engine.protocol import Inputs
-from parity_gate.engine.replay import Replayer
 from parity_gate.engine.runtime import available_providers
 from parity_gate.engine.signals import Interrupted, Signals, interruptible
 from parity_gate.errors import UserError
@@ -49,7 +47,6 @@ class RunOptions:
     timings: dict[str, float] | None = None  # module → seconds, from --timings
     localise: LocalisePolicy | None = field(default_factory=LocalisePolicy)  # None: --no-localise
     cache_dir: Path | None = None  # the export cache (--cache-dir); None: --no-cache
-    replay: bool = True  # modules unchanged since they passed are replayed (False: --rerun)
 
 
 def _replay_crashes(run: RunResult, policy: LocalisePolicy, journal: Journal | None,
@@ -118,13 +115,12 @@ def _run(manifest: Manifest, manifest_path: Path, options: RunOptions,
     if work.jobs:
         progress.started(len(work.jobs), min(options.jobs, len(work.jobs)))
     t0 = time.monotonic()
-    replayer = Replayer.open(options.cache_dir, available, options.jobs, options.replay)
-    _execute(run, work, options, progress, journal, signals, replayer)
+    _execute(run, work, options, progress, journal, signals)
     run.duration_s = time.monotonic() - t0
     decision = apply(run, options.policy, universe)
     run.gate = decision
     lines = [_cache_line(run, options.cache_dir) if options.cache_dir is not None else "",
-             replayer.summary() if replayer is not None else "", probe_share(run)]
+             probe_share(run)]
     for line in lines:
         if line:
             progress.message(line)
@@ -171,7 +167,7 @@ def _plan_work(manifest: Manifest, manifest_path: Path,
 
 
 def _execute(run: RunResult, work: Plan, options: RunOptions, progress: Progress,
-             journal: Journal | None, signals: Signals, replayer: Replayer | None) -> None:
+             journal: Journal | None, signals: Signals) -> None:
     """The jobs on the worker pool, each event recorded as it comes, then the failing
     cases' crash replays and localisation on the same pool. A signal ends it with the
     interrupted notice; the pool is closed whatever happens."""
@@ -179,7 +175,7 @@ def _execute(run: RunResult, work: Plan, options: RunOptions, progress: Progress
     try:
         signals.arm()  # a signal during the set-up stops the run here
         pool = WorkerPool(options.jobs, warm=(ModuleJob.entry.partition(":")[0],))
-        _run_jobs(run, work.jobs, pool, Sink(progress, journal), replayer)
+        _run_jobs(run, work.jobs, pool, Sink(progress, journal))
         if options.localise is not None and options.localise.artifacts is not None:
             _replay_crashes(run, options.localise, journal, progress, work.jobs, pool)
         if options.localise is not None:  # follow-up checks on the failing cases
@@ -209,38 +205,22 @@ class Sink:
     journal: Journal | None
 
 
-def _run_jobs(run: RunResult, jobs: list[ModuleJob], pool: WorkerPool, sink: Sink,
-              replayer: Replayer | None) -> None:
-    """Each job replayed from the results cache when nothing it depends on changed, the
-    rest on the pool; each job that passed whole is stored for the next run."""
-    todo = []
-    for job in jobs:
-        replayed = replayer.lookup(job) if replayer is not None else None
-        if replayed is None:
-            todo.append(job)
-        for past in replayed or []:
-            _take(run, sink, past)
-    by_job: dict[str, list[CaseResult | Finding | Inputs]] = {j.name: [] for j in todo}
-    helpers = {i for job in todo for i in job.helpers}
+def _run_jobs(run: RunResult, jobs: list[ModuleJob], pool: WorkerPool, sink: Sink) -> None:
+    """Every job on the pool: each module is built and run in every run, whatever a cache
+    holds (the cache serves only what is a pure function of what the run itself digests:
+    engine.translations)."""
+    helpers = {i for job in jobs for i in job.helpers}
     held: list[CaseResult] = []
-    for event in pool.run(todo):
+    for event in pool.run(jobs):
         if isinstance(event, Activity):
             sink.progress.step(event.module, event.step)
             continue
         if isinstance(event, CaseResult) and event.id in helpers:
             held.append(event)  # run only to make a selected probe's export
             continue
-        name = event.key.module if isinstance(event, CaseResult) else (
-            event.job if isinstance(event, Inputs) else event.module)
-        by_job.setdefault(name, []).append(event)
-        if not isinstance(event, Inputs):
-            _take(run, sink, event)
+        _take(run, sink, event)
     for case in unexplained(held, run.cases):
         _take(run, sink, case)
-    if replayer is not None:
-        for job in todo:
-            if not job.helpers:  # a probe selection reports part of what it ran
-                replayer.remember(job, by_job.get(job.name, []), run.started_at)
 
 
 def _take(run: RunResult, sink: Sink, event: CaseResult | Finding) -> None:
@@ -308,18 +288,18 @@ def probe_share(run: RunResult) -> str:
 
 
 def _cache_line(run: RunResult, folder: Path) -> str:
-    """How many (module, dtype) exports the cache gave back, of those that exported in
-    this run ('' when every module was replayed)."""
+    """How many (module, dtype) exports reused their ONNX translation from the cache, of
+    those that exported in this run ('' when none exported)."""
     exported: dict[tuple[str, str], bool] = {}
     for case in run.cases:
-        if case.provenance is not None and case.provenance.opset is not None \
-                and not case.provenance.replayed:
+        if case.provenance is not None and case.provenance.opset is not None:
             key = (case.key.module, case.key.dtype)
             exported[key] = exported.get(key, True) and case.provenance.export_cached
     if not exported:
         return ""
     return (f"export cache {folder}: {sum(exported.values())} of {len(exported)} exports "
-            "reused")
+            "reused their ONNX translation (every module was built, run eagerly and "
+            "captured with torch.export in this run)")
 
 
 def _sha256(path: Path) -> str:

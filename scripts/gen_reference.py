@@ -41,7 +41,8 @@ def manifest_keys() -> str:
 
 def _actions(parser: argparse.ArgumentParser) -> Iterator[argparse.Action]:
     for action in parser._actions:
-        if not isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
+        if not isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)) \
+                and action.help != argparse.SUPPRESS:  # kept for old callers, not documented
             yield action
 
 

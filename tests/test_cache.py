@@ -1,4 +1,5 @@
-"""The export cache: every key component invalidates, damaged entries are rebuilt."""
+"""The export cache: the program digest and the translation key change with what a
+translation reads; damaged entries are rebuilt; concurrent writers; pruning."""
 
 from __future__ import annotations
 
@@ -10,8 +11,6 @@ import tempfile
 import threading
 from pathlib import Path
 
-import numpy as np
-import pytest
 import torch
 
 from parity_gate.engine import cache as c
@@ -42,51 +41,57 @@ def load(tmp: Path, name: str = "cached_net", extra: str = "") -> torch.nn.Modul
     return module.Net()
 
 
-def key(net: torch.nn.Module, **change: object) -> str:
-    parts: dict[str, object] = {"inputs": [{"name": "x", "dynamic": {0: "batch"}}],
-                                "dtype": "float32", "export": {"exporter": "dynamo"},
-                                "example": ["random", 0, 2],
-                                "versions": {"torch": "2.13.0", "onnxscript": "0.7.2",
-                                             "onnx": "1.19.0"}}
-    parts.update(change)
-    return c.export_key(c.module_fingerprint(net), parts["inputs"], str(parts["dtype"]),
-                        parts["export"], parts["example"], parts["versions"])  # type: ignore[arg-type]
+def digest(net: torch.nn.Module, dynamic: bool = True, low: int | None = None) -> str:
+    """The digest of the program torch.export captures from `net` (as the gate captures)."""
+    from parity_gate.engine.exporting import _capture
+    from parity_gate.engine.programs import program_digest
+
+    batch = torch.export.Dim("batch", min=low) if low is not None else torch.export.Dim("batch")
+    program = _capture(torch, net.eval(), (torch.ones(3, 4),), {},
+                       ({0: batch},) if dynamic else None)
+    assert program is not None
+    return program_digest(program)
 
 
-def test_every_component_of_the_key_invalidates(tmp_path: Path) -> None:
+def test_the_program_digest_changes_with_what_the_translation_reads(tmp_path: Path) -> None:
+    """Same code and seed: the same digest (no false miss, two captures apart). One weight,
+    one source line (the stack traces the translation copies), a new op, a buffer kept out
+    of the state dict, a dynamic dim or its range: each a new digest."""
     net = load(tmp_path)
-    base = key(net)
-    assert key(load(tmp_path)) == base  # same code, same seed: same key (no false miss)
+    base = digest(net)
+    assert digest(load(tmp_path)) == base
     with torch.no_grad():
         net.fc.weight[0, 0] += 1e-6  # one weight, by one ulp-ish step
-    assert key(net) != base
-    edited = load(tmp_path, extra=" * 1")  # one source line edited
-    assert key(edited) != base
-    net = load(tmp_path)
-    assert key(net, export={"exporter": "dynamo", "opset": 18}) != base
-    assert key(net, versions={"torch": "2.13.0", "onnxscript": "0.7.3", "onnx": "1.19.0"}) \
-        != base
-    assert key(net, dtype="float16") != base
-    assert key(net, inputs=[{"name": "x", "dynamic": {}}]) != base
-    assert key(net, example=["random", 0, 4]) != base
-    net.register_buffer("scale", torch.ones(1))  # a new buffer is part of the weights
-    assert key(net) != base
-    net = load(tmp_path)
-    net.register_buffer("inv_freq", torch.ones(2), persistent=False)  # not in state_dict
-    loose = key(net)
-    assert loose != base
-    net.inv_freq /= 2  # a rotary frequency changed in place, say
-    assert key(net) != loose
-    fp = c.module_fingerprint(load(tmp_path))
-    stored = c.export_key(fp, [], "float32", {}, "x", {"torch": "2.13.0"})
-    assert c.export_key(fp, [], "float32", {}, "x", {"torch": "2.13.0"},
-                        context=[{"baked-dim": "fail"}]) != stored  # hazard settings, say
-    ref = c.reference_key(fp, "float32", "cpu", ["digest"], [], {"torch": "2.13.0"})
-    for other in (c.reference_key(fp, "float32", "cpu", ["other"], [], {"torch": "2.13.0"}),
-                  c.reference_key(fp, "float32", "cpu", ["digest"], [{"name": "y"}],
-                                  {"torch": "2.13.0"}),
-                  c.reference_key(fp, "float32", "cpu", ["digest"], [], {"torch": "2.14.0"})):
-        assert other != ref  # other inputs, output specs or torch: a miss
+    assert digest(net) != base
+    assert digest(load(tmp_path, extra=" * 1")) != base  # one source line edited
+    assert digest(load(tmp_path, extra=" + 0")) != base  # a new op
+    net = load(tmp_path, extra=" * self.scale")
+    net.register_buffer("scale", torch.ones(3), persistent=False)  # not in state_dict
+    loose = digest(net)
+    net.scale /= 2  # a rotary frequency changed in place, say
+    assert digest(net) != loose
+    assert digest(load(tmp_path), dynamic=False) != base
+    assert digest(load(tmp_path), low=2) != base
+
+
+def test_the_translation_key_covers_the_export_call_and_the_exporter_stack() -> None:
+    from parity_gate.engine.cached import TRANSLATION, stack
+
+    cache = c.ExportCache(Path(tempfile.mkdtemp()))
+    from parity_gate.engine.cached import WorkerCache
+
+    worker = WorkerCache(cache)
+    call = {"opset_version": 18, "optimize": True, "output_names": ["y"],
+            "input_names": ["x"], "dynamic_shapes": [("x", {0: "batch"})]}
+    base = worker.key("p" * 64, call)
+    assert worker.key("p" * 64, dict(call)) == base
+    assert worker.key("q" * 64, call) != base  # another program
+    for name, value in (("opset_version", 19), ("optimize", False), ("output_names", ["z"]),
+                        ("input_names", ["w"]), ("dynamic_shapes", [("x", {})])):
+        assert worker.key("p" * 64, {**call, name: value}) != base, name
+    versions, editable = stack()
+    assert {"torch", "onnxscript", "onnx"} <= set(versions) and editable == []
+    assert TRANSLATION == "translation"
 
 
 def test_a_damaged_entry_is_a_miss_and_removed(tmp_path: Path) -> None:
@@ -141,54 +146,3 @@ def test_prune_by_age_then_size(tmp_path: Path) -> None:
     size = sum(f.stat().st_size for f in new.folder.iterdir())
     removed, freed = store.prune(max_bytes=size + 10, now=now)
     assert removed == 1 and not mid.folder.exists() and new.folder.exists() and freed > 1000
-
-
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int64"])
-def test_references_round_trip_exactly(dtype: str) -> None:
-    import ml_dtypes
-
-    np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
-    first = [1.5, -0.0, np.inf] if dtype != "int64" else [1, 0, -7]
-    arrays = [[np.array(first, dtype=np.float64).astype(np_dtype)],
-              [np.array([2, 3, 4]).astype(np_dtype)]]
-    blob = c.save_arrays(arrays)
-    with tempfile.NamedTemporaryFile(suffix=".npz") as fh:
-        fh.write(blob)
-        fh.flush()
-        back = c.load_arrays(Path(fh.name), 2, 1, [dtype])
-    for a, b in zip(arrays, back, strict=True):
-        assert b[0].dtype == a[0].dtype
-        assert a[0].tobytes() == b[0].tobytes()
-
-
-def test_plain_attributes_and_configs_are_part_of_the_fingerprint(tmp_path: Path) -> None:
-    """What a forward reads besides its weights: a float, a builtin activation, a
-    config object, a tensor kept as a plain attribute, a partial."""
-    import functools
-
-    class Config:
-        def __init__(self, heads: int) -> None:
-            self.heads = heads
-
-        def to_dict(self) -> dict[str, int]:
-            return {"heads": self.heads}
-
-    def fresh() -> torch.nn.Module:
-        net = load(tmp_path)
-        net.eps = 1e-5  # type: ignore[assignment]
-        net.act = torch.relu  # type: ignore[assignment]
-        net.config = Config(4)  # type: ignore[assignment]
-        net.table = torch.arange(3.0)  # type: ignore[assignment]
-        net.norm = functools.partial(torch.nn.functional.layer_norm, eps=1e-5)  # type: ignore[assignment]
-        return net
-
-    base = c.module_fingerprint(fresh())
-    assert c.module_fingerprint(fresh()) == base  # rebuilt the same: no false miss
-    changes = [("eps", 1e-6), ("act", torch.tanh), ("config", Config(8)),
-               ("table", torch.arange(4.0)),
-               ("norm", functools.partial(torch.nn.functional.layer_norm, eps=1e-6))]
-    for name, value in changes:
-        net = fresh()
-        setattr(net, name, value)
-        assert c.module_fingerprint(net) != base, name
-    assert c.module_fingerprint(fresh(), extra={"kwargs": {"width": 9}}) != base

@@ -1,5 +1,5 @@
-"""The export cache inside real gate runs: a warm run reuses every export and reference and
-gives the same results; an edit anywhere the key covers misses; damage is rebuilt; two
+"""The export cache inside real gate runs: a warm run reuses every translation and gives the
+same results; a change to what the captured program holds misses; damage is rebuilt; two
 runs share a folder safely; weights past the external-data threshold still work."""
 
 from __future__ import annotations
@@ -85,9 +85,9 @@ def project(root: Path, seed: int = 0, width: int = 8, export: str = "") -> Path
 
 
 def gate(manifest: Path, cache: Path | None, out: Path, jobs: int = 1) -> RunResult:
-    """A run that uses the export cache but never replays a module (test_results_cache)."""
+    """A run that uses the export cache (None: none)."""
     run, _, _ = run_manifest(load_manifest(manifest), manifest, RunOptions(
-        jobs=jobs, cache_dir=cache, quiet=True, localise=None, replay=False,
+        jobs=jobs, cache_dir=cache, quiet=True, localise=None,
         reports=ReportPaths.in_folder(out, None, None, None, None)))
     return run
 
@@ -120,8 +120,7 @@ def test_a_warm_run_reuses_everything_and_gives_the_same_results(tmp_path: Path)
     cold = gate(manifest, cache, tmp_path / "cold")
     assert cold.verdict.result == "pass" and len(cold.cases) == 4
     assert not any(cached(cold))
-    assert len(entries(cache, "export")) == 1  # one export per (module, dtype)
-    assert len(entries(cache, "reference")) == 4  # one per (fixture set, batch)
+    assert len(entries(cache, "translation")) == 1  # one per (module, dtype)
     warm = gate(manifest, cache, tmp_path / "warm")
     assert all(cached(warm))
     assert comparable(warm) == comparable(cold)
@@ -147,11 +146,9 @@ def test_each_part_of_the_key_misses(tmp_path: Path) -> None:
 def test_a_damaged_entry_is_rebuilt_not_trusted(tmp_path: Path) -> None:
     manifest, cache = project(tmp_path / "p"), tmp_path / "cache"
     cold = gate(manifest, cache, tmp_path / "cold")
-    (export,) = entries(cache, "export")
+    (export,) = entries(cache, "translation")
     model = export / "model.onnx"
     model.write_bytes(model.read_bytes()[:-7])  # cut short, as a killed writer would
-    ref = entries(cache, "reference")[0] / "outputs.npz"
-    ref.write_bytes(b"not an npz at all")
     rebuilt = gate(manifest, cache, tmp_path / "rebuilt")
     assert not any(cached(rebuilt)) and comparable(rebuilt) == comparable(cold)
     assert all(cached(gate(manifest, cache, tmp_path / "warm")))  # whole again
@@ -177,7 +174,7 @@ def test_two_runs_sharing_a_cache_at_once(tmp_path: Path) -> None:
     for i in range(2):
         assert json.loads((tmp_path / f"o{i}" / "verdict.json").read_text()) == \
             {"result": "pass", "cases": 4}
-    assert len(entries(cache, "export")) == 1
+    assert len(entries(cache, "translation")) == 1
     assert not list((cache / "tmp").iterdir())  # no staging folder left behind
     assert all(cached(gate(manifest, cache, tmp_path / "warm")))
 
@@ -190,7 +187,7 @@ def test_weights_past_the_external_data_threshold(tmp_path: Path,
     manifest, cache = project(tmp_path / "p", width=512), tmp_path / "cache"
     cold = gate(manifest, cache, tmp_path / "cold")
     assert cold.verdict.result == "pass", [c.reason for c in cold.cases]
-    (export,) = entries(cache, "export")
+    (export,) = entries(cache, "translation")
     # the fc weight (small tensors stay inline), and the graph without it
     assert (export / "model.onnx.data").stat().st_size >= 6 * 512 * 4
     assert (export / "model.onnx").stat().st_size < 6 * 512 * 4

@@ -1,12 +1,6 @@
-"""The export cache: exported models and eager references, keyed by all that changes them.
-
-A warm run of an unchanged zoo should cost seconds, so each (module, dtype)
-export and each eager reference is kept under `.parity-cache/`. The key is a
-hash of everything that changes the result: the module's weights (every
-tensor of the state dict, bytes included) and the source of every class it is
-built from, the input specs, the dtype, the export options and the example it
-is exported with, and the versions of torch, onnxscript and onnx. Change any
-of them and the key changes: a miss, never a stale hit.
+"""The export cache's store: a folder of immutable, digest-checked entries under
+`.parity-cache/`. What an entry holds and what its key is a digest of is the caller's
+(engine.cached: ONNX translations keyed by the captured program); this module knows files.
 
 Entries are written into a private temporary folder and renamed into place,
 so a reader sees a whole entry or none; two runs that share the folder at once
@@ -24,10 +18,7 @@ whose files hold a secret value is not stored at all.
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import hashlib
-import inspect
 import json
 import os
 import re
@@ -35,12 +26,10 @@ import stat
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from parity_gate.errors import UserError
 from parity_gate.model.files import NO_LINKS, copy_file, link_problem, remove
@@ -48,219 +37,12 @@ from parity_gate.model.secrets import Masker
 
 DEFAULT_DIR = ".parity-cache"
 FORMAT = 1  # bump when the layout of an entry changes
-_VERSIONED = ("torch", "onnxscript", "onnx")
-
-
-def versions() -> dict[str, str]:
-    """The package versions an export depends on."""
-    from importlib import metadata
-
-    out = {}
-    for name in _VERSIONED:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = "absent"
-    return out
-
-
-def module_fingerprint(module: Any, extra: Any = None,
-                       user_roots: Iterable[Path] = ()) -> str:
-    """SHA-256 of what makes a module compute what it computes: its weights and buffers,
-    non-persistent ones included (names, dtypes, shapes, bytes), every submodule's plain
-    attributes (`eps`, an activation function, a config), the source file of every class
-    in it (installed packages by their version instead), every already-imported file
-    under `user_roots` (the manifest's python_path: helpers a forward calls), and `extra`
-    (the factory and its kwargs). Retraining, editing a forward or changing a kwarg changes it."""
-    h = hashlib.sha256()
-    state = module.state_dict()
-    # Non-persistent buffers (rotary `inv_freq`, causal masks) are not in the state dict
-    # but a forward reads them like weights.
-    loose = {f"{name}|loose": b for name, b in module.named_buffers() if name not in state}
-    for name, tensor in [*state.items(), *loose.items()]:
-        h.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
-        h.update(_tensor_bytes(tensor))
-    memo: dict[int, str] = {}
-    for name, sub in module.named_modules():
-        h.update(f"{name}|{type(sub).__module__}.{type(sub).__qualname__}|".encode())
-        h.update(_describe({k: v for k, v in vars(sub).items()
-                            if not k.startswith("_") and k != "training"}, memo).encode())
-    classes = {cls for m in module.modules() for cls in type(m).__mro__
-               if cls.__module__.split(".")[0] not in ("torch", "builtins")}
-    for cls in sorted(classes, key=lambda c: (c.__module__, c.__qualname__)):
-        h.update(f"{cls.__module__}.{cls.__qualname__}|{_code_of(cls)}|".encode())
-    roots = [Path(r).resolve() for r in user_roots]
-    for path in user_files(roots):
-        # Relative to the root it lies under: the same checkout in another folder (another
-        # runner, another clone) is the same source and reuses its exports.
-        h.update(f"{_relative(path, roots)}|{file_sha256(path)}|".encode())
-    h.update(json.dumps(extra, sort_keys=True, default=repr).encode())
-    return h.hexdigest()
-
-
-def _relative(path: Path, roots: list[Path]) -> str:
-    root = next((r for r in roots if path.is_relative_to(r)), None)
-    return path.relative_to(root).as_posix() if root is not None else path.as_posix()
-
-
-@functools.lru_cache(maxsize=1)
-def package_dirs() -> tuple[Path, ...]:
-    """Where this interpreter installs packages: its site-packages (purelib, platlib), the
-    user's, and any folder on sys.path that is a site-packages or dist-packages folder (a
-    `.pth` may add another environment's). What lies below is an installed distribution,
-    keyed by its version; anything else is the project's own source, keyed by content."""
-    import site
-    import sys
-    import sysconfig
-
-    dirs = {sysconfig.get_paths()[k] for k in ("purelib", "platlib")}
-    with contextlib.suppress(AttributeError):
-        dirs.update(site.getsitepackages())
-    with contextlib.suppress(AttributeError):
-        dirs.add(site.getusersitepackages())
-    dirs.update(p for p in sys.path if Path(p).name in ("site-packages", "dist-packages"))
-    return tuple(sorted({Path(d).resolve() for d in dirs if d and Path(d).is_dir()}))
-
-
-def installed(file: str | Path) -> bool:
-    """Whether `file` belongs to an installed distribution: it lies in one of the
-    interpreter's package folders (never a substring of its path: a checkout at
-    `…/ml-packages/…` is the project's source)."""
-    return _resolved(str(file))[1]
-
-
-@functools.cache
-def _resolved(file: str) -> tuple[Path, bool]:
-    """A module file's real path and whether it is installed. Memoised: a worker
-    fingerprints every module it builds against the thousands of files torch and
-    transformers import, and resolving them all again cost 0.1-0.3 s per module."""
-    path = Path(file).resolve()
-    return path, any(path.is_relative_to(d) for d in package_dirs())
-
-
-def user_files(roots: Iterable[Path]) -> list[Path]:
-    """Imported source files under `roots`, not counting installed packages (a venv
-    inside the project is site-packages, pinned by versions instead)."""
-    import sys
-
-    resolved = [Path(r).resolve() for r in roots]
-    found = set()
-    for mod in list(sys.modules.values()):
-        file = getattr(mod, "__file__", None)
-        if not file:
-            continue
-        path, is_installed = _resolved(file)
-        if not is_installed and any(path.is_relative_to(r) for r in resolved) \
-                and path.is_file():
-            found.add(path)
-    return sorted(found)
-
-
-def _describe(value: Any, memo: dict[int, str], depth: int = 0) -> str:
-    """A stable text of a plain attribute; objects beyond plain data by their type (and a
-    config by its `to_dict()`), functions by their code."""
-    if value is None or isinstance(value, (bool, int, float, str, bytes)):
-        return repr(value)
-    if depth > 4:
-        return type(value).__qualname__
-    if isinstance(value, (list, tuple, set, frozenset)):
-        items = [_describe(v, memo, depth + 1) for v in value]
-        if isinstance(value, (set, frozenset)):
-            items.sort()
-        return f"{type(value).__name__}[{','.join(items)}]"
-    if isinstance(value, dict):
-        return "{" + ",".join(f"{k!r}:{_describe(v, memo, depth + 1)}"
-                              for k, v in sorted(value.items(), key=lambda kv: repr(kv[0]))) + "}"
-    if id(value) in memo:
-        return memo[id(value)]
-    if hasattr(value, "detach") and hasattr(value, "numel"):  # a tensor kept as an attribute
-        digest = hashlib.sha256(_tensor_bytes(value)).hexdigest()
-        text = f"tensor|{value.dtype}|{tuple(value.shape)}|{digest}"
-        memo[id(value)] = text
-        return text
-    if callable(getattr(value, "to_dict", None)):  # a Hugging Face config, say
-        try:
-            text = json.dumps(value.to_dict(), sort_keys=True, default=repr)
-        except Exception:
-            text = type(value).__qualname__
-    elif inspect.isfunction(value) or inspect.ismethod(value) or inspect.isclass(value):
-        code = _code_of(value)  # type: ignore[arg-type]  # functions and classes hash
-        text = f"{getattr(value, '__module__', '')}.{getattr(value, '__qualname__', '')}|{code}"
-    elif isinstance(value, functools.partial):
-        text = f"partial|{_describe([value.func, value.args, value.keywords], memo, depth + 1)}"
-    else:  # builtins (F.gelu, torch.relu) by their name; other objects by their type
-        name = getattr(value, "__qualname__", None) or getattr(value, "__name__", None)
-        text = f"<{type(value).__module__}.{type(value).__qualname__}{'|' + name if name else ''}>"
-    memo[id(value)] = text
-    return text
-
-
-def _tensor_bytes(tensor: Any) -> bytes:
-    """A tensor's raw bytes (on the CPU, contiguous), whatever its dtype."""
-    import torch
-
-    t = tensor.detach().cpu().contiguous()
-    return t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
-
-
-@functools.lru_cache(maxsize=4096)
-def _code_of(obj: Any) -> str:
-    """The digest of the file that defines `obj`; for installed packages, their version."""
-    module = inspect.getmodule(obj)
-    path = getattr(module, "__file__", None)
-    top = (getattr(module, "__name__", "") or "").split(".")[0]
-    if path and installed(path):
-        return f"{top}=={_version(top)}"
-    if path and Path(path).is_file():
-        return file_sha256(Path(path))
-    try:
-        return hashlib.sha256(inspect.getsource(obj).encode()).hexdigest()
-    except (OSError, TypeError):
-        return f"<no source: {top}>"
-
-
-@functools.lru_cache(maxsize=1)
-def _distributions() -> Mapping[str, list[str]]:
-    from importlib import metadata
-
-    return metadata.packages_distributions()
-
-
-@functools.lru_cache(maxsize=256)
-def _version(top: str) -> str:
-    from importlib import metadata
-
-    try:
-        names = _distributions().get(top, [top])
-        return metadata.version(names[0])
-    except (metadata.PackageNotFoundError, IndexError):
-        return "unknown"
 
 
 def key_of(*parts: Any) -> str:
     """A stable key for JSON-able parts (dicts sorted, floats by repr)."""
     blob = json.dumps([FORMAT, *parts], sort_keys=True, default=repr, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def export_key(fingerprint: str, inputs: Any, dtype: str, export_options: Any,
-               example: Any, package_versions: Mapping[str, str] | None = None,
-               context: Sequence[Any] = ()) -> str:
-    """The key of one exported model: the module, what it is called with, how it is
-    exported, the versions of the exporter's stack, and what else the caller stores with
-    it (`context`: the hazard settings its findings depend on, say)."""
-    return key_of("export", fingerprint, inputs, dtype, export_options, example,
-                  dict(package_versions if package_versions is not None else versions()),
-                  list(context))
-
-
-def reference_key(fingerprint: str, dtype: str, device: str, inputs: Any, outputs: Any,
-                  package_versions: Mapping[str, str] | None = None) -> str:
-    """The key of one eager reference: the module, its very inputs (digests), the output
-    specs, the device and torch's version."""
-    found = dict(package_versions if package_versions is not None else versions())
-    return key_of("reference", fingerprint, dtype, device, inputs, outputs,
-                  found.get("torch"))
 
 
 @dataclass(frozen=True)
@@ -485,40 +267,6 @@ class ExportCache:
 def megabytes(size: int) -> str:
     mb = size / 1e6
     return f"{mb:.1f} MB" if mb >= 0.1 or size == 0 else f"{mb:.2g} MB"
-
-
-def save_arrays(arrays: Iterable[list[np.ndarray]]) -> bytes:
-    """Eager references (per sample, per output) as one .npz blob."""
-    import io
-
-    flat: dict[str, np.ndarray] = {}
-    for s, outputs in enumerate(arrays):
-        for o, array in enumerate(outputs):
-            flat[f"s{s}_o{o}"] = _storable(array)
-    buffer = io.BytesIO()
-    savez: Any = np.savez
-    savez(buffer, **flat)
-    return buffer.getvalue()
-
-
-def load_arrays(path: Path, samples: int, outputs: int,
-                dtypes: list[str]) -> list[list[np.ndarray]]:
-    with np.load(path, allow_pickle=False) as data:
-        return [[_restored(data[f"s{s}_o{o}"], dtypes[o]) for o in range(outputs)]
-                for s in range(samples)]
-
-
-def _storable(array: np.ndarray) -> np.ndarray:
-    """bfloat16 has no .npz form: stored as its bit pattern."""
-    return array.view(np.uint16) if array.dtype.name == "bfloat16" else array
-
-
-def _restored(array: np.ndarray, dtype: str) -> np.ndarray:
-    if dtype == "bfloat16":
-        import ml_dtypes
-
-        return array.view(ml_dtypes.bfloat16)
-    return array
 
 
 def file_sha256(path: Path) -> str:

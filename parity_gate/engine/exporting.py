@@ -17,7 +17,7 @@ import tempfile
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from parity_gate.engine.binding import leaf_paths, nest
 from parity_gate.manifest.models import ExportSettings, InputSpec
@@ -52,11 +52,36 @@ class ExportedModel:
     ranges: dict[str, Any] = field(default_factory=dict)
     # where each size condition came from, recorded while the export ran (guard_sources)
     guard_sources: dict[str, Any] = field(default_factory=dict)
+    # the ONNX translation came from the export cache (the program was captured in this run)
+    reused: bool = False
 
     @property
     def source(self) -> bytes | str:
         """What ONNX Runtime and the checker load: the file when weights are external."""
         return self.path if self.path is not None else self.model
+
+
+@dataclass(frozen=True)
+class Translated:
+    """One ONNX translation of a captured program, as the export cache keeps it: the model
+    (graph alone when its weights are external: `path` is then its .onnx file, weights in
+    `<path>.data`) and the warnings the translation raised, (category, text, file, line)."""
+
+    model: bytes
+    path: str | None = None
+    warnings: tuple[tuple[str, str, str, int], ...] = ()
+
+
+class Translations(Protocol):
+    """Where translations are reused (engine.cached): a key is a digest of the program
+    captured in this run and of the export call; None means "do not reuse" (an editable
+    exporter, say)."""
+
+    def key(self, program: str, call: Mapping[str, Any]) -> str | None: ...
+
+    def get(self, key: str) -> Translated | None: ...
+
+    def put(self, key: str, translated: Translated) -> None: ...
 
 
 class ExportFailure(Exception):
@@ -182,11 +207,14 @@ def export_module(
     inputs: Sequence[InputSpec],
     output_names: Sequence[str],
     settings: ExportSettings,
+    translations: Translations | None = None,
 ) -> ExportedModel:
     """Export with every declared dim dynamic; raise ExportFailure with a classification.
 
     `example` is a mapping (forward()'s parameter name → tensor, passed by keyword, in
-    forward()'s order) or, for callers that bind by position, a sequence.
+    forward()'s order) or, for callers that bind by position, a sequence. The dynamo
+    exporter's translation is taken from `translations` when the program captured now has
+    one there (the capture itself always runs).
     """
     import torch
 
@@ -197,10 +225,11 @@ def export_module(
             recording(_model_file) as sources:
         warnings.simplefilter("always")
         try:
-            program, path = None, None
+            program, path, reused = None, None, False
             if settings.exporter == "dynamo":
-                model, program, path = _export_dynamo(torch, module, example, inputs, names,
-                                                      output_names, settings)
+                model, program, path, reused = _export_dynamo(
+                    torch, module, example, inputs, names, output_names, settings,
+                    translations, caught)
             elif settings.exporter == "transformers":
                 model = _export_transformers(module, example, settings)
             else:
@@ -225,12 +254,18 @@ def export_module(
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
     return ExportedModel(model, messages, find_baked_dims(proto, inputs), opset,
                          proto.ir_version, exporter_warnings(caught), program, path, proto,
-                         guard_sources=sources)
+                         guard_sources=sources, reused=reused)
 
 
 def _export_dynamo(torch: Any, module: Any, example: Sequence[Any] | Mapping[str, Any],
                    inputs: Sequence[InputSpec], names: list[str], output_names: Sequence[str],
-                   settings: ExportSettings) -> tuple[bytes, Any, str | None]:
+                   settings: ExportSettings, translations: Translations | None,
+                   caught: list[warnings.WarningMessage]
+                   ) -> tuple[bytes, Any, str | None, bool]:
+    """torch.onnx.export's three steps, the first (capture: it runs the model's code) always
+    done here, the other two (decomposition and translation, most of the time) reused from
+    `translations` when the captured program has been translated before. A capture that
+    fails is left to torch.onnx.export itself, so its error reads as the exporter's."""
     symbols: dict[str, Any] = {}
     shapes = {
         spec.name: {dim: symbols.setdefault(sym, torch.export.Dim(sym))
@@ -249,11 +284,60 @@ def _export_dynamo(torch: Any, module: Any, example: Sequence[Any] | Mapping[str
     if isinstance(example, Mapping):  # by keyword: graph inputs take the (dotted) leaf names
         leaves = leaf_paths(example)
         kwargs["dynamic_shapes"] = nest({name: shapes[name] for name in leaves})
-        program = torch.onnx.export(module, (), kwargs=dict(example), input_names=leaves,
-                                    **kwargs)
+        kwargs["input_names"] = leaves
+        args, call_kwargs = (), dict(example)
     else:
         kwargs["dynamic_shapes"] = tuple(shapes[n] for n in names)
-        program = torch.onnx.export(module, tuple(example), input_names=names, **kwargs)
+        kwargs["input_names"] = names
+        args, call_kwargs = tuple(example), {}
+    captured = _capture(torch, module, args, call_kwargs, kwargs["dynamic_shapes"])
+    if captured is None:  # torch.onnx.export captures again and says why it fails
+        return (*_translate(torch, module, args, call_kwargs, kwargs), False)
+    key = None
+    if translations is not None:
+        from parity_gate.engine.programs import program_digest
+
+        call = {**kwargs, "dynamic_shapes": [(spec.name, spec.dynamic) for spec in inputs],
+                "external_data_bytes": EXTERNAL_DATA_BYTES}
+        key = translations.key(program_digest(captured), call)
+    hit = translations.get(key) if translations is not None and key is not None else None
+    if hit is not None:
+        for category, text, filename, lineno in hit.warnings:
+            caught.append(warnings.WarningMessage(text, _category(category), filename, lineno))
+        return hit.model, captured, hit.path, True
+    first = len(caught)
+    model, _, path = _translate(torch, captured, (), None, kwargs)
+    if translations is not None and key is not None:
+        translations.put(key, Translated(model, path, tuple(
+            (w.category.__name__, str(w.message), str(w.filename), int(w.lineno))
+            for w in caught[first:])))
+    return model, captured, path, False
+
+
+def _capture(torch: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+             dynamic_shapes: Any) -> Any:
+    """Step 1 of torch.onnx.export, as it does it (its capture strategies in order); None
+    when none captures, or when this torch has no such strategies to call."""
+    try:
+        from torch.onnx._internal.exporter import _capture_strategies
+    except ImportError:
+        return None
+    for strategy in getattr(_capture_strategies, "CAPTURE_STRATEGIES", ()):
+        try:
+            result = strategy(verbose=False, dump=False, artifacts_dir=".", timestamp="")(
+                module, args, kwargs, dynamic_shapes=dynamic_shapes)
+        except Exception:  # a strategy of another signature: the exporter's own path
+            return None
+        if result.success and result.exported_program is not None:
+            return result.exported_program
+    return None
+
+
+def _translate(torch: Any, model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None,
+               options: dict[str, Any]) -> tuple[bytes, Any, str | None]:
+    """torch.onnx.export of a module (all three steps) or of a captured program (the last
+    two); the model's bytes, the program it captured and the external-data path."""
+    program = torch.onnx.export(model, args, kwargs=kwargs, **options)
     captured = getattr(program, "exported_program", None)
     if _weight_bytes(program) <= EXTERNAL_DATA_BYTES:
         return program.model_proto.SerializeToString(), captured, None
@@ -261,6 +345,16 @@ def _export_dynamo(torch: Any, module: Any, example: Sequence[Any] | Mapping[str
     program.save(path, external_data=True)
     with open(path, "rb") as fh:
         return fh.read(), captured, path
+
+
+def _category(name: str) -> type[Warning]:
+    """A stored warning's category: the builtin of that name, else a UserWarning by name."""
+    import builtins
+
+    found = getattr(builtins, name, None)
+    if isinstance(found, type) and issubclass(found, Warning):
+        return found
+    return type(name, (UserWarning,), {})
 
 
 def _export_transformers(module: Any, example: Sequence[Any] | Mapping[str, Any],

@@ -14,9 +14,13 @@ import numpy as np
 
 from parity_gate.engine.assumptions import read_assumptions
 from parity_gate.engine.cache import hand_off
-from parity_gate.engine.cached import ExportTarget
 from parity_gate.engine.evidence import export_evidence
-from parity_gate.engine.exporting import ExportedModel, ExportFailure, export_module
+from parity_gate.engine.exporting import (
+    ExportedModel,
+    ExportFailure,
+    Translations,
+    export_module,
+)
 from parity_gate.engine.fixtures import Draw, FixtureError, generate
 from parity_gate.engine.state import EagerRef, JobContext, TypedModule
 from parity_gate.engine.tensors import to_torch
@@ -121,32 +125,23 @@ def tiny_dynamic_dim(job: ModuleJob, example: dict[str, np.ndarray]) -> bool:
 def cached_export(ctx: JobContext, mod: TypedModule, example: dict[str, np.ndarray],
                   names: list[str], settings: Any, export_batch: int, purpose: str = "gate"
                   ) -> tuple[ExportedModel, list[Hazard], bool]:
-    """The export (and, for the gate's own export, the hazards found on it) from the cache,
-    or made now and stored; an export failure is cached and raised the same way, with the
-    hazards its error text shows on `failure.hazards`."""
-    job, cache = ctx.job, ctx.cache
-    target = ExportTarget(mod.dtype, mod.device, purpose, export_batch, tuple(ctx.training))
-    key = cache.export_key(job, target, example, names, settings) if cache is not None else ""
-    hit = cache.load_export(key) if cache is not None else None
-    if hit is not None:
-        result, stored = hit
-        if isinstance(result, ExportFailure):
-            result.hazards = stored
-            raise result
-        return result, stored, True
+    """The export (and, for the gate's own export, the hazards found on it), with whether
+    its ONNX translation came from the cache. The capture runs every time (it runs the
+    model's code); only the translation of the captured program is reused
+    (engine.cached). An export failure is raised with the hazards its error text shows on
+    `failure.hazards`."""
+    job = ctx.job
     hazards: list[Hazard] = []
     ctx.step(Stage.EXPORTING, mod.dtype, "" if purpose == "gate" else f"({purpose})",
              export_evidence(job, mod, example, names, settings))
     try:
-        exported = export_once(job, mod, example, names, settings)
+        exported = export_once(job, mod, example, names, settings, ctx.cache)
     except ExportFailure as failure:
         if purpose == "gate":
             hazards = check_failure(hazard_context(ctx, mod, example, export_batch, None,
                                                     f"{failure.reason}\n{failure.detail}"),
                                     job.settings.hazards)
         failure.hazards = hazards
-        if cache is not None:
-            cache.store_export(key, failure, hazards)
         raise
     if purpose == "gate":
         hazards = run_checks(hazard_context(ctx, mod, example, export_batch, exported),
@@ -154,10 +149,8 @@ def cached_export(ctx: JobContext, mod: TypedModule, example: dict[str, np.ndarr
         exported.assumptions, exported.ranges = read_assumptions(exported.program, [
             spec for n in mod.binding.order for spec in job.module.inputs if spec.name == n],
             exported.guard_sources)
-        exported.guard_sources = {}  # read into the assumptions; not kept in the cache
-    if cache is not None:
-        cache.store_export(key, exported, hazards)
-    return exported, hazards, False
+        exported.guard_sources = {}  # read into the assumptions
+    return exported, hazards, exported.reused
 
 
 def hazard_context(ctx: JobContext, mod: TypedModule, example: dict[str, np.ndarray],
@@ -181,11 +174,11 @@ def hazard_context(ctx: JobContext, mod: TypedModule, example: dict[str, np.ndar
 
 
 def export_once(job: ModuleJob, mod: TypedModule, example: dict[str, np.ndarray], names: list[str],
-            settings: Any) -> ExportedModel:
+                settings: Any, translations: Translations | None = None) -> ExportedModel:
     """One export of `mod` with the example bound as forward() takes it."""
     tensors = {n: to_torch(example[n], mod.device) for n in mod.binding.order}
     return export_module(mod.typed.to(mod.device), mod.binding.arguments(tensors),
-                         job.module.inputs, names, settings)
+                         job.module.inputs, names, settings, translations)
 
 
 def hand_off_exports(job: ModuleJob, mod: TypedModule, exported: ExportedModel,

@@ -26,10 +26,9 @@ from parity_gate.engine.exports import export_from_good_set
 from parity_gate.engine.factory import build, build_module, seed_everything
 from parity_gate.engine.fixtures import derive_seed
 from parity_gate.engine.followups import CaseState, ProviderRun, run_follow_ups
-from parity_gate.engine.inputs import RECORDER, class_files, environ_read, job_inputs
 from parity_gate.engine.judging import Session, run_case
 from parity_gate.engine.probing import plan_probes, run_probes
-from parity_gate.engine.protocol import Emit, Inputs
+from parity_gate.engine.protocol import Emit
 from parity_gate.engine.references import eager_reference
 from parity_gate.engine.runtime import first_line
 from parity_gate.engine.stages import StageFailure
@@ -69,8 +68,6 @@ class DtypeExport:
 def run_job(job: ModuleJob, emit: Emit) -> None:
     """Produce a CaseResult for every planned case of `job` (never raises)."""
     ctx = JobContext(job, emit)
-    if job.cache_dir is not None:
-        RECORDER.start()  # what the results depend on, for a warm run's replay
     try:
         _run(ctx)
     except Exception:  # a bug in parity-gate must not lose the other cases
@@ -80,11 +77,6 @@ def run_job(job: ModuleJob, emit: Emit) -> None:
         ctx.emit_hazards()
     except Exception:  # advisory: never lose the cases for a finding
         traceback.print_exc()
-    if job.cache_dir is not None:
-        try:
-            emit(Inputs(job.name, job_inputs(job, ctx.sources), environ_read()))
-        except Exception:  # without it the job is simply not replayed
-            traceback.print_exc()
 
 
 def _run(ctx: JobContext) -> None:
@@ -94,7 +86,7 @@ def _run(ctx: JobContext) -> None:
     if module is None:
         return
     job = ctx.job
-    ctx.cache, problem = WorkerCache.open(job, module)
+    ctx.cache, problem = WorkerCache.open(job)
     if problem:
         ctx.note("cache", problem)
     ctx.hazard(module_checks(HazardContext(job.name, job.export.exporter or "dynamo",
@@ -125,21 +117,17 @@ def _build(ctx: JobContext, torch: Any) -> Any:
     seed_everything(torch, derive_seed(job.seed, job.name))
     ctx.step(Stage.BUILDING, job.name)
     try:
-        RECORDER.building = True
         module = build(job)
     except Exception as exc:
         ctx.fail_all(ctx.pending, Outcome.EAGER_ERROR,
                      f"factory {job.module.factory} failed: {first_line(f'{exc!r}')}",
                      traceback.format_exc()[-4000:])
         return None
-    finally:
-        RECORDER.building = False
     if not isinstance(module, torch.nn.Module):
         ctx.fail_all(ctx.pending, Outcome.EAGER_ERROR,
                      f"factory {job.module.factory} returned {type(module).__name__}, "
                      "expected a torch.nn.Module")
         return None
-    ctx.sources = frozenset(class_files(module))
     ctx.training = training_modules(module)  # the training-mode rule reads it
     module.eval()
     if job.module.cache is not None:  # a KV cache: the model behind its flat-tensor step
@@ -166,15 +154,47 @@ def _run_dtype(ctx: JobContext, mod: TypedModule, keys: list[CaseKey]) -> None:
         ctx.fail_all(gen_keys, Outcome.SKIPPED, "generation runs on the export of the "
                      "module's per-step cases, and none of this dtype ran")
         return
-    done = _export_and_check(ctx, mod, refs, live + gen_keys)
-    if done is None:
+    hazards = ctx.hazards
+    reused = _export_and_run(ctx, mod, refs, live, gen_keys)
+    if not ctx.suspects or ctx.cache is None:
         return
-    probes = plan_probes(ctx, done.exported, done.example, done.export_batch)
-    for provider in dict.fromkeys(k.provider for k in live):
-        _run_provider(ctx, done, provider, [k for k in live if k.provider == provider], refs,
-                      probes)
-    if gen_keys:
-        generation.run_cases(ctx, mod, done.exported, done.cached, gen_keys, open_session)
+    # A case failed on a reused translation: the failure must not rest on it. Translate
+    # the program afresh (replacing the entry) and run the failing cases again on that.
+    suspects, ctx.suspects, ctx.hazards = ctx.suspects, (), hazards
+    ctx.cache.refresh = True
+    try:
+        fresh = _export_and_run(ctx, mod, refs, [k for k in live if k in ctx.pending],
+                                [k for k in gen_keys if k in ctx.pending],
+                                providers=list(dict.fromkeys(k.provider for k in live)))
+    finally:
+        ctx.cache.refresh = False
+    if reused is not None and fresh is not None and reused != fresh:
+        ctx.note("cache", f"{mod.dtype}: {len(suspects)} case(s) failed on the ONNX "
+                 "translation kept in the export cache, and a fresh translation of the same "
+                 "program differs from it; the cases were run again on the fresh one, which "
+                 "replaced the cache's")
+
+
+def _export_and_run(ctx: JobContext, mod: TypedModule, refs: Refs, live: list[CaseKey],
+                    gen_keys: list[CaseKey], providers: list[str] | None = None
+                    ) -> bytes | None:
+    """Export this dtype, run its cases on each provider (and its generation cases);
+    failures on a reused translation are held back (JobContext.holds). Returns the model
+    the cases ran on (None: the export or its check failed)."""
+    try:
+        done = _export_and_check(ctx, mod, refs, live + gen_keys)
+        if done is None:
+            return None
+        probes = plan_probes(ctx, done.exported, done.example, done.export_batch)
+        for provider in providers or list(dict.fromkeys(k.provider for k in live)):
+            _run_provider(ctx, done, provider, [k for k in live if k.provider == provider],
+                          refs, probes)
+        if gen_keys:
+            generation.run_cases(ctx, mod, done.exported, done.cached, gen_keys,
+                                 open_session)
+    finally:
+        ctx.on_reused = False
+    return done.exported.model
 
 
 def _eager(ctx: JobContext, mod: TypedModule, keys: list[CaseKey]) -> Refs:
@@ -214,6 +234,7 @@ def _export_and_check(ctx: JobContext, mod: TypedModule, refs: Refs,
     if got is None:
         return None
     exported, example, cached = got
+    ctx.on_reused = cached  # from here, a failure on a reused translation is held back
     export_s = time.perf_counter() - t0
     ctx.step(Stage.CHECKING, mod.dtype)
     t0 = time.perf_counter()
@@ -250,6 +271,9 @@ def _run_provider(ctx: JobContext, done: DtypeExport, provider: str, keys: list[
         ctx.step(Stage.RUNNING, key.id,
                  evidence=evidence_inputs(evidence, key, ref, set(run.feed_names)))
         result, got = run_case(ctx.job, run, key, ref, dict(timings))
+        if ctx.holds(result):  # re-checked on a fresh translation first: no follow-ups yet
+            ctx.result(result)
+            continue
         ctx.result(run_follow_ups(CaseState(shared, ref, result, got, result.outcome)))
     if probes is not None:
         run_probes(ctx, shared, probes, done.export_batch)

@@ -47,13 +47,11 @@ from pathlib import Path
 from typing import Any
 
 from parity_gate.engine.environment import usable_cores
-from parity_gate.engine.inputs import STARTING_ENVIRON
 from parity_gate.engine.protocol import (
     PROBE_STEP,
     Corrupted,
     Done,
     Fatal,
-    Inputs,
     Job,
     Ready,
     Receiver,
@@ -170,7 +168,6 @@ def _worker_main(jobs: Connection, results: Connection, setup: WorkerSetup) -> N
     # which drops one that came in between, so an early Ctrl-C prints no traceback here.
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    STARTING_ENVIRON.update(os.environ)  # the gate's, before this process changes any
     os.set_inheritable(jobs.fileno(), False)
     send = Sender(results.fileno(), setup.key)
     _leave_resource_tracker()
@@ -405,7 +402,7 @@ class Activity:
     step: Step
 
 
-Event = CaseResult | Finding | Activity | Inputs
+Event = CaseResult | Finding | Activity
 
 
 class WorkerPool:
@@ -571,7 +568,7 @@ class WorkerPool:
                 if _accept(worker, message):
                     events.append(message)
                 worker.mark = time.monotonic()
-            elif isinstance(message, Finding | Inputs):
+            elif isinstance(message, Finding):
                 events.append(message)
             elif isinstance(message, Step):
                 worker.step = message

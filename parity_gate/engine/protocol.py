@@ -22,7 +22,6 @@ import struct
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from pydantic import Field
 from pydantic.dataclasses import dataclass
 
 from parity_gate.model.findings import Finding, Stage, Step
@@ -73,22 +72,12 @@ class Done(Record):
     exit_code: int | None = None
 
 
-@dataclass(frozen=True, config=CONFIG)
-class Inputs(Record):
-    """The files a module job read (engine.inputs), sent before its Done: with the job's
-    spec they are what its results are a function of (engine.replay)."""
-
-    job: str
-    files: list[dict[str, Any]]
-    environ: dict[str, str | None] = Field(default_factory=dict)  # variable → value digest
-
-
-Message = Ready | Fatal | Done | Step | CaseResult | Finding | Inputs
+Message = Ready | Fatal | Done | Step | CaseResult | Finding
 Emit = Callable[[Message], None]
 
 # Every message a worker may send, by the tag its frame carries: one record each.
 KINDS: dict[str, type[Any]] = {"ready": Ready, "fatal": Fatal, "done": Done, "step": Step,
-                               "case": CaseResult, "finding": Finding, "inputs": Inputs}
+                               "case": CaseResult, "finding": Finding}
 _TAGS = {cls: tag for tag, cls in KINDS.items()}
 
 

@@ -1,5 +1,6 @@
-"""Eager references: the module's outputs on each fixture set and batch (from the export
-cache when the very inputs were seen), and the float64 run a mismatch is judged against."""
+"""Eager references: the module's outputs on each fixture set and batch, computed in every
+run (the model's code runs: whatever it reads shows here), and the float64 run a mismatch
+is judged against."""
 
 from __future__ import annotations
 
@@ -34,13 +35,6 @@ def eager_reference(ctx: JobContext, torch: Any, mod: TypedModule, fixture_name:
         samples = [generate(fixture_name, fixture, names, Draw(batch, mod.dtype, sample),
                             seed=job.seed, base_dir=job.base_dir)
                    for sample in range(fixture.samples)]
-        key = (ctx.cache.reference_key(job, mod.dtype, mod.device, samples)
-               if ctx.cache is not None else "")
-        hit = ctx.cache.load_reference(key) if ctx.cache is not None else None
-        if hit is not None:  # the very inputs, the same module: eager's outputs, bit for bit
-            ref.names, ref.outputs = hit
-            ref.inputs = samples
-            return ref
         for inputs in samples:
             with torch.inference_mode():
                 out = mod.binding.call(mod.typed, {n: to_torch(inputs[n], mod.device)
@@ -55,8 +49,6 @@ def eager_reference(ctx: JobContext, torch: Any, mod: TypedModule, fixture_name:
                     return ref
             ref.inputs.append(inputs)
             ref.outputs.append([to_numpy(t) for t in leaves(out)])
-        if ctx.cache is not None:
-            ctx.cache.store_reference(key, ref.names, ref.outputs)
     except FixtureError as exc:
         ref.error = CaseResult(CaseKey("", "", "", 0, ""), Outcome.EAGER_ERROR,
                                f"fixture {fixture_name!r}: {exc}")

@@ -68,7 +68,21 @@ class JobContext(CaseStream):
     hazards: list[Hazard] | None = None
     cache: WorkerCache | None = None  # the export cache, when the run has one
     probe_sets: frozenset[str] = frozenset()  # fixture ids `shapes: auto` added to the job
-    sources: frozenset[str] = frozenset()  # the module's class files (engine.inputs)
+    # While a dtype's cases run on a reused ONNX translation, a failing result is held
+    # back (its key stays pending) and re-checked on a fresh translation (module_worker).
+    on_reused: bool = False
+    suspects: tuple[CaseKey, ...] = ()
+
+    def holds(self, result: CaseResult) -> bool:
+        """Whether `result` is a failure on a reused translation (held, not reported)."""
+        return self.on_reused and result.failed and (
+            result.key in self.pending or (bool(result.probe) and result.key not in self.probed))
+
+    def result(self, result: CaseResult) -> None:
+        if self.holds(result):
+            self.suspects = (*self.suspects, result.key)
+            return
+        super().result(result)
 
     def hazard(self, found: list[Hazard]) -> None:
         self.hazards = [*(self.hazards or []), *found]

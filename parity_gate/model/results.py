@@ -43,10 +43,9 @@ class Provenance(Record):
     export_options: dict[str, Any] = field(default_factory=dict)
     seed: int | None = None
     reference_device: str = "cpu"
-    export_cached: bool = False  # the exported model came from the export cache
-    # When the result was measured, for one replayed from the results cache (the module and
-    # every input it read unchanged since); "" when measured in this run.
-    replayed: str = ""
+    # The ONNX translation came from the export cache (keyed by the digest of the program
+    # torch.export captured in this very run); everything else was computed in this run.
+    export_cached: bool = False
 
 
 @dataclass(frozen=True, config=CONFIG)
