@@ -103,7 +103,8 @@ class WorkerCache:
             external = "model.onnx.data" in entry.meta["files"]
             return Translated(path.read_bytes(), str(path) if external else None,
                               tuple((str(c), str(t), str(f), int(n))
-                                    for c, t, f, n in info.get("warnings", [])))
+                                    for c, t, f, n in info["warnings"]),
+                              bool(info["dead_conditions"]))
         except (KeyError, TypeError, ValueError, OSError):
             return None  # an entry of a shape this version does not read: a miss
 
@@ -117,7 +118,8 @@ class WorkerCache:
             self.store.drop(TRANSLATION, key)
         try:
             stored = self.store.put(TRANSLATION, key, files,
-                                    {"warnings": [list(w) for w in translated.warnings]})
+                                    {"warnings": [list(w) for w in translated.warnings],
+                                     "dead_conditions": translated.dead_conditions})
         except OSError as exc:
             print(f"parity-gate: export cache: could not store a translation: {exc}",
                   file=sys.stderr)

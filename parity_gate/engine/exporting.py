@@ -14,6 +14,7 @@ import re
 import sys
 import sysconfig
 import tempfile
+import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,6 +55,22 @@ class ExportedModel:
     guard_sources: dict[str, Any] = field(default_factory=dict)
     # the ONNX translation came from the export cache (the program was captured in this run)
     reused: bool = False
+    # the program torch.export captured (`program` is the decomposed one the translation
+    # came from, None when the translation was reused), and whether that decomposed program
+    # holds dead size conditions (hazards: unchecked-size-assumption reads only those)
+    captured: Any = None
+    dead_conditions: bool = True
+    redo: Any = None  # () -> the decomposed program, translated afresh (for `decomposed`)
+    # seconds of the dynamo exporter's steps: capture_s, translate_s (0 when reused)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def decomposed(self) -> Any:
+        """The decomposed program the translation came from; when the translation was
+        reused, made now by translating the captured program again (rarely asked for: a
+        reused translation's cases passed, and only a hazard rule with work to do asks)."""
+        if self.program is None and self.redo is not None:
+            self.program = self.redo()
+        return self.program
 
     @property
     def source(self) -> bytes | str:
@@ -70,6 +87,7 @@ class Translated:
     model: bytes
     path: str | None = None
     warnings: tuple[tuple[str, str, str, int], ...] = ()
+    dead_conditions: bool = True  # the decomposed program holds an unused size comparison
 
 
 class Translations(Protocol):
@@ -224,12 +242,14 @@ def export_module(
     with warnings.catch_warnings(), _recorded_at_model_lines() as caught, \
             recording(_model_file) as sources:
         warnings.simplefilter("always")
+        timings: dict[str, float] = {}
+        dynamo = _Dynamo()
         try:
             program, path, reused = None, None, False
             if settings.exporter == "dynamo":
                 model, program, path, reused = _export_dynamo(
                     torch, module, example, inputs, names, output_names, settings,
-                    translations, caught)
+                    translations, caught, timings, dynamo)
             elif settings.exporter == "transformers":
                 model = _export_transformers(module, example, settings)
             else:
@@ -254,14 +274,17 @@ def export_module(
     opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), None)
     return ExportedModel(model, messages, find_baked_dims(proto, inputs), opset,
                          proto.ir_version, exporter_warnings(caught), program, path, proto,
-                         guard_sources=sources, reused=reused)
+                         guard_sources=sources, reused=reused, timings=timings,
+                         captured=dynamo.captured if dynamo.captured is not None else program,
+                         dead_conditions=dynamo.dead if program is None
+                         else dead_conditions(program), redo=dynamo.redo)
 
 
 def _export_dynamo(torch: Any, module: Any, example: Sequence[Any] | Mapping[str, Any],
                    inputs: Sequence[InputSpec], names: list[str], output_names: Sequence[str],
                    settings: ExportSettings, translations: Translations | None,
-                   caught: list[warnings.WarningMessage]
-                   ) -> tuple[bytes, Any, str | None, bool]:
+                   caught: list[warnings.WarningMessage], timings: dict[str, float],
+                   dynamo: _Dynamo) -> tuple[bytes, Any, str | None, bool]:
     """torch.onnx.export's three steps, the first (capture: it runs the model's code) always
     done here, the other two (decomposition and translation, most of the time) reused from
     `translations` when the captured program has been translated before. A capture that
@@ -290,9 +313,13 @@ def _export_dynamo(torch: Any, module: Any, example: Sequence[Any] | Mapping[str
         kwargs["dynamic_shapes"] = tuple(shapes[n] for n in names)
         kwargs["input_names"] = names
         args, call_kwargs = tuple(example), {}
+    t0 = time.perf_counter()
     captured = _capture(torch, module, args, call_kwargs, kwargs["dynamic_shapes"])
+    timings["capture_s"] = time.perf_counter() - t0
     if captured is None:  # torch.onnx.export captures again and says why it fails
         return (*_translate(torch, module, args, call_kwargs, kwargs), False)
+    dynamo.captured = captured
+    dynamo.redo = lambda: _translate(torch, captured, (), None, kwargs)[1]
     key = None
     if translations is not None:
         from parity_gate.engine.programs import program_digest
@@ -304,33 +331,63 @@ def _export_dynamo(torch: Any, module: Any, example: Sequence[Any] | Mapping[str
     if hit is not None:
         for category, text, filename, lineno in hit.warnings:
             caught.append(warnings.WarningMessage(text, _category(category), filename, lineno))
-        return hit.model, captured, hit.path, True
-    first = len(caught)
-    model, _, path = _translate(torch, captured, (), None, kwargs)
+        dynamo.dead = hit.dead_conditions
+        return hit.model, None, hit.path, True
+    first, t0 = len(caught), time.perf_counter()
+    model, decomposed, path = _translate(torch, captured, (), None, kwargs)
+    timings["translate_s"] = time.perf_counter() - t0
     if translations is not None and key is not None:
         translations.put(key, Translated(model, path, tuple(
             (w.category.__name__, str(w.message), str(w.filename), int(w.lineno))
-            for w in caught[first:])))
-    return model, captured, path, False
+            for w in caught[first:]), dead_conditions(decomposed)))
+    return model, decomposed, path, False
+
+
+@dataclass
+class _Dynamo:
+    """What the dynamo path learns beside its result: the captured program, how to get the
+    decomposed one again, and (for a reused translation) whether it has dead conditions."""
+
+    captured: Any = None
+    redo: Any = None
+    dead: bool = True
+
+
+def dead_conditions(program: Any) -> bool:
+    """Whether a (decomposed) program computes a size comparison nothing uses: what a
+    decomposition that read a size as a number leaves behind (hazards' unchecked-size-
+    assumption rule reads those). True when it cannot tell."""
+    if program is None:
+        return True
+    return any(node.op == "call_function" and not node.users
+               and getattr(node.target, "__name__", "") in ("eq", "ne")
+               for node in program.graph.nodes)
 
 
 def _capture(torch: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
              dynamic_shapes: Any) -> Any:
-    """Step 1 of torch.onnx.export, as it does it (its capture strategies in order); None
-    when none captures, or when this torch has no such strategies to call."""
+    """Step 1 of torch.onnx.export, as it does it: its capture strategies in order, with
+    `torch.onnx.is_in_onnx_export()` true (a model's export-only branch is what gets
+    exported). None when none captures, or when this torch has no such strategies."""
     try:
-        from torch.onnx._internal.exporter import _capture_strategies
-    except ImportError:
+        from torch.onnx._internal.exporter import _capture_strategies, _flags
+        exporting = _flags.set_onnx_exporting_flag
+        strategies = _capture_strategies.CAPTURE_STRATEGIES
+    except (ImportError, AttributeError):
         return None
-    for strategy in getattr(_capture_strategies, "CAPTURE_STRATEGIES", ()):
-        try:
-            result = strategy(verbose=False, dump=False, artifacts_dir=".", timestamp="")(
-                module, args, kwargs, dynamic_shapes=dynamic_shapes)
-        except Exception:  # a strategy of another signature: the exporter's own path
-            return None
-        if result.success and result.exported_program is not None:
-            return result.exported_program
-    return None
+
+    def first() -> Any:
+        for strategy in strategies:
+            try:
+                result = strategy(verbose=False, dump=False, artifacts_dir=".", timestamp="")(
+                    module, args, kwargs, dynamic_shapes=dynamic_shapes)
+            except Exception:  # a strategy of another signature: the exporter's own path
+                return None
+            if result.success and result.exported_program is not None:
+                return result.exported_program
+        return None
+
+    return exporting(first)()
 
 
 def _translate(torch: Any, model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None,

@@ -146,7 +146,7 @@ def cached_export(ctx: JobContext, mod: TypedModule, example: dict[str, np.ndarr
     if purpose == "gate":
         hazards = run_checks(hazard_context(ctx, mod, example, export_batch, exported),
                              job.settings.hazards)
-        exported.assumptions, exported.ranges = read_assumptions(exported.program, [
+        exported.assumptions, exported.ranges = read_assumptions(exported.captured, [
             spec for n in mod.binding.order for spec in job.module.inputs if spec.name == n],
             exported.guard_sources)
         exported.guard_sources = {}  # read into the assumptions
@@ -167,10 +167,12 @@ def hazard_context(ctx: JobContext, mod: TypedModule, example: dict[str, np.ndar
         job.name, job.export.exporter or "dynamo", specs, tensors, export_batch,
         job.settings.batch_sizes or [], mod.dtype, mod.typed, ctx.training,
         exported.model if exported else b"", job.export.optimize,
-        exported.program if exported else None,
+        exported.captured if exported else None,
         exported.raw_warnings if exported else [], job.settings.target_runtime,
         dict(job.export.options), job.export.opset, error,
-        exported.graph if exported else None, job.gate)
+        exported.graph if exported else None, job.gate,
+        exported.decomposed if exported else None,
+        exported.dead_conditions if exported else True)
 
 
 def export_once(job: ModuleJob, mod: TypedModule, example: dict[str, np.ndarray], names: list[str],

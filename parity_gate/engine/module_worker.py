@@ -62,7 +62,7 @@ class DtypeExport:
     example: dict[str, np.ndarray]   # the fixture example it was exported with
     cached: bool                     # served by the export cache
     export_batch: int
-    timings: dict[str, float]        # export_s, check_s
+    timings: dict[str, float]        # build_s, export_s (capture_s, translate_s), check_s
 
 
 def run_job(job: ModuleJob, emit: Emit) -> None:
@@ -116,6 +116,7 @@ def _build(ctx: JobContext, torch: Any) -> Any:
     job = ctx.job
     seed_everything(torch, derive_seed(job.seed, job.name))
     ctx.step(Stage.BUILDING, job.name)
+    t0 = time.perf_counter()
     try:
         module = build(job)
     except Exception as exc:
@@ -123,6 +124,7 @@ def _build(ctx: JobContext, torch: Any) -> Any:
                      f"factory {job.module.factory} failed: {first_line(f'{exc!r}')}",
                      traceback.format_exc()[-4000:])
         return None
+    ctx.build_s = time.perf_counter() - t0
     if not isinstance(module, torch.nn.Module):
         ctx.fail_all(ctx.pending, Outcome.EAGER_ERROR,
                      f"factory {job.module.factory} returned {type(module).__name__}, "
@@ -248,7 +250,8 @@ def _export_and_check(ctx: JobContext, mod: TypedModule, refs: Refs,
     if disagreement is not None:  # ONNX Runtime decides: a model it rejects fails loading
         ctx.note("shape-inference", f"{mod.dtype}: {disagreement.describe()}")
     return DtypeExport(mod, exported, example, cached, export_batch,
-                       {"export_s": export_s, "check_s": check_s})
+                       {"build_s": ctx.build_s, "export_s": export_s, **exported.timings,
+                        "check_s": check_s})
 
 
 def _run_provider(ctx: JobContext, done: DtypeExport, provider: str, keys: list[CaseKey],
@@ -265,7 +268,7 @@ def _run_provider(ctx: JobContext, done: DtypeExport, provider: str, keys: list[
     run = Session.of(session, done.export_batch, provenance)
     shared = ProviderRun(ctx, mod, done.exported, provider, run, done.example,
                          performance.measurer(ctx.job, done.exported.source, provider,
-                                              mod.typed, sum(timings.values()) / len(keys)))
+                                              mod.typed, _case_cost(timings, len(keys))))
     for key in keys:
         ref = refs[(key.inputs, key.batch_size)]
         ctx.step(Stage.RUNNING, key.id,
@@ -277,6 +280,12 @@ def _run_provider(ctx: JobContext, done: DtypeExport, provider: str, keys: list[
         ctx.result(run_follow_ups(CaseState(shared, ref, result, got, result.outcome)))
     if probes is not None:
         run_probes(ctx, shared, probes, done.export_batch)
+
+
+def _case_cost(timings: dict[str, float], cases: int) -> float:
+    """The export, check and session time per case (capture and translation are parts of
+    the export's; the build is the module's, not the provider's)."""
+    return sum(timings.get(k, 0.0) for k in ("export_s", "check_s", "session_s")) / max(1, cases)
 
 
 def open_session(ctx: JobContext, exported: ExportedModel, dtype: str, provider: str,

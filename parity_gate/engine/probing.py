@@ -209,7 +209,7 @@ def explain(job: Any) -> list[str]:
         example = generate(generated[0], job.fixtures[generated[0]], names,
                            Draw(batch, dtype), seed=job.seed, base_dir=job.base_dir)
         exported = export_once(job, mod, example, [], job.export)
-        exported.assumptions, exported.ranges = read_assumptions(exported.program, [
+        exported.assumptions, exported.ranges = read_assumptions(exported.captured, [
             s for n in binding.order for s in job.module.inputs if s.name == n],
             exported.guard_sources)
         planned = plan_probes(ctx, exported, example, batch)

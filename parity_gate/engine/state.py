@@ -72,6 +72,7 @@ class JobContext(CaseStream):
     # back (its key stays pending) and re-checked on a fresh translation (module_worker).
     on_reused: bool = False
     suspects: tuple[CaseKey, ...] = ()
+    build_s: float = 0.0  # the factory's time (reported with the export's, per case)
 
     def holds(self, result: CaseResult) -> bool:
         """Whether `result` is a failure on a reused translation (held, not reported)."""

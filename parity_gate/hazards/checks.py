@@ -129,7 +129,7 @@ def unchecked_size_assumption(ctx: HazardContext) -> list[Found]:
     gives silently wrong values (or another shape) for the rest. A dead condition whose
     value is the same for every size in the dims' range (`batch == 1` with batch >= 2, a
     tautology) restricts nothing and is not reported."""
-    ep = ctx.program
+    ep = ctx.decomposed() if ctx.has_dead_conditions else None
     if ep is None:
         return []
     dims = {name: dict(spec.dynamic) for spec, name in
@@ -520,16 +520,11 @@ def precision_cast(ctx: HazardContext) -> list[Found]:
     """Nodes of the unoptimized graph that compute in a narrower float than the program node
     they were translated from. Skipped (free) when neither the program nor the exported
     graph mixes float widths: then no op can run narrower than it was asked to."""
-    ep = ctx.program
-    if ep is None:
+    if ctx.program is None or (len(_program_dtypes(ctx.program)) <= 1
+                               and len(_float_widths(ctx.proto)) <= 1):
         return []
-    dtypes: dict[str, str] = {}
-    for n in ep.graph.nodes:
-        val = n.meta.get("val")
-        if getattr(val, "is_floating_point", lambda: False)():
-            dtypes[n.name] = str(val.dtype).removeprefix("torch.")
-    if len(set(dtypes.values())) <= 1 and len(_float_widths(ctx.proto)) <= 1:
-        return []
+    ep = ctx.decomposed()  # the unoptimized graph's node names are this program's
+    dtypes = _program_dtypes(ep)
     import onnx
 
     raw = ctx.proto if not ctx.optimized else onnx.load_from_string(_unoptimized(ctx))
@@ -550,6 +545,16 @@ def precision_cast(ctx: HazardContext) -> list[Found]:
     return found
 
 
+def _program_dtypes(ep: Any) -> dict[str, str]:
+    """Each floating node of a program: its dtype's name."""
+    dtypes: dict[str, str] = {}
+    for n in ep.graph.nodes:
+        val = n.meta.get("val")
+        if getattr(val, "is_floating_point", lambda: False)():
+            dtypes[n.name] = str(val.dtype).removeprefix("torch.")
+    return dtypes
+
+
 def _float_widths(model: Any) -> set[int]:
     return {t for t in value_types(model).values() if t in FLOAT_BITS}
 
@@ -564,7 +569,7 @@ def _unoptimized(ctx: HazardContext) -> bytes:
         options["opset_version"] = ctx.opset
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        program = torch.onnx.export(ctx.program, (), dynamo=True, optimize=False,
+        program = torch.onnx.export(ctx.decomposed(), (), dynamo=True, optimize=False,
                                     verbose=False, **options)
     assert program is not None  # dynamo=True always returns an ONNXProgram
     return bytes(program.model_proto.SerializeToString())

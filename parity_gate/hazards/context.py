@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import sys
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol
@@ -127,7 +127,10 @@ class HazardContext:
     `training` is read before the gate calls `.eval()` (`training_modules`);
     `module` is the module that was exported (eval mode, cast, on its device).
     `model` is the ONNX the cases run (optimized when `optimized`); `program` the
-    dynamo exporter's `torch.export` ExportedProgram when the caller kept it.
+    program the dynamo exporter's `torch.export` captured (live in every run), and
+    `decomposed()` the decomposed program its translation came from (made on demand when
+    the translation was reused from the cache; `has_dead_conditions` False says up front
+    that it holds no dead size condition, so a rule that reads only those need not ask).
     `error` is the export's error text when the export failed (then only the
     rules with an `on_failure` check run).
     """
@@ -151,6 +154,12 @@ class HazardContext:
     error: str = ""
     graph: Any = None  # the model's skeleton (weights' data dropped), when the caller has one
     gate: GateDims = field(default_factory=GateDims)
+    decompose: Callable[[], Any] | None = None  # the decomposed program, on demand
+    has_dead_conditions: bool = True
+
+    def decomposed(self) -> Any:
+        """The decomposed program (None without a program)."""
+        return self.decompose() if self.decompose is not None else self.program
 
     @cached_property
     def proto(self) -> Any:
