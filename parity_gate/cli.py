@@ -5,6 +5,7 @@ Exit codes: 0 pass, 1 fail, 2 usage, 3 bug."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -12,7 +13,7 @@ import tempfile
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from parity_gate import __version__
 from parity_gate.engine.environment import usable_cores
@@ -495,7 +496,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if any(m.cache is not None for m in manifest.modules):  # only the model can say
         from parity_gate.engine.kvcache import declared_problems
 
-        problems = declared_problems(manifest, Path(path))
+        problems = _user_code(lambda: declared_problems(manifest, Path(path)), path)
         if problems:
             raise UserError(problems)
     files = f", {read} fixture file(s) read" if read is not None else ""
@@ -515,12 +516,34 @@ def _explain_probes(manifest: Manifest, path: Path) -> None:
     jobs = plan(manifest, Path(path), available_providers()).jobs
     for job in jobs:
         try:
-            lines = explain(job)
+            lines = _user_code(functools.partial(explain, job), path, job.name)
+        except UserError:
+            raise
         except Exception as exc:  # the run would report it on its cases
             lines = [f"{job.name}: no probes derived: {type(exc).__name__}: "
                      f"{str(exc).splitlines()[0][:200] if str(exc) else ''}"]
         for line in lines:
             print(line)
+
+
+_T = TypeVar("_T")
+
+
+def _user_code(call: Callable[[], _T], path: Path | str, module: str = "") -> _T:
+    """`call()`, which runs the manifest's factories in this process: one that exits
+    (sys.exit), is interrupted or raises a BaseException is one located line (exit 2),
+    never a silent exit 0 nor a traceback. Exceptions pass on to the caller."""
+    try:
+        return call()
+    except Exception:
+        raise
+    except BaseException as exc:
+        how = (f"exited with status {exc.code!r} (sys.exit)" if isinstance(exc, SystemExit)
+               else "was interrupted (KeyboardInterrupt)"
+               if isinstance(exc, KeyboardInterrupt) else f"raised {type(exc).__name__}")
+        raise UserError(f"{path}: {'module ' + module + ': ' if module else ''}a factory "
+                        f"{how} while it was built (expected it to return the nn.Module)"
+                        ) from None
 
 
 def _fixture_files(manifest: Manifest, path: Path, *, sizes_only: bool) -> int | None:

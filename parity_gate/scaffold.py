@@ -14,9 +14,12 @@ from __future__ import annotations
 import contextlib
 import importlib
 import inspect
+import json
+import math
 import os
 import re
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import resources
@@ -25,6 +28,7 @@ from typing import Any
 
 from parity_gate.errors import UserError
 from parity_gate.manifest.load import load_manifest
+from parity_gate.model.files import atomic_write, kind_of, own_folder_problem
 
 FACTORY = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 SHAPE = re.compile(r"^([A-Za-z_]\w*)=(\d+(?:x\d+)*)"
@@ -82,6 +86,9 @@ def build(factory: str, root: Path, i: int = 1) -> Any:
             raise UserError(f"{_where(i, factory)}: cannot import {module_name!r} ({exc}; "
                             f"expected {Path(*module_name.split('.'))}.py under {root} or an "
                             "installed package)") from None
+        except BaseException as exc:  # the user's module: it may exit or interrupt too
+            raise UserError(f"{_where(i, factory)}: importing {module_name} "
+                            f"{_raised(exc)}") from None
         for part in attr.split("."):
             if not hasattr(target, part):
                 raise UserError(f"{_where(i, factory)}: {module_name} has no {attr!r} "
@@ -89,15 +96,29 @@ def build(factory: str, root: Path, i: int = 1) -> Any:
             target = getattr(target, part)
         try:
             module = target()
-        except Exception as exc:  # the user's code: any error is theirs, said in one line
-            raise UserError(f"{_where(i, factory)}: calling {attr}() raised "
-                            f"{type(exc).__name__}: {exc}".splitlines()[0]) from None
+        except BaseException as exc:  # the user's code: sys.exit, Ctrl-C, any raise
+            raise UserError(f"{_where(i, factory)}: calling {attr}() {_raised(exc)}") from None
     import torch
 
     if not isinstance(module, torch.nn.Module):
         raise UserError(f"{_where(i, factory)}: {attr}() returned {type(module).__name__} "
                         "(expected a torch.nn.Module)")
     return module.eval()
+
+
+def _raised(exc: BaseException) -> str:
+    """How user code ended, in words: `exited with status 0` (sys.exit), `was interrupted`
+    (KeyboardInterrupt), else `raised Type: first line`."""
+    if isinstance(exc, SystemExit):
+        return f"exited with status {exc.code!r} (sys.exit; expected it to return)"
+    if isinstance(exc, KeyboardInterrupt):
+        return "was interrupted (KeyboardInterrupt)"
+    first = next((ln for ln in str(exc).splitlines() if ln.strip()), "")
+    return f"raised {type(exc).__name__}" + (f": {first[:200]}" if first else "")
+
+
+# A check run's input is made in memory: more elements than this is a typo, not a shape.
+MAX_ELEMENTS = 2**28
 
 
 def parse_shapes(values: list[str]) -> dict[str, tuple[list[int], str | None]]:
@@ -107,7 +128,12 @@ def parse_shapes(values: list[str]) -> dict[str, tuple[list[int], str | None]]:
         if m is None:
             raise UserError(f"--shape {value!r}: expected NAME=DIMxDIM... with the batch first, "
                             "optionally :dtype (for example x=1x3x224x224 or ids=1x16:int64)")
-        out[m.group(1)] = ([int(d) for d in m.group(2).split("x")], m.group(3))
+        dims = [int(d) for d in m.group(2).split("x")]
+        if any(d < 1 for d in dims) or math.prod(dims) > MAX_ELEMENTS:
+            raise UserError(f"--shape {value[:80]!r}: expected sizes of at least 1 and at most "
+                            f"{MAX_ELEMENTS:,} elements in all (got {math.prod(dims):.3g}; "
+                            "init runs the module once on an input of this shape)")
+        out[m.group(1)] = (dims, m.group(3))
     return out
 
 
@@ -217,12 +243,22 @@ def _check_runs(module: Any, proposal: Proposal, i: int) -> None:
     try:
         with torch.no_grad():
             module(**kwargs)
-    except Exception as exc:  # the user's code
+    except BaseException as exc:  # the user's code: sys.exit, Ctrl-C, any raise
         shown = ", ".join(f"{x.name}={'x'.join(str(d) for d in x.shape)}" for x in proposal.inputs)
-        raise UserError(f"{_where(i, proposal.factory)}: forward({shown}) raised "
-                        f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} "
+        raise UserError(f"{_where(i, proposal.factory)}: forward({shown}) {_raised(exc)} "
                         f"(shapes from {proposal.source}; pass the right ones with --shape)"
                         ) from None
+
+
+_YAML_WORDS = frozenset({"y", "yes", "n", "no", "true", "false", "on", "off", "null", "none",
+                         "~"})
+
+
+def _scalar(text: str) -> str:
+    """`text` as a YAML scalar that reads back as this string: bare when it is a plain
+    name, quoted when YAML would read it as something else (`yes`, `null`, `1e3`)."""
+    plain = re.fullmatch(r"[A-Za-z_][\w.:]*", text) and text.lower() not in _YAML_WORDS
+    return text if plain else json.dumps(text)
 
 
 def _flow(values: list[int | str]) -> str:
@@ -254,12 +290,14 @@ def manifest_text(proposals: list[Proposal], python_path: str = ".") -> str:
                 extra.append("distribution: normal")
             if x.high is not None and x.distribution is None:
                 extra.append(f"high: {x.high}")
-            out.append(f"      {x.name}: {{shape: {_flow(x.shape)}, {', '.join(extra)}}}")
+            out.append(f"      {_scalar(x.name)}: {{shape: {_flow(x.shape)}, "
+                       f"{', '.join(extra)}}}")
     out += ["", "modules:"]
     for p in proposals:
-        out += [f"  - name: {p.name}", f"    factory: {p.factory}", "    inputs:"]
-        out += [f"      - {{name: {x.name}, dynamic: {{{x.shape.index('batch')}: batch}}}}"
-                for x in p.inputs]
+        out += [f"  - name: {_scalar(p.name)}", f"    factory: {_scalar(p.factory)}",
+                "    inputs:"]
+        out += [f"      - {{name: {_scalar(x.name)}, dynamic: {{{x.shape.index('batch')}: "
+                "batch}}" for x in p.inputs]
         if p.optional:
             out.append(f"    # not passed (forward() defaults): {', '.join(p.optional)}")
         out.append(f"    fixtures: [{p.name}_inputs]")
@@ -293,9 +331,17 @@ def init(root: Path, factories: list[str], shape_args: list[str], *, manifest: s
     if not factories:
         raise UserError("init: expected at least one --factory package.module:callable")
     targets = [root / manifest, *([root / WORKFLOW] if workflow else [])]
-    existing = [t for t in targets if t.exists()]
+    for target in targets:  # no write below a link in the repository, nor through one
+        problem = own_folder_problem(target.parent, root, inside=True)
+        if problem:
+            raise UserError(f"init: {problem}")
+    existing = [t for t in targets if os.path.lexists(t)]  # a dangling link exists too
     if existing and not force:
         raise UserError(f"init: {existing[0]} exists (expected --force to overwrite it)")
+    for target in existing:
+        if not target.is_symlink() and not target.is_file():
+            raise UserError(f"init: {target} is {kind_of(target)} (expected a file to "
+                            "overwrite)")
     shapes = parse_shapes(shape_args)
     taken: set[str] = set()
     proposals = []
@@ -306,14 +352,26 @@ def init(root: Path, factories: list[str], shape_args: list[str], *, manifest: s
         proposals.append(proposal)
     text = manifest_text(proposals, os.path.relpath(root, targets[0].parent))
     targets[0].parent.mkdir(parents=True, exist_ok=True)
-    draft = targets[0].parent / f".{targets[0].name}.init"
-    draft.write_text(text, encoding="utf-8")
+    # The draft: a new file of a name no one could plant (O_EXCL), beside the target so
+    # relative paths in it resolve the same way; its errors name the target.
+    fd, name = tempfile.mkstemp(prefix=f".{targets[0].name}.", suffix=".init",
+                                dir=targets[0].parent)
+    draft = Path(name)
     try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
         load_manifest(draft)  # what `parity-gate check` accepts, or its own located error
+    except UserError as exc:
+        raise UserError([line.replace(str(draft), str(targets[0])) for line in exc.problems]
+                        ) from None
     finally:
-        draft.unlink()
-    targets[0].write_text(text, encoding="utf-8")
-    if workflow:
-        targets[1].parent.mkdir(parents=True, exist_ok=True)
-        targets[1].write_text(workflow_text(manifest), encoding="utf-8")
+        draft.unlink(missing_ok=True)
+    writes = [(targets[0], text)] + ([(targets[1], workflow_text(manifest))] if workflow else [])
+    for target, content in writes:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_symlink():  # --force: the link itself is replaced, never written through
+            print(f"parity-gate init: {target} was a symbolic link; replaced by a file "
+                  "(its target is untouched)", file=sys.stderr)
+            target.unlink()
+        atomic_write(target, content)
     return targets

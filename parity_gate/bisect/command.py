@@ -130,6 +130,7 @@ def _plan(args: argparse.Namespace) -> _Plan:
     from parity_gate.bisect.sets import STACK, differing, load_set
     from parity_gate.gate.merge import read_results
 
+    _check_budgets(args)
     good, _ = load_set(args.good)
     bad, _ = load_set(args.bad)
     source = args.source or (Path(args.bad) if args.bad.endswith(".json") else None)
@@ -153,6 +154,27 @@ def _plan(args: argparse.Namespace) -> _Plan:
     order = sorted(packages, key=lambda p: (p in ("torch", "onnxruntime-gpu"), names.index(p)
                                             if p in names else len(names)))
     return _Plan(good, bad, source, cases, ops, order, refs, candidates, installed(names))
+
+
+def _check_budgets(args: argparse.Namespace) -> None:
+    """Budgets are positive and finite, folders are folders (not files, not links): each
+    problem one located line (exit 2) before anything is installed."""
+    import math
+
+    from parity_gate.bisect.probe import DEFAULT_CACHE
+    from parity_gate.model.files import kind_of, own_folder_problem
+
+    for flag, value in (("--probe-timeout", args.probe_timeout),
+                        ("--max-probes", args.max_probes), ("--max-minutes", args.max_minutes)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise UserError(f"bisect: {flag} {value}: expected a positive finite number")
+    for flag, folder in (("--cache-dir", args.cache_dir or DEFAULT_CACHE), ("--out", args.out)):
+        if os.path.lexists(folder) and (os.path.islink(folder) or not Path(folder).is_dir()):
+            raise UserError(f"bisect: {flag} {folder} is {kind_of(Path(folder))} (expected a "
+                            "folder, or a path where one can be made)")
+        problem = own_folder_problem(Path(folder), Path.cwd())
+        if problem:
+            raise UserError(f"bisect: {flag}: {problem}")
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
@@ -237,17 +259,23 @@ def write(results: list[Any], out: Path, source: Path | None) -> None:
     """OUT/bisect.json and bisect.md; the bad run's results.json (and its summary.md, when
     it has one) carry the answers too."""
     from parity_gate.gate.merge import read_results
+    from parity_gate.model.files import atomic_write
     from parity_gate.report import bisect as bisect_md
     from parity_gate.report.markdown import render
 
-    (out / "bisect.json").write_text(json.dumps([r.to_dict() for r in results], indent=2)
-                                     + "\n")
-    (out / "bisect.md").write_text(bisect_md.markdown(results) + "\n")
+    # Never through a link: each file is replaced in one rename, and a link where one
+    # belongs is left alone and said (atomic_write's rule).
+    atomic_write(out / "bisect.json", json.dumps([r.to_dict() for r in results], indent=2)
+                 + "\n")
+    atomic_write(out / "bisect.md", bisect_md.markdown(results) + "\n")
     if source is None:
         return
     run = read_results(source)[1]
     run.bisect = results
-    source.write_text(json.dumps(run.to_dict(), indent=2) + "\n")
-    summary = source.parent / "summary.md"
-    if summary.is_file():
-        summary.write_text(render(run) + "\n")
+    for path, text in ((source, json.dumps(run.to_dict(), indent=2)),
+                       (source.parent / "summary.md", render(run))):
+        if path.is_symlink():
+            print(f"parity-gate bisect: {path} is a symbolic link: not written through "
+                  "(the answer is in bisect.json and bisect.md)", file=sys.stderr)
+        elif path == source or path.is_file():
+            atomic_write(path, text + "\n")

@@ -10,6 +10,7 @@ from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from parity_gate.errors import UserError
 
@@ -17,22 +18,47 @@ from parity_gate.errors import UserError
 STACK = ("torch", "onnxscript", "onnx", "onnxruntime", "onnxruntime-gpu")
 
 
+# pip requirement lines that name no version: a URL (`git+https://...#egg=x`), a local path
+# or archive. Valid for pip, silent about which version ran: skipped, with a note.
+_UNVERSIONED = ("git+", "hg+", "svn+", "bzr+", "http://", "https://", "file:", ".", "/", "~")
+
+
+def version_of(value: object, where: str, name: str) -> str:
+    """`value` when it is a PEP 440 version (a local one, `2.13.0+cpu`, too); a located
+    UserError otherwise: a version is handed to pip, so nothing else may pass."""
+    text = str(value).strip()
+    try:
+        Version(text)
+    except InvalidVersion:
+        raise UserError(f"{where}: {name}: {text[:80]!r} is not a version (expected a PEP 440 "
+                        "version such as 0.7.2)") from None
+    return text
+
+
 def parse_pins(text: str, where: str) -> dict[str, str]:
     """`name==version` items separated by commas or newlines; `#` comments and pip options
-    ignored; anything else that is not an exact pin is an error naming the line."""
+    ignored, as are lines naming no version (a URL, a path: said on stderr); anything else
+    that is not an exact pin is an error naming the line."""
     out: dict[str, str] = {}
     for n, raw in enumerate(text.replace(",", "\n").splitlines(), 1):
         line = raw.split(" #", 1)[0].split("\\", 1)[0].strip()
         if not line or line.startswith(("#", "-")):
             continue
+        if line.startswith(_UNVERSIONED) or "://" in line:
+            print(f"parity-gate bisect: {where}:{n}: {line[:80]!r} names no version (a URL "
+                  "or a path): skipped", file=sys.stderr)
+            continue
         try:
             req = Requirement(line)
         except InvalidRequirement as exc:
-            raise UserError(f"{where}:{n}: {line!r} is not a requirement ({exc})") from None
+            first = str(exc).splitlines()[0] if str(exc) else "invalid"
+            raise UserError(f"{where}:{n}: {line[:80]!r} is not a requirement ({first})"
+                            ) from None
         spec = list(req.specifier)
-        if len(spec) != 1 or spec[0].operator not in ("==", "==="):
-            continue  # a range says nothing about which version ran
-        out[canonicalize_name(req.name)] = spec[0].version
+        if req.url or len(spec) != 1 or spec[0].operator not in ("==", "==="):
+            continue  # a range (or a URL) says nothing about which version ran
+        name = canonicalize_name(req.name)
+        out[name] = version_of(spec[0].version, f"{where}:{n}", name)
     return out
 
 
@@ -51,15 +77,17 @@ def _lock(path: Path) -> dict[str, str]:
     except tomllib.TOMLDecodeError as exc:
         raise UserError(f"{path}: not a TOML lock file ({exc})") from None
     packages = data.get("package") or data.get("packages") or []
-    return {canonicalize_name(str(p["name"])): str(p["version"]) for p in packages
-            if isinstance(p, dict) and "name" in p and "version" in p}
+    return {canonicalize_name(str(p["name"])): version_of(p["version"], str(path),
+                                                          str(p["name"]))
+            for p in packages if isinstance(p, dict) and "name" in p and "version" in p}
 
 
 def _results(path: Path, data: Any) -> dict[str, str]:
     versions = data.get("versions") if isinstance(data, dict) else None
     if not isinstance(versions, dict):
         raise UserError(f"{path}: no `versions` object (expected a parity-gate results.json)")
-    return {canonicalize_name(k): str(v) for k, v in versions.items()
+    return {canonicalize_name(k): version_of(v, f"{path}: versions", k)
+            for k, v in versions.items()
             if isinstance(v, str) and k not in ("python", "platform", "tool")}
 
 

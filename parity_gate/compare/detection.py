@@ -21,6 +21,7 @@ from typing import NamedTuple
 import numpy as np
 
 from parity_gate.compare.decide import tie_window
+from parity_gate.compare.tolerance import close
 from parity_gate.compare.ulp import dtype_name
 from parity_gate.model.comparison import Comparison, Tolerance, Verdict
 
@@ -54,8 +55,7 @@ def iou_matrix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _within(ref: np.ndarray, got: np.ndarray, tol: Tolerance) -> np.ndarray:
-    r, g = ref.astype(np.float64), got.astype(np.float64)
-    return np.abs(g - r) <= tol.atol + tol.rtol * np.abs(r)
+    return close(ref, got, tol.atol, tol.rtol)
 
 
 def _tied(scores: np.ndarray, dname: str) -> bool:

@@ -15,7 +15,24 @@ import numpy as np
 
 from parity_gate.compare.scan import Ctx, Scan
 
-__all__ = ["needed_tolerance"]
+__all__ = ["close", "needed_tolerance"]
+
+
+# The elementwise pass rule as source, over float64 arrays `e` (expected) and `o` (got):
+# the generated repro scripts carry it verbatim (they import numpy only); `close` computes
+# the same, and a test holds the two together.
+CLOSE_RULE = ("(np.isfinite(e) & np.isfinite(o) & (np.abs(o - e) <= atol + rtol * np.abs(e)))"
+              " | (e == o) | (np.isnan(e) & np.isnan(o))")
+
+
+def close(expected: np.ndarray, got: np.ndarray, atol: float, rtol: float) -> np.ndarray:
+    """Elementwise `|got - expected| <= atol + rtol * |expected|` where both are finite; a
+    non-finite value matches only itself (NaN matches NaN). Without the finiteness guard an
+    infinite expected value makes the bound infinite, and FLT_MAX "matches" inf."""
+    with np.errstate(all="ignore"):
+        e, o = np.asarray(expected, np.float64), np.asarray(got, np.float64)
+        within = np.isfinite(e) & np.isfinite(o) & (np.abs(o - e) <= atol + rtol * np.abs(e))
+        return np.asarray(within | (e == o) | (np.isnan(e) & np.isnan(o)), bool)
 
 
 def _min_passing(pred: Callable[[float], bool], hi: float) -> float:

@@ -104,7 +104,7 @@ class WorkerCache:
             return Translated(path.read_bytes(), str(path) if external else None,
                               tuple((str(c), str(t), str(f), int(n))
                                     for c, t, f, n in info["warnings"]),
-                              bool(info["dead_conditions"]))
+                              dict(info["facts"]))
         except (KeyError, TypeError, ValueError, OSError):
             return None  # an entry of a shape this version does not read: a miss
 
@@ -119,7 +119,7 @@ class WorkerCache:
         try:
             stored = self.store.put(TRANSLATION, key, files,
                                     {"warnings": [list(w) for w in translated.warnings],
-                                     "dead_conditions": translated.dead_conditions})
+                                     "facts": translated.facts})
         except OSError as exc:
             print(f"parity-gate: export cache: could not store a translation: {exc}",
                   file=sys.stderr)

@@ -56,10 +56,10 @@ class ExportedModel:
     # the ONNX translation came from the export cache (the program was captured in this run)
     reused: bool = False
     # the program torch.export captured (`program` is the decomposed one the translation
-    # came from, None when the translation was reused), and whether that decomposed program
-    # holds dead size conditions (hazards: unchecked-size-assumption reads only those)
+    # came from, None when the translation was reused), and what the hazard rules read of
+    # the decomposed program as data (hazards.checks.size_facts; kept with a translation)
     captured: Any = None
-    dead_conditions: bool = True
+    facts: dict[str, Any] | None = None
     redo: Any = None  # () -> the decomposed program, translated afresh (for `decomposed`)
     # seconds of the dynamo exporter's steps: capture_s, translate_s (0 when reused)
     timings: dict[str, float] = field(default_factory=dict)
@@ -87,7 +87,7 @@ class Translated:
     model: bytes
     path: str | None = None
     warnings: tuple[tuple[str, str, str, int], ...] = ()
-    dead_conditions: bool = True  # the decomposed program holds an unused size comparison
+    facts: dict[str, Any] = field(default_factory=dict)  # hazards.checks.size_facts
 
 
 class Translations(Protocol):
@@ -276,8 +276,7 @@ def export_module(
                          proto.ir_version, exporter_warnings(caught), program, path, proto,
                          guard_sources=sources, reused=reused, timings=timings,
                          captured=dynamo.captured if dynamo.captured is not None else program,
-                         dead_conditions=dynamo.dead if program is None
-                         else dead_conditions(program), redo=dynamo.redo)
+                         facts=dynamo.facts, redo=dynamo.redo)
 
 
 def _export_dynamo(torch: Any, module: Any, example: Sequence[Any] | Mapping[str, Any],
@@ -331,37 +330,29 @@ def _export_dynamo(torch: Any, module: Any, example: Sequence[Any] | Mapping[str
     if hit is not None:
         for category, text, filename, lineno in hit.warnings:
             caught.append(warnings.WarningMessage(text, _category(category), filename, lineno))
-        dynamo.dead = hit.dead_conditions
+        dynamo.facts = hit.facts
         return hit.model, None, hit.path, True
     first, t0 = len(caught), time.perf_counter()
     model, decomposed, path = _translate(torch, captured, (), None, kwargs)
     timings["translate_s"] = time.perf_counter() - t0
+    from parity_gate.hazards.checks import size_facts
+
+    dynamo.facts = size_facts(decomposed)
     if translations is not None and key is not None:
         translations.put(key, Translated(model, path, tuple(
             (w.category.__name__, str(w.message), str(w.filename), int(w.lineno))
-            for w in caught[first:]), dead_conditions(decomposed)))
+            for w in caught[first:]), dynamo.facts))
     return model, decomposed, path, False
 
 
 @dataclass
 class _Dynamo:
     """What the dynamo path learns beside its result: the captured program, how to get the
-    decomposed one again, and (for a reused translation) whether it has dead conditions."""
+    decomposed one again, and what the hazard rules read of the decomposed one."""
 
     captured: Any = None
     redo: Any = None
-    dead: bool = True
-
-
-def dead_conditions(program: Any) -> bool:
-    """Whether a (decomposed) program computes a size comparison nothing uses: what a
-    decomposition that read a size as a number leaves behind (hazards' unchecked-size-
-    assumption rule reads those). True when it cannot tell."""
-    if program is None:
-        return True
-    return any(node.op == "call_function" and not node.users
-               and getattr(node.target, "__name__", "") in ("eq", "ne")
-               for node in program.graph.nodes)
+    facts: dict[str, Any] | None = None
 
 
 def _capture(torch: Any, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any],

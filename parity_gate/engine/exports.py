@@ -172,7 +172,7 @@ def hazard_context(ctx: JobContext, mod: TypedModule, example: dict[str, np.ndar
         dict(job.export.options), job.export.opset, error,
         exported.graph if exported else None, job.gate,
         exported.decomposed if exported else None,
-        exported.dead_conditions if exported else True)
+        exported.facts if exported else None)
 
 
 def export_once(job: ModuleJob, mod: TypedModule, example: dict[str, np.ndarray], names: list[str],

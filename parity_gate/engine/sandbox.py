@@ -11,9 +11,10 @@ Such a process
 - runs under a memory limit (RLIMIT_DATA: the module's `worker_memory`, else its
   share of the machine), so an oversized allocation fails in it, not the machine;
 - has a deadline: the module's timeout;
-- never holds the gate's credentials (`CREDENTIALS`: the GitHub and Actions tokens,
-  which only the code that talks to GitHub needs). A model's own variables, such as
-  HF_TOKEN for gated weights, are the user's to hand it and stay.
+- never holds a credential of any kind (`model.secrets.is_credential`: the GitHub and
+  Actions tokens, every `INPUT_*`, cloud keys, any `*_TOKEN`, `*_SECRET`, `*_KEY`, ...,
+  and the names `PARITY_GATE_MASK_ENV` lists): a model, a factory or a repro script is
+  code the gate did not write. A gate run downloads nothing, so a model needs none.
 
 Stdlib only: `python -m parity_gate.engine.sandbox` is the launcher a replayed repro
 starts through, before it execs the script.
@@ -35,22 +36,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from parity_gate.model.secrets import KNOWN
+from parity_gate.model.secrets import KNOWN, without_credentials
 
 # The gate's own credentials: never in a worker's or a repro's environment.
 CREDENTIALS = frozenset(KNOWN)
 _PR_SET_PDEATHSIG = 1
 
 
-def without_credentials(env: Mapping[str, str]) -> dict[str, str]:
-    """`env` less the gate's credentials (`CREDENTIALS`)."""
-    return {k: v for k, v in env.items() if k not in CREDENTIALS}
-
-
 def drop_credentials() -> None:
-    """Remove the gate's credentials from this process's environment (a worker, before
-    any model code runs)."""
-    for name in CREDENTIALS:
+    """Remove every credential from this process's environment (a worker, before any
+    model code runs)."""
+    keep = without_credentials(os.environ)
+    for name in [n for n in os.environ if n not in keep]:
         os.environ.pop(name, None)
 
 
@@ -212,16 +209,18 @@ class Ended:
 
 
 def run(argv: Sequence[str], cwd: Path, timeout_s: float, memory_limit: int | None,
-        env: Mapping[str, str] | None = None) -> Ended:
-    """Run `argv` in the sandbox, from `cwd`; when it ends, or at `timeout_s`, its group and
-    everything below it are killed (a child it left running too). Its output goes to a
-    file, not a pipe: a child that keeps the pipe open cannot hold the gate."""
+        env: Mapping[str, str] | None = None, stdout: bool = False) -> Ended:
+    """Run `argv` in the sandbox, from `cwd`, with no credential in its environment; when
+    it ends, or at `timeout_s`, its group and everything below it are killed (a child it
+    left running too). Its output goes to a file, not a pipe: a child that keeps the pipe
+    open cannot hold the gate. `stdout`: its standard output is kept too, before its
+    error output's tail (`Ended.stderr` holds both)."""
     launcher = [sys.executable, "-c", _LAUNCH, _package_root(), str(os.getpid()),
                 str(memory_limit or 0), *argv]
     noted: list[int] = []
     with tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(launcher, cwd=cwd, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=err,
+                                stdout=err if stdout else subprocess.DEVNULL, stderr=err,
                                 env=without_credentials(os.environ if env is None else env),
                                 start_new_session=True)
         deadline = time.monotonic() + timeout_s
@@ -239,7 +238,7 @@ def run(argv: Sequence[str], cwd: Path, timeout_s: float, memory_limit: int | No
             kill_tree(proc.pid, noted)
             proc.wait()
         err.seek(0)
-        tail = err.read()[-4000:].decode("utf-8", "replace")
+        tail = err.read()[-(20000 if stdout else 4000):].decode("utf-8", "replace")
     return Ended(code, tail)
 
 

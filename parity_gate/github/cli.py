@@ -137,7 +137,8 @@ def _cmd_upstream(args: argparse.Namespace) -> int:
     options = upstream.UpstreamOptions(
         mode=mode, drafts=args.draft or folder / "upstream-drafts",
         repro_dir=args.repro_dir or folder / "repro", max_create=args.max_create,
-        ledger=cache / "created-issues.json", check_cache=cache / "repro-checks.json")
+        ledger=cache / "created-issues.json", check_cache=cache / "repro-checks.json",
+        results_dir=args.results.parent)
     run, warnings = upstream_pass.attach(run, client, options)
     atomic_write(args.out or args.results, run_json(run))
     if args.out is None:  # results updated in place: so is the summary beside them

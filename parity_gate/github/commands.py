@@ -6,12 +6,16 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from parity_gate.model.text import strip_control
+
 ANNOTATION_LIMIT = 10  # GitHub keeps at most 10 error and 10 warning annotations per step
 MESSAGE_LIMIT = 2000  # longer annotation messages are unreadable in the checks UI
 
 
 def escape_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    """A workflow command's data: outside text neutralised (no bidi override, no control or
+    separator character) and its line breaks escaped, so it stays one command."""
+    return strip_control(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
 def escape_property(text: str) -> str:

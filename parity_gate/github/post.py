@@ -109,17 +109,25 @@ def _post(inputs: Mapping[str, str], workspace: Path, out_dir: Path, cache_dir: 
     return 0
 
 
-def _upstream(run: RunResult, client: GitHubClient, inputs: Mapping[str, str], out_dir: Path,
-              results: Path, cache: Path | None) -> tuple[RunResult, list[str]]:
-    options = upstream.UpstreamOptions(
+def upstream_options(inputs: Mapping[str, str], out_dir: Path, results: Path,
+                     cache: Path | None) -> upstream.UpstreamOptions:
+    """The post step's upstream pass. Results named by `results:` are an earlier job's (a
+    workflow_run pair's trusted job comments on a fork's artifact): nothing of them is run
+    here, so no repro is verified; a run's own are verified in its own out folder."""
+    return upstream.UpstreamOptions(
         mode=inputs["upstream"], drafts=out_dir / "upstream-drafts",
         repro_dir=results.parent / "repro",
         ledger=cache / "created-issues.json" if cache else out_dir / "created-issues.json",
-        check_cache=cache / "repro-checks.json" if cache else None)
+        check_cache=cache / "repro-checks.json" if cache else None,
+        verify=not inputs["results"], results_dir=results.parent)
+
+
+def _upstream(run: RunResult, client: GitHubClient, inputs: Mapping[str, str], out_dir: Path,
+              results: Path, cache: Path | None) -> tuple[RunResult, list[str]]:
+    options = upstream_options(inputs, out_dir, results, cache)
     if options.mode == "create" and not client.authenticated:
-        return upstream_pass.attach(run, client, upstream.UpstreamOptions(
-            mode="draft", drafts=options.drafts, repro_dir=options.repro_dir,
-            check_cache=options.check_cache)
+        return upstream_pass.attach(run, client, dataclasses.replace(
+            options, mode="draft", ledger=None)
         )[0], ["upstream: create needs upstream_token (a token that may open issues in the "
                "upstream repositories; a workflow's own token cannot): drafted instead"]
     return upstream_pass.attach(run, client, options)

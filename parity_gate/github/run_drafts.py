@@ -11,15 +11,16 @@ report says why. Every value from the run passes the neutraliser on its way in.
 
 from __future__ import annotations
 
+import os
 import re
-import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from parity_gate.engine import sandbox
 from parity_gate.github import drafts
 from parity_gate.github.upstream import UpstreamOptions, _replace, fingerprint, issue_url
-from parity_gate.model.files import copy_file, make_folder
+from parity_gate.model.files import copy_file, make_folder, own_folder_problem
 from parity_gate.model.findings import Example
 from parity_gate.model.localisation import Culprit
 from parity_gate.model.results import CaseResult, RunResult
@@ -50,7 +51,7 @@ def prepare(run: RunResult, reports: list[UpstreamReport],
             out.append(r)
             continue
         lead = cases[sig.key][0]
-        folder, output, why = _checked(lead, options.verify)
+        folder, output, why = _checked(lead, options.verify, options.results_dir)
         if folder is None:
             out.append(_replace(r, not_drafted=why))
             continue
@@ -78,27 +79,49 @@ def printed(output: str) -> Example | None:
     return Example("o0", [], eager, onnx)
 
 
-def _checked(lead: CaseResult, verify: bool) -> tuple[Path | None, str, str]:
-    """(the node repro's folder, what running it printed, why there is none)."""
+def _checked(lead: CaseResult, verify: bool, results_dir: Path | None
+             ) -> tuple[Path | None, str, str]:
+    """(the node repro's folder, what running it printed, why there is none). The repro is
+    code from a results file: it is found only inside that run's out folder (never through a
+    link), and run in the sandbox the model workers use, with no credential in its
+    environment."""
     loc = lead.localisation
     if loc is None or not loc.node_repro:
         return None, "", ("no node-level repro of the culprit was kept (the model-level "
                           "repro holds the whole model: not for an upstream report)")
-    folder = Path(loc.node_repro)
-    if not (folder / "repro.py").is_file():
-        return None, "", f"the node repro {folder} is not here (run upstream where the run was)"
+    folder = repro_folder(loc.node_repro, results_dir)
+    if folder is None:
+        return None, "", (f"the node repro {loc.node_repro} is not in the run's out folder "
+                          f"{results_dir or '(unknown)'}; only a repro there is read or run")
     if not verify:
         return folder, "", ""
-    try:
-        done = subprocess.run([sys.executable, "repro.py"], cwd=folder, capture_output=True,
-                              text=True, timeout=300, check=False)
-    except subprocess.TimeoutExpired:
+    done = sandbox.run([sys.executable, "repro.py"], folder, 300, None, stdout=True)
+    printed = done.stderr.strip()
+    if done.returncode is None:
         return None, "", "the node repro did not finish in 300 s here"
-    printed = (done.stdout + done.stderr).strip()
     if done.returncode != 1:
         return None, "", (f"the node repro exits {done.returncode} here, not 1: "
                           f"{one_line(printed)[:200] or 'no output'}")
     return folder, printed, ""
+
+
+def repro_folder(recorded: str, results_dir: Path | None) -> Path | None:
+    """The repro folder a results file records, inside that run's out folder: the path as
+    recorded (relative to where the run started) or its tail below the out folder
+    (`parity-reports/artifacts/x` → `OUT/artifacts/x`), whichever lies inside it; None when
+    neither does, or a link is on the way."""
+    if results_dir is None:
+        return None
+    root = results_dir.resolve()
+    path = Path(recorded)
+    tails = [path.parts[k:] for k in range(len(path.parts))] if not path.is_absolute() else []
+    candidates = [path, *(root.joinpath(*tail) for tail in tails if tail)]
+    for candidate in candidates:
+        script = candidate / "repro.py"
+        if script.is_file() and not script.is_symlink() \
+                and not own_folder_problem(candidate, root, inside=True):
+            return Path(os.path.abspath(candidate))
+    return None
 
 
 def _what(sig: Signature, culprit: Culprit) -> str:

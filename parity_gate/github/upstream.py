@@ -502,4 +502,7 @@ class UpstreamOptions:
     max_create: int = 3
     ledger: Path | None = None        # issues this machine opened (create mode)
     verify: bool = True               # run every repro first; draft only what reproduces
+    # The folder of the results being searched (the run's out folder): a model run's node
+    # repro is read and run only from inside it, found there wherever the run was started.
+    results_dir: Path | None = None
     check_cache: Path | None = None   # answers of earlier repro runs (keyed by script)

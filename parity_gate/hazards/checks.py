@@ -128,20 +128,19 @@ def unchecked_size_assumption(ctx: HazardContext) -> list[Found]:
     nor a runtime assert. The ONNX graph then holds only for sizes that satisfy it and
     gives silently wrong values (or another shape) for the rest. A dead condition whose
     value is the same for every size in the dims' range (`batch == 1` with batch >= 2, a
-    tautology) restricts nothing and is not reported."""
-    ep = ctx.decomposed() if ctx.has_dead_conditions else None
-    if ep is None:
+    tautology) restricts nothing and is not reported. Read from `size_facts`, the
+    decomposed program's conditions as data (kept with a cached translation)."""
+    facts = ctx.size_facts()
+    if not facts.get("conditions"):
         return []
     dims = {name: dict(spec.dynamic) for spec, name in
-            zip(ctx.inputs, ep.graph_signature.user_inputs, strict=False)}
+            zip(ctx.inputs, facts["user_inputs"], strict=False)}
     sizes = ctx.sizes()
     found: list[str] = []
     site: list[Site] = []
-    for node in ep.graph.nodes:
-        name = getattr(node.target, "__name__", "")
-        if node.op != "call_function" or name not in _ASSUMED or node.users:
-            continue
-        expr = _size_expr(node, dims)
+    for condition in facts["conditions"]:
+        tree = condition["tree"]
+        expr = _size_expr(tree, dims)
         if expr is None:
             continue
         text, value, symbols = expr
@@ -157,12 +156,12 @@ def unchecked_size_assumption(ctx: HazardContext) -> list[Found]:
                 continue  # the same at every size: no restriction
         except ArithmeticError:  # a division by a size expression that can be 0
             continue
-        said = text if held else text.replace(f" {_ASSUMED[name][0]} ",
-                                              f" {_ASSUMED[name][1]} ", 1)
+        said = text if held else text.replace(f" {_ASSUMED[tree[0]][0]} ",
+                                              f" {_ASSUMED[tree[0]][1]} ", 1)
         if said in found:
             continue
         found.append(said)
-        trace = node.meta.get("stack_trace") or ""
+        trace = condition.get("trace") or ""
         if not site and trace:
             site = [Site(source=og.source_of(trace))]
     if not found:
@@ -174,40 +173,69 @@ def unchecked_size_assumption(ctx: HazardContext) -> list[Found]:
                   site)]
 
 
+# A size expression as data: an int, ["size", placeholder, dim], or [op, left, right].
+_Tree = Any
 _Expr = tuple[str, Callable[[dict[str, int]], int], frozenset[str]]
 
 
-def _size_expr(node: Any, dims: dict[str, dict[int, str]], depth: int = 0) -> _Expr | None:
-    """A symbolic size expression over the manifest's dim symbols: its text (`h % 4 == 0`),
-    a function of the sizes, and the symbols it reads; None when it is not plain integer
-    arithmetic on declared-dynamic dims."""
+def size_facts(program: Any) -> dict[str, Any]:
+    """What unchecked-size-assumption reads of a decomposed program, as JSON-able data: its
+    user inputs' placeholder names, and each size comparison nothing uses (the tree of its
+    expression over input sizes and integers, and the source line it came from). A cached
+    translation keeps these beside its model, so the rule needs no decomposition then."""
+    if program is None:
+        return {"user_inputs": [], "conditions": []}
+    conditions = []
+    for node in program.graph.nodes:
+        name = getattr(node.target, "__name__", "")
+        if node.op != "call_function" or name not in _ASSUMED or node.users:
+            continue
+        tree = _tree(node)
+        if tree is not None:
+            conditions.append({"tree": tree, "trace": node.meta.get("stack_trace") or ""})
+    return {"user_inputs": list(program.graph_signature.user_inputs), "conditions": conditions}
+
+
+def _tree(node: Any, depth: int = 0) -> _Tree | None:
+    """An FX size expression as data (None when it is not plain integer arithmetic on
+    sizes)."""
     if isinstance(node, int):
-        return str(node), lambda _s, n=node: n, frozenset()
+        return int(node)
     if depth > 8 or not hasattr(node, "target"):
         return None
-    name = getattr(node.target, "__name__", "")
     if str(node.target) == "aten.sym_size.int":
-        symbol = dims.get(getattr(node.args[0], "name", ""), {}).get(int(node.args[1]))
+        return ["size", getattr(node.args[0], "name", ""), int(node.args[1])]
+    name = getattr(node.target, "__name__", "")
+    if (name not in _ASSUMED and name not in _ARITH) or len(node.args) != 2:
+        return None
+    parts = [_tree(arg, depth + 1) for arg in node.args]
+    return None if any(p is None for p in parts) else [name, *parts]
+
+
+def _size_expr(tree: _Tree, dims: dict[str, dict[int, str]]) -> _Expr | None:
+    """A size expression over the manifest's dim symbols: its text (`h % 4 == 0`), a
+    function of the sizes, and the symbols it reads; None when it reads a size that is not
+    a declared-dynamic dim."""
+    if isinstance(tree, int):
+        return str(tree), lambda _s, n=tree: n, frozenset()
+    if tree[0] == "size":
+        symbol = dims.get(tree[1], {}).get(int(tree[2]))
         if symbol is None:
             return None
         return symbol, lambda s, k=symbol: s[k], frozenset([symbol])
+    name = tree[0]
     fn: Callable[[int, int], int]
     if name in _ASSUMED:
         text_op = _ASSUMED[name][0]
         fn = (lambda a, b: int(a == b)) if name == "eq" else (lambda a, b: int(a != b))
-    elif name in _ARITH:
-        text_op, fn = _ARITH[name]
     else:
-        return None
-    if len(node.args) != 2:
-        return None
+        text_op, fn = _ARITH[name]
     parts: list[_Expr] = []
-    for arg in node.args:
-        sub = _size_expr(arg, dims, depth + 1)
+    for arg in tree[1:]:
+        sub = _size_expr(arg, dims)
         if sub is None:
             return None
-        nested = name in _ARITH and not isinstance(arg, int) \
-            and getattr(arg.target, "__name__", "") in _ARITH
+        nested = name in _ARITH and isinstance(arg, list) and arg[0] in _ARITH
         parts.append((f"({sub[0]})", sub[1], sub[2]) if nested else sub)
     (lt, lf, ls), (rt, rf, rs) = parts
     return (f"{lt} {text_op} {rt}", lambda s: fn(lf(s), rf(s)), ls | rs)
@@ -520,7 +548,7 @@ def precision_cast(ctx: HazardContext) -> list[Found]:
     """Nodes of the unoptimized graph that compute in a narrower float than the program node
     they were translated from. Skipped (free) when neither the program nor the exported
     graph mixes float widths: then no op can run narrower than it was asked to."""
-    if ctx.program is None or (len(_program_dtypes(ctx.program)) <= 1
+    if ctx.program is None or (len(set(_program_dtypes(ctx.program).values())) <= 1
                                and len(_float_widths(ctx.proto)) <= 1):
         return []
     ep = ctx.decomposed()  # the unoptimized graph's node names are this program's

@@ -129,8 +129,8 @@ class HazardContext:
     `model` is the ONNX the cases run (optimized when `optimized`); `program` the
     program the dynamo exporter's `torch.export` captured (live in every run), and
     `decomposed()` the decomposed program its translation came from (made on demand when
-    the translation was reused from the cache; `has_dead_conditions` False says up front
-    that it holds no dead size condition, so a rule that reads only those need not ask).
+    the translation was reused from the cache), and `facts` what the rules read of that
+    decomposed program as data (`checks.size_facts`: kept with a cached translation).
     `error` is the export's error text when the export failed (then only the
     rules with an `on_failure` check run).
     """
@@ -155,11 +155,19 @@ class HazardContext:
     graph: Any = None  # the model's skeleton (weights' data dropped), when the caller has one
     gate: GateDims = field(default_factory=GateDims)
     decompose: Callable[[], Any] | None = None  # the decomposed program, on demand
-    has_dead_conditions: bool = True
+    facts: Mapping[str, Any] | None = None
 
     def decomposed(self) -> Any:
         """The decomposed program (None without a program)."""
         return self.decompose() if self.decompose is not None else self.program
+
+    def size_facts(self) -> Mapping[str, Any]:
+        """The decomposed program's size conditions as data (`checks.size_facts`)."""
+        if self.facts is not None:
+            return self.facts
+        from parity_gate.hazards.checks import size_facts
+
+        return size_facts(self.decomposed())
 
     @cached_property
     def proto(self) -> Any:

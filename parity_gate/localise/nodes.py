@@ -22,6 +22,7 @@ import numpy as np
 
 from parity_gate import compare as cmp
 from parity_gate.compare.owner import owner_rule
+from parity_gate.compare.tolerance import close
 from parity_gate.engine.runtime import first_line
 from parity_gate.localise import layers
 from parity_gate.model.upstream import Owner
@@ -319,10 +320,7 @@ def _close(a: np.ndarray, b: np.ndarray, tol: cmp.Tolerance) -> np.ndarray:
     """Elementwise, the comparison's pass rule (NaN equals NaN, infinities only themselves)."""
     if a.shape != b.shape:
         return np.zeros(a.shape, bool)
-    with np.errstate(all="ignore"):
-        x, y = a.astype(np.float64), b.astype(np.float64)
-        return (np.abs(x - y) <= tol.atol + tol.rtol * np.abs(x)) | (x == y) | (
-            np.isnan(x) & np.isnan(y))
+    return close(a, b, tol.atol, tol.rtol)
 
 
 def _kernel(part: Cut, got: dict[str, np.ndarray], ref: dict[str, np.ndarray],

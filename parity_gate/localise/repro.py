@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from parity_gate.compare.tolerance import CLOSE_RULE
 from parity_gate.errors import UserError
 from parity_gate.model.files import atomic_write, copy_file, link_problem, make_folder, remove
 from parity_gate.model.secrets import Masker
@@ -66,10 +67,10 @@ for name in META["outputs"]:
         print(f"{{name}}: shape {{out.shape}} where eager gives {{ref.shape}}")
         failed = True
         continue
-    with np.errstate(invalid="ignore"):
-        diff = np.abs(out - ref)
-        bad = ~((diff <= atol + rtol * np.abs(ref)) | (np.isnan(ref) & np.isnan(out))
-                | (ref == out))
+    with np.errstate(all="ignore"):
+        e, o = ref, out
+        diff = np.abs(o - e)
+        bad = ~({CLOSE_RULE})
     if bad.any():
         score = np.where(bad, np.where(np.isnan(diff), np.inf, diff), -1.0)  # NaN: worst
         worst = np.unravel_index(int(np.argmax(score)), ref.shape)
@@ -119,7 +120,7 @@ if eager.shape != got.shape:
 with np.errstate(all="ignore"):
     e, o = eager.astype(np.float64), got.astype(np.float64)
     diff = np.abs(o - e)
-    bad = ~((diff <= atol + rtol * np.abs(e)) | (np.isnan(e) & np.isnan(o)) | (e == o))
+    bad = ~({CLOSE_RULE})
 if not bad.any():
     print(f"within tolerance (max abs {{float(np.nanmax(diff, initial=0)):.3g}})")
     sys.exit(0)
@@ -233,7 +234,7 @@ def write_node(folder: Path, case: ReproCase, parts: NodeParts) -> Path:
     out.put("repro.py", NODE_SCRIPT.format(
         case_id=case.case_id, aten=parts.aten, scope=parts.scope, provider=provider,
         atol=case.atol, rtol=case.rtol, version=case.version, withheld=WITHHELD, eager=body,
-        recorded=recorded), binary=False)
+        recorded=recorded, CLOSE_RULE=CLOSE_RULE), binary=False)
     return folder
 
 
@@ -280,7 +281,7 @@ def write(folder: Path, case: ReproCase, *, model: bytes | str,
     out.withheld()
     put("repro.py", SCRIPT.format(case_id=case.case_id, provider=case.providers[0],
                                   atol=case.atol, rtol=case.rtol, version=case.version,
-                                  withheld=WITHHELD), binary=False)
+                                  withheld=WITHHELD, CLOSE_RULE=CLOSE_RULE), binary=False)
     return folder
 
 

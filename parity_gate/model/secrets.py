@@ -23,6 +23,32 @@ LIST_ENV = "PARITY_GATE_MASK_ENV"
 MIN_LENGTH = 8
 MASK = "***"
 
+# And no credential of any kind: code the gate did not write (a model, a factory, a repro
+# script) runs with none. By name: the Actions runtime's and every Action input (`INPUT_*`
+# may hold a token), cloud providers' keys, and any name that says it is a secret.
+_CREDENTIAL_PREFIXES = ("ACTIONS_", "INPUT_", "AWS_", "AZURE_", "GOOGLE_", "GCP_", "GCLOUD_",
+                        "CLOUDSDK_", "ALIBABA_CLOUD_", "DIGITALOCEAN_", "VAULT_")
+_CREDENTIAL_SUFFIXES = ("_TOKEN", "_SECRET", "_KEY", "_PASSWORD", "_PASSWD", "_CREDENTIALS",
+                        "_API_KEY", "_PAT", "_AUTH")
+_CREDENTIAL_NAMES = frozenset({"GH_TOKEN", "GITHUB_TOKEN", "NPM_TOKEN", "PYPI_TOKEN",
+                               "TWINE_PASSWORD", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN",
+                               "NETRC", "SSH_AUTH_SOCK", "GOOGLE_APPLICATION_CREDENTIALS",
+                               "DOCKER_AUTH_CONFIG", "KUBECONFIG"})
+
+
+def is_credential(name: str) -> bool:
+    """Whether an environment variable's name marks a credential (see above)."""
+    upper = name.upper()
+    return (name in KNOWN or upper in _CREDENTIAL_NAMES
+            or upper.startswith(_CREDENTIAL_PREFIXES) or upper.endswith(_CREDENTIAL_SUFFIXES))
+
+
+def without_credentials(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` less every credential (`is_credential`, and the names `PARITY_GATE_MASK_ENV`
+    lists)."""
+    listed = set(re.split(r"[\s,]+", env.get(LIST_ENV, "").strip())) - {""}
+    return {k: v for k, v in env.items() if not is_credential(k) and k not in listed}
+
 
 def secret_values(env: Mapping[str, str] | None = None) -> list[str]:
     """The values to mask, longest first (so a token containing another masks whole)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Mapping
+from typing import Any
 
 # CSI sequences (colours, cursor moves) that exporter and ORT messages carry.
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -23,6 +24,9 @@ _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ufffe\uffff]")
 # Bidirectional overrides, isolates and marks: they reorder what a reader sees ("PASS" from
 # "SSAP").
 _BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# Line and paragraph separators: a line break to a browser, a JSON reader, GitHub and some
+# terminals, but not to a line-based filter; written as the newline they are.
+_SEPARATORS = re.compile("[\u2028\u2029]")
 
 # A word joiner: invisible, zero width, no line break. Put after the character GitHub keys
 # on, it leaves the text reading (and wrapping) as before while nothing matches any more.
@@ -42,8 +46,21 @@ _ASCII_WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ012
 
 
 def strip_control(text: str) -> str:
-    """`text` without ANSI escape sequences and XML-invalid control characters."""
-    return _CONTROL.sub("", _ANSI.sub("", text))
+    """`text` without ANSI escape sequences, XML-invalid control characters and bidi
+    overrides, its line and paragraph separators as newlines: what every report format
+    (JUnit, HTML, JSON, markdown, annotations) carries of outside text."""
+    return _SEPARATORS.sub("\n", _BIDI.sub("", _CONTROL.sub("", _ANSI.sub("", text))))
+
+
+def clean_tree(value: Any) -> Any:
+    """A JSON-like tree with `strip_control` applied to every string, keys included."""
+    if isinstance(value, str):
+        return strip_control(value)
+    if isinstance(value, dict):
+        return {clean_tree(k): clean_tree(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean_tree(v) for v in value]
+    return value
 
 
 def _break(m: re.Match[str]) -> str:
@@ -58,7 +75,7 @@ def inert(text: object) -> str:
     """`text` that GitHub shows as it is: control bytes and bidi overrides removed, and a
     word joiner after each mention's `@`, each reference's `#` or `GH-`, each autolink's
     `:` (of `://`) or `www`. Idempotent. HTML and markdown still need escaping (below)."""
-    return _TRIGGER.sub(_break, _BIDI.sub("", strip_control(str(text))))
+    return _TRIGGER.sub(_break, strip_control(str(text)))
 
 
 def one_line(text: object) -> str:

@@ -49,9 +49,27 @@ def signature(v: OpVariant) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def cache_root() -> Path:
+    """`$XDG_CACHE_HOME/parity-gate` (default `~/.cache/parity-gate`), checked before any
+    work: a file or a link where a folder belongs is one located error (exit 2), not an
+    internal error minutes into a build."""
+    from parity_gate.errors import UserError
+    from parity_gate.model.files import kind_of
+
+    given = os.environ.get("XDG_CACHE_HOME")
+    base = Path(given) if given else Path.home() / ".cache"
+    root = base / "parity-gate"
+    name = "XDG_CACHE_HOME" if given else "~/.cache"
+    if os.path.lexists(base) and not base.is_dir():
+        raise UserError(f"{name}: {base} is {kind_of(base)} (expected a folder for caches)")
+    if os.path.lexists(root) and (root.is_symlink() or not root.is_dir()):
+        raise UserError(f"{name}: {root} is {kind_of(root)} (expected parity-gate's own "
+                        "folder of caches, never a link)")
+    return root
+
+
 def cache_path(version: str) -> Path:
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return root / "parity-gate" / f"accepted-dtypes-torch-{version}.json"
+    return cache_root() / f"accepted-dtypes-torch-{version}.json"
 
 
 class Entry(BaseModel):

@@ -82,10 +82,11 @@ def torch_version() -> str:
 
 
 def cache_path(version: str, ops: tuple[str, ...] | None = None) -> Path:
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    from parity_gate.ops.accepted import cache_root
+
     part = "" if ops is None else "-" + hashlib.sha256(
         ",".join(ops).encode()).hexdigest()[:12]
-    return root / "parity-gate" / f"opinfo-variants-torch-{version}{part}.json.gz"
+    return cache_root() / f"opinfo-variants-torch-{version}{part}.json.gz"
 
 
 def variants(ops: Iterable[str] | None = None) -> list[OpVariant]:
@@ -154,6 +155,88 @@ class CachedArg(_Strict):
         return self
 
 
+# What a cached call may be: the grammar `render` writes, and nothing a file could smuggle
+# in. The cache is outside the gate's control (a restored CI cache, XDG_CACHE_HOME), and the
+# sweep compiles the text, so it is read as data: an op of torch's operator namespaces or a
+# tensor's method, on the variant's tensors and literals. No underscore names (dunders), no
+# torch function that reads, writes or loads (torch.load, torch.hub, ...), no builtins.
+_NAMESPACES = (("torch",), ("torch", "special"), ("torch", "linalg"), ("torch", "fft"),
+               ("torch", "nn", "functional"))
+_NOT_OPS = frozenset({"load", "save", "from_file", "hub", "jit", "compile", "export", "onnx",
+                      "utils", "package", "serialization", "library", "ops", "cuda",
+                      "backends", "distributed", "multiprocessing", "set_default_device",
+                      "set_default_dtype", "set_default_tensor_type", "manual_seed", "seed",
+                      "set_printoptions", "set_num_threads", "set_rng_state",
+                      "use_deterministic_algorithms", "classes", "storage", "autograd"})
+# Tensor methods that leave torch (to numpy, to a file) or call back into Python.
+_NOT_METHODS = frozenset({"numpy", "tofile", "dump", "dumps", "apply_", "map_", "map2_",
+                          "register_hook", "register_post_accumulate_grad_hook", "backward",
+                          "untyped_storage", "share_memory_", "pin_memory", "save"})
+_CONSTANT_ATTRS = {("math", "nan"), ("math", "inf")}
+
+
+def call_problem(call: str) -> str:
+    """Why `call` is not a call the OpInfo builder could have written ('' when it is)."""
+    import ast
+
+    try:
+        tree = ast.parse(call, mode="eval")
+    except SyntaxError as exc:
+        return f"not an expression ({exc.msg})"
+
+    def chain(node: ast.expr) -> tuple[str, ...] | None:
+        if isinstance(node, ast.Name):
+            return (node.id,)
+        if isinstance(node, ast.Attribute):
+            head = chain(node.value)
+            return None if head is None else (*head, node.attr)
+        return None
+
+    def value(node: ast.expr) -> str:
+        """'' for an argument: a tensor name, a literal, torch.<dtype-like>, math.nan/inf."""
+        if isinstance(node, ast.Constant):
+            return ""
+        if isinstance(node, ast.Name):
+            return "" if re.fullmatch(r"t\d+", node.id) else f"the name {node.id!r}"
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            return value(node.operand)
+        if isinstance(node, (ast.List, ast.Tuple)):
+            return next((w for w in map(value, node.elts) if w), "")
+        if isinstance(node, ast.Attribute):
+            names = chain(node)
+            if names in _CONSTANT_ATTRS or (names and len(names) == 2 and names[0] == "torch"
+                                            and not names[1].startswith("_")
+                                            and names[1] not in _NOT_OPS):
+                return ""  # torch.float32, torch.contiguous_format
+            return expression(node)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id == "slice" and not node.keywords:
+            return next((w for w in map(value, node.args) if w), "")
+        return expression(node)
+
+    def expression(node: ast.expr) -> str:
+        """'' for the op: namespace.op(...), tensor.method(...), tensor.attribute."""
+        target = node.func if isinstance(node, ast.Call) else node
+        if not isinstance(target, ast.Attribute) or target.attr.startswith("_"):
+            return f"{ast.unparse(target)[:60]!r} is not an op"
+        names = chain(target)
+        if names is not None and names[:-1] in _NAMESPACES:
+            if names[-1] in _NOT_OPS:
+                return f"{'.'.join(names)} is not an op"
+        elif target.attr in _NOT_METHODS:
+            return f".{target.attr} is not an op"
+        elif value(target.value) and expression(target.value):
+            return f"{ast.unparse(target.value)[:60]!r} is not a tensor or an op's result"
+        if isinstance(node, ast.Call):
+            parts = [*node.args, *(k.value for k in node.keywords)]
+            if any(k.arg is None for k in node.keywords):
+                return "a ** argument"
+            return next((w for w in map(value, parts) if w), "")
+        return ""
+
+    return expression(tree.body)
+
+
 class CachedVariant(_Strict):
     id: str = Field(pattern=rf"^{re.escape(PREFIX)}[A-Za-z0-9_.-]+\.\d+$")
     family: str = Field(min_length=1)
@@ -163,6 +246,14 @@ class CachedVariant(_Strict):
     ranged: bool | None
     shape_only: list[int]
     args: list[CachedArg]
+
+    @model_validator(mode="after")
+    def _call_is_data(self) -> CachedVariant:
+        problem = call_problem(self.call)
+        if problem:
+            raise ValueError(f"call {self.call[:80]!r}: {problem} (the cache holds data "
+                             "only; this one was not written by parity-gate)")
+        return self
 
 
 class CachedVariants(_Strict):

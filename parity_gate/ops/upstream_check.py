@@ -16,6 +16,7 @@ import hashlib
 import inspect
 import io
 import json
+import os
 import select
 import signal
 import subprocess
@@ -27,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+
+from parity_gate.engine.sandbox import without_credentials
 
 FILENAME = "<upstream-repro>"
 NODE_LIMIT = 12
@@ -184,7 +187,8 @@ def _one_process(batch: list[dict[str, Any]], overloads: list[str], per_script_s
     """Answers until the process ends; the script it died on is answered "died"."""
     proc = subprocess.Popen([sys.executable, "-m", "parity_gate.ops.upstream_check"],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
+                            stderr=subprocess.DEVNULL, text=True,
+                            env=without_credentials(os.environ))  # no token reaches a repro
     assert proc.stdin is not None and proc.stdout is not None
     proc.stdin.write(json.dumps({"repros": batch, "overloads": overloads}))
     proc.stdin.close()

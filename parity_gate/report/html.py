@@ -17,6 +17,7 @@ from parity_gate.model.gate import KNOWN, GateDecision
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.model.text import escape_html as esc
+from parity_gate.model.text import strip_control
 from parity_gate.report import performance as perf
 from parity_gate.report.fmt import num, seconds
 from parity_gate.report.locate import Located
@@ -498,7 +499,9 @@ def render(run: RunResult, where: Located | None = None) -> str:
                     _module_table(views, where, decision), _performance(run, decision),
                     _failures(views, anchors),
                     _generation(run), _findings(run), _run_details(run)])
-    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{esc(title)}</title><style>{CSS}</style></head>"
-            f"<body>{body}</body></html>\n")
+    # The whole page once more: no bidi override or line separator from any text reaches
+    # the reader, whichever helper wrote it (the markup itself has none).
+    return strip_control(f'<!doctype html><html lang="en"><head><meta charset="utf-8">'
+                         f'<meta name="viewport" content="width=device-width, '
+                         f'initial-scale=1"><title>{esc(title)}</title><style>{CSS}</style>'
+                         f"</head><body>{body}</body></html>\n")

@@ -138,4 +138,8 @@ def to_xml(run: RunResult, where: Located | None = None) -> bytes:
         root.set(k, str(totals[k]))
     root.set("time", f"{run.duration_s:.3f}")
     ET.indent(root)
+    for el in root.iter():  # every attribute and text, names too (an output's, a module's)
+        el.attrib = {k: strip_control(v) for k, v in el.attrib.items()}
+        if el.text:
+            el.text = strip_control(el.text)
     return ET.tostring(root, encoding="utf-8", xml_declaration=True)

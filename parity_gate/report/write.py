@@ -25,7 +25,7 @@ from parity_gate.model.files import (
     target_problem,
 )
 from parity_gate.model.results import RunResult
-from parity_gate.model.text import run_url
+from parity_gate.model.text import clean_tree, run_url
 from parity_gate.report import junit, markdown
 from parity_gate.report.html import render as render_html
 from parity_gate.report.locate import locate
@@ -127,7 +127,7 @@ def masked(run: RunResult, masker: Masker | None = None) -> RunResult:
 
 def run_json(run: RunResult) -> bytes:
     masker = Masker()
-    doc = masker.tree(run.to_dict())
+    doc = masker.tree(clean_tree(run.to_dict()))
     return masker.data(json.dumps(doc, indent=1, allow_nan=False).encode("utf-8"))
 
 
