@@ -11,9 +11,9 @@ tests/test_performance.py (F.unfold against two Linear layers, `max_slowdown: 1.
 N times and prints each run's ratios, intervals and the gate's flags: the decision
 must not flap.
 
-With `--warm`, the two arms are measured again from a warm export cache with `--rerun`
-(no export, every module run: the shortest run that still times, where the check weighs
-the most).
+With `--warm`, the two arms are measured again from a warm export cache (translations
+reused, every module built, captured and run: the shortest run that still times, where the
+check weighs the most).
 
     python benchmarks/performance_overhead.py --rounds 3 --warm --stability 3
 """
@@ -49,8 +49,7 @@ def manifests(folder: Path) -> tuple[Path, Path]:
 
 
 def once(path: Path, out: Path, *extra: str, cache: Path | None = None) -> tuple[float, int]:
-    # --rerun: a warm run would otherwise replay the passing example whole (no timing run)
-    cache_args = ["--cache-dir", str(cache), "--rerun"] if cache is not None else ["--no-cache"]
+    cache_args = ["--cache-dir", str(cache)] if cache is not None else ["--no-cache"]
     cmd = [sys.executable, "-m", "parity_gate", "run", str(path), "--out", str(out), "--quiet",
            *cache_args, *extra]
     t0 = time.perf_counter()

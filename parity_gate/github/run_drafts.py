@@ -107,15 +107,16 @@ def _checked(lead: CaseResult, verify: bool, results_dir: Path | None
 
 def repro_folder(recorded: str, results_dir: Path | None) -> Path | None:
     """The repro folder a results file records, inside that run's out folder: the path as
-    recorded (relative to where the run started) or its tail below the out folder
-    (`parity-reports/artifacts/x` → `OUT/artifacts/x`), whichever lies inside it; None when
-    neither does, or a link is on the way."""
+    recorded (relative to where the run started, or absolute) or its tail below the out
+    folder (`parity-reports/artifacts/x` → `OUT/artifacts/x`: the results copied or
+    downloaded elsewhere), whichever lies inside it; None when none does, or a link is on
+    the way."""
     if results_dir is None:
         return None
     root = results_dir.resolve()
     path = Path(recorded)
-    tails = [path.parts[k:] for k in range(len(path.parts))] if not path.is_absolute() else []
-    candidates = [path, *(root.joinpath(*tail) for tail in tails if tail)]
+    parts = path.parts[1:] if path.is_absolute() else path.parts
+    candidates = [path, *(root.joinpath(*parts[k:]) for k in range(len(parts)))]
     for candidate in candidates:
         script = candidate / "repro.py"
         if script.is_file() and not script.is_symlink() \
@@ -168,10 +169,11 @@ def body(sig: Signature, run: RunResult, culprit: Culprit, folder: Path, output:
     return f"{text}\n\n<!-- {fingerprint(sig)} -->\n"
 
 
-def attach(reports: list[UpstreamReport], found: list[tuple[Signature, list[CaseResult]]]
-           ) -> None:
+def attach(reports: list[UpstreamReport], found: list[tuple[Signature, list[CaseResult]]],
+           results_dir: Path | None = None) -> None:
     """Beside each written draft of a localised defect, its node repro's files
-    (`<draft>.repro/`), so that "draft attached" holds what the repro reads."""
+    (`<draft>.repro/`), so that "draft attached" holds what the repro reads: from the same
+    folder the draft was made from (inside the results' out folder)."""
     leads = {sig.key: cs[0] for sig, cs in found}
     for r in reports:
         sig = r.signature
@@ -179,11 +181,14 @@ def attach(reports: list[UpstreamReport], found: list[tuple[Signature, list[Case
         loc = lead.localisation if lead is not None else None
         if r.draft is None or loc is None or not loc.node_repro:
             continue
+        folder = repro_folder(loc.node_repro, results_dir)
+        if folder is None:
+            continue
         target = Path(r.draft).with_suffix(".repro")
         make_folder(target.parent, target)
         for name in FILES:
-            if (Path(loc.node_repro) / name).is_file():
-                copy_file(Path(loc.node_repro) / name, target / name)
+            if (folder / name).is_file() and not (folder / name).is_symlink():
+                copy_file(folder / name, target / name)
 
 
 def unowned_reports(cases: Mapping[str, list[CaseResult]], why: Mapping[str, str]

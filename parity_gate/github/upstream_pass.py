@@ -43,7 +43,7 @@ def attach(run: RunResult, client: GitHubClient, options: UpstreamOptions,
         drafted.update(own)
         if options.mode == "draft" and options.drafts is not None:
             reports = drafts.write(reports, drafted, options.drafts)
-            run_drafts.attach(reports, found)
+            run_drafts.attach(reports, found, options.results_dir)
         elif options.mode == "create":
             reports, more = upstream.create_issues(client, reports, drafted, options.max_create,
                                                    options.ledger)
