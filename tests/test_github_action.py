@@ -147,11 +147,15 @@ def test_install_command_never_sees_the_tokens(tmp_path: Path,
     env = _setup(tmp_path, repo, up, "pull_request", install='env > "$RUNNER_TEMP/env.txt"',
                  manifest="missing.yml")
     env["GITHUB_TOKEN"] = TOKEN
+    env["ACTIONS_RUNTIME_TOKEN"] = "runtime-" + TOKEN[::-1]
+    env["ACTIONS_ID_TOKEN_REQUEST_TOKEN"] = "oidc-" + TOKEN[::-1]
     proc = _entry(env)
     assert proc.returncode == 2  # the manifest is missing: the gate never ran
     seen = (tmp_path / "runner-temp" / "env.txt").read_text()
-    assert "INPUT_MANIFEST=missing.yml" in seen
-    assert TOKEN not in seen and UP_TOKEN not in seen
+    assert "RUNNER_TEMP=" in seen  # the install ran, in the runner's environment
+    assert TOKEN not in seen and UP_TOKEN not in seen and TOKEN[::-1] not in seen
+    names = {line.split("=", 1)[0] for line in seen.splitlines() if "=" in line}
+    assert not {n for n in names if n.startswith(("INPUT_", "ACTIONS_"))}, names
 
 
 def test_cli_upstream_then_comment(tmp_path: Path, servers: tuple[FakeGitHub, FakeGitHub]

@@ -181,11 +181,15 @@ def secrets_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, 
     planted.mkdir(parents=True)
     (planted / "repro.py").symlink_to(victim)
     saved = os.environ.get("PG_HARDEN_TOKEN")
-    os.environ["PG_HARDEN_TOKEN"] = TOKEN
+    os.environ["PG_HARDEN_TOKEN"] = TOKEN  # the gate's credential, masked in what it writes
+    secret_file = root / "secret.txt"  # how the model knows the same value
+    secret_file.write_text(TOKEN)
+    os.environ["PG_HARDEN_SECRET_FILE"] = str(secret_file)
     try:
         code = cli.main(["run", str(DATA / "secrets.yml"), "--out", str(out), "--cache-dir",
                          str(cache), "--quiet"])
     finally:
+        os.environ.pop("PG_HARDEN_SECRET_FILE", None)
         if saved is None:
             os.environ.pop("PG_HARDEN_TOKEN", None)
         else:

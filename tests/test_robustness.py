@@ -169,7 +169,7 @@ def test_timeout_kills_the_modules_own_children_and_crash_records_keep_to_their_
                 "--select", "crasher/*", env={
                     "ROBUST_CHILD_PID_FILE": str(child_file),
                     "ROBUST_LEAK_VALUE": "chatty-private-output-4711",
-                    "ROBUST_TEST_TOKEN": secret})
+                    "ROBUST_TEST_TOKEN": secret, "ROBUST_SECRET_COPY": secret})
     gate.wait_for("spawner")
     family: set[int] = set()
     deadline = time.monotonic() + 60

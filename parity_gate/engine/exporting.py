@@ -57,7 +57,7 @@ class ExportedModel:
     reused: bool = False
     # the program torch.export captured (`program` is the decomposed one the translation
     # came from, None when the translation was reused), and what the hazard rules read of
-    # the decomposed program as data (hazards.checks.size_facts; kept with a translation)
+    # the decomposed program as data (hazards.sizes.size_facts; kept with a translation)
     captured: Any = None
     facts: dict[str, Any] | None = None
     redo: Any = None  # () -> the decomposed program, translated afresh (for `decomposed`)
@@ -87,7 +87,7 @@ class Translated:
     model: bytes
     path: str | None = None
     warnings: tuple[tuple[str, str, str, int], ...] = ()
-    facts: dict[str, Any] = field(default_factory=dict)  # hazards.checks.size_facts
+    facts: dict[str, Any] = field(default_factory=dict)  # hazards.sizes.size_facts
 
 
 class Translations(Protocol):
@@ -335,7 +335,7 @@ def _export_dynamo(torch: Any, module: Any, example: Sequence[Any] | Mapping[str
     first, t0 = len(caught), time.perf_counter()
     model, decomposed, path = _translate(torch, captured, (), None, kwargs)
     timings["translate_s"] = time.perf_counter() - t0
-    from parity_gate.hazards.checks import size_facts
+    from parity_gate.hazards.sizes import size_facts
 
     dynamo.facts = size_facts(decomposed)
     if translations is not None and key is not None:

@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from parity_gate.model.secrets import KNOWN, without_credentials
+from parity_gate.model.secrets import KNOWN, remember_secrets, without_credentials
 
 # The gate's own credentials: never in a worker's or a repro's environment.
 CREDENTIALS = frozenset(KNOWN)
@@ -46,6 +46,7 @@ _PR_SET_PDEATHSIG = 1
 def drop_credentials() -> None:
     """Remove every credential from this process's environment (a worker, before any
     model code runs)."""
+    remember_secrets()  # what it writes is still masked
     keep = without_credentials(os.environ)
     for name in [n for n in os.environ if n not in keep]:
         os.environ.pop(name, None)

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol
 
+from parity_gate.hazards.sizes import size_facts
+
 
 class InputSpec(Protocol):
     """A declared input as the checks read it (the manifest's InputSpec; the manifest
@@ -130,7 +132,7 @@ class HazardContext:
     program the dynamo exporter's `torch.export` captured (live in every run), and
     `decomposed()` the decomposed program its translation came from (made on demand when
     the translation was reused from the cache), and `facts` what the rules read of that
-    decomposed program as data (`checks.size_facts`: kept with a cached translation).
+    decomposed program as data (`sizes.size_facts`: kept with a cached translation).
     `error` is the export's error text when the export failed (then only the
     rules with an `on_failure` check run).
     """
@@ -162,12 +164,8 @@ class HazardContext:
         return self.decompose() if self.decompose is not None else self.program
 
     def size_facts(self) -> Mapping[str, Any]:
-        """The decomposed program's size conditions as data (`checks.size_facts`)."""
-        if self.facts is not None:
-            return self.facts
-        from parity_gate.hazards.checks import size_facts
-
-        return size_facts(self.decomposed())
+        """The decomposed program's size conditions as data (`sizes.size_facts`)."""
+        return self.facts if self.facts is not None else size_facts(self.decomposed())
 
     @cached_property
     def proto(self) -> Any:

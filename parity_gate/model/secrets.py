@@ -50,12 +50,24 @@ def without_credentials(env: Mapping[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if not is_credential(k) and k not in listed}
 
 
+# Secret values this process had in its environment before it dropped them (a worker drops
+# every credential before model code runs): still masked in everything it writes.
+_REMEMBERED: set[str] = set()
+
+
+def remember_secrets() -> None:
+    """Keep this process's secret values for masking; call before removing them."""
+    _REMEMBERED.update(secret_values())
+
+
 def secret_values(env: Mapping[str, str] | None = None) -> list[str]:
-    """The values to mask, longest first (so a token containing another masks whole)."""
+    """The values to mask, longest first (so a token containing another masks whole); for
+    this process's own environment, those it had before dropping them too."""
+    own = env is None
     env = os.environ if env is None else env
     listed = set(re.split(r"[\s,]+", env.get(LIST_ENV, "").strip())) - {""}
     names = {n for n in env if n in KNOWN or n in listed or n.upper().endswith(SUFFIXES)}
-    values = {env[n].strip() for n in names}
+    values = {env[n].strip() for n in names} | (_REMEMBERED if own else set())
     return sorted((v for v in values if len(v) >= MIN_LENGTH), key=len, reverse=True)
 
 

@@ -59,7 +59,10 @@ def chatty() -> nn.Module:
 
 
 def crasher() -> nn.Module:
-    """Prints a token it should not, then segfaults."""
-    print(f"crasher holds {os.environ.get('ROBUST_TEST_TOKEN', '')}", flush=True)
+    """Prints a token it should not, then segfaults. The gate's $ROBUST_TEST_TOKEN never
+    reaches a worker (no credential does); the model knows the same value another way
+    ($ROBUST_SECRET_COPY), and the gate still masks it in what it records."""
+    assert "ROBUST_TEST_TOKEN" not in os.environ, "a credential reached the model"
+    print(f"crasher holds {os.environ.get('ROBUST_SECRET_COPY', '')}", flush=True)
     ctypes.string_at(0)
     return Small().eval()
