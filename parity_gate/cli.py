@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from parity_gate import __version__
 from parity_gate.engine.environment import usable_cores
-from parity_gate.errors import EXIT_FAIL, EXIT_INTERNAL, EXIT_PASS, EXIT_USAGE, UserError
+from parity_gate.errors import (
+    EXIT_FAIL,
+    EXIT_INTERNAL,
+    EXIT_PASS,
+    EXIT_USAGE,
+    UserError,
+    ended_how,
+)
 from parity_gate.model.files import kind_of, own_folder_problem
 from parity_gate.model.policy import FAIL_ON
 from parity_gate.model.units import DEFAULT_PRUNE_AGE, parse_age, parse_size
@@ -538,12 +545,8 @@ def _user_code(call: Callable[[], _T], path: Path | str, module: str = "") -> _T
     except Exception:
         raise
     except BaseException as exc:
-        how = (f"exited with status {exc.code!r} (sys.exit)" if isinstance(exc, SystemExit)
-               else "was interrupted (KeyboardInterrupt)"
-               if isinstance(exc, KeyboardInterrupt) else f"raised {type(exc).__name__}")
         raise UserError(f"{path}: {'module ' + module + ': ' if module else ''}a factory "
-                        f"{how} while it was built (expected it to return the nn.Module)"
-                        ) from None
+                        f"{ended_how(exc)} while it was built") from None
 
 
 def _fixture_files(manifest: Manifest, path: Path, *, sizes_only: bool) -> int | None:

@@ -26,7 +26,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from parity_gate.errors import UserError
+from parity_gate.errors import UserError, ended_how
 from parity_gate.manifest.load import load_manifest
 from parity_gate.model.files import atomic_write, kind_of, own_folder_problem
 
@@ -88,7 +88,7 @@ def build(factory: str, root: Path, i: int = 1) -> Any:
                             "installed package)") from None
         except BaseException as exc:  # the user's module: it may exit or interrupt too
             raise UserError(f"{_where(i, factory)}: importing {module_name} "
-                            f"{_raised(exc)}") from None
+                            f"{ended_how(exc)}") from None
         for part in attr.split("."):
             if not hasattr(target, part):
                 raise UserError(f"{_where(i, factory)}: {module_name} has no {attr!r} "
@@ -97,24 +97,13 @@ def build(factory: str, root: Path, i: int = 1) -> Any:
         try:
             module = target()
         except BaseException as exc:  # the user's code: sys.exit, Ctrl-C, any raise
-            raise UserError(f"{_where(i, factory)}: calling {attr}() {_raised(exc)}") from None
+            raise UserError(f"{_where(i, factory)}: calling {attr}() {ended_how(exc)}") from None
     import torch
 
     if not isinstance(module, torch.nn.Module):
         raise UserError(f"{_where(i, factory)}: {attr}() returned {type(module).__name__} "
                         "(expected a torch.nn.Module)")
     return module.eval()
-
-
-def _raised(exc: BaseException) -> str:
-    """How user code ended, in words: `exited with status 0` (sys.exit), `was interrupted`
-    (KeyboardInterrupt), else `raised Type: first line`."""
-    if isinstance(exc, SystemExit):
-        return f"exited with status {exc.code!r} (sys.exit; expected it to return)"
-    if isinstance(exc, KeyboardInterrupt):
-        return "was interrupted (KeyboardInterrupt)"
-    first = next((ln for ln in str(exc).splitlines() if ln.strip()), "")
-    return f"raised {type(exc).__name__}" + (f": {first[:200]}" if first else "")
 
 
 # A check run's input is made in memory: more elements than this is a typo, not a shape.
@@ -245,7 +234,7 @@ def _check_runs(module: Any, proposal: Proposal, i: int) -> None:
             module(**kwargs)
     except BaseException as exc:  # the user's code: sys.exit, Ctrl-C, any raise
         shown = ", ".join(f"{x.name}={'x'.join(str(d) for d in x.shape)}" for x in proposal.inputs)
-        raise UserError(f"{_where(i, proposal.factory)}: forward({shown}) {_raised(exc)} "
+        raise UserError(f"{_where(i, proposal.factory)}: forward({shown}) {ended_how(exc)} "
                         f"(shapes from {proposal.source}; pass the right ones with --shape)"
                         ) from None
 

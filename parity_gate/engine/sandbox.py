@@ -36,10 +36,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from parity_gate.model.secrets import KNOWN, remember_secrets, without_credentials
+from parity_gate.model.secrets import remember_secrets, without_credentials
 
-# The gate's own credentials: never in a worker's or a repro's environment.
-CREDENTIALS = frozenset(KNOWN)
 _PR_SET_PDEATHSIG = 1
 
 

@@ -29,11 +29,12 @@ from parity_gate.github.commands import (
     escape_property,
     write_outputs,
 )
-from parity_gate.github.inputs import INPUTS, InputError, input_env, read_inputs, without_secrets
+from parity_gate.github.inputs import INPUTS, InputError, input_env, read_inputs
 from parity_gate.github.install import install_self
 from parity_gate.github.paths import Paths, folder_links, resolve_paths
 from parity_gate.github.project import install_command
 from parity_gate.model.files import append_step_summary
+from parity_gate.model.secrets import without_credentials
 from parity_gate.model.units import parse_age
 from parity_gate.report.secrets import Masker, secret_values
 
@@ -213,7 +214,9 @@ def _install(inputs: Mapping[str, str], paths: Paths, env: Mapping[str, str]) ->
 
 def run_action(inputs: Mapping[str, str], paths: Paths, env: Mapping[str, str]) -> int:
     """Install, run the gate, then outputs and annotations from its JSON report."""
-    env = without_secrets(cache_env(env, paths.cache_dir))  # the tokens: post step only
+    # No credential of any kind reaches `install`, the gate or its container; the tokens
+    # reach the post step only.
+    env = without_credentials(cache_env(env, paths.cache_dir))
     github_output = env.get("GITHUB_OUTPUT")
     if inputs["results"]:  # a workflow_run job: comment on an earlier run's results
         from parity_gate.github.post import report_only

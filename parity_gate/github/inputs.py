@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 from parity_gate.errors import UserError
 from parity_gate.model.policy import FAIL_ON
-from parity_gate.model.secrets import without_credentials
 from parity_gate.model.units import DEFAULT_PRUNE_AGE, parse_age
 from parity_gate.plan.providers import EXECUTION_PROVIDERS
 
@@ -126,15 +125,6 @@ INPUTS: dict[str, InputSpec] = {
     "event_file": InputSpec("", "a path to the pull_request run's uploaded event file",
                             _is_path),
 }
-# Never passed to `install`, to `parity-gate run` or into the gate's container: no
-# credential of any kind (the tokens, the Actions runtime's, every `INPUT_*`, cloud keys).
-SECRET_ENV = ("INPUT_GITHUB_TOKEN", "INPUT_UPSTREAM_TOKEN", "GITHUB_TOKEN")
-
-
-def without_secrets(env: Mapping[str, str]) -> dict[str, str]:
-    return without_credentials(env)
-
-
 class InputError(Exception):
     def __init__(self, problems: list[str]) -> None:
         super().__init__("; ".join(problems))
