@@ -32,13 +32,21 @@ def small() -> nn.Module:
     return Small().eval()
 
 
+def _record_pid(pid: int) -> None:
+    """Writes the pid whole or not at all: the tests poll for the file and read it."""
+    path = Path(os.environ["ROBUST_CHILD_PID_FILE"])
+    part = path.with_name(path.name + ".part")
+    part.write_text(str(pid))
+    os.replace(part, path)
+
+
 def slow() -> nn.Module:
     """Builds for a few seconds: the window in which the tests send their signals. With
     ROBUST_CHILD_PID_FILE set, it first starts a child in a session of its own."""
     if os.environ.get("ROBUST_CHILD_PID_FILE"):
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"],
                                  start_new_session=True)
-        Path(os.environ["ROBUST_CHILD_PID_FILE"]).write_text(str(child.pid))
+        _record_pid(child.pid)
     time.sleep(float(os.environ.get("ROBUST_SLOW_S", "6")))
     return Small().eval()
 
@@ -48,7 +56,7 @@ def spawner() -> nn.Module:
     group, as a daemon-like helper would be), records its pid, then hangs."""
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"],
                              start_new_session=True)
-    Path(os.environ["ROBUST_CHILD_PID_FILE"]).write_text(str(child.pid))
+    _record_pid(child.pid)
     return Hang().eval()
 
 
