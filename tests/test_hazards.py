@@ -174,12 +174,13 @@ def test_eager_mismatch_by_design_names_the_line(exported: Any) -> None:
 
 
 def test_export_probe_table_matches_what_the_exporters_do() -> None:
-    from parity_gate.hazards.checks import PROBES
+    from parity_gate.hazards.checks import KNOWN_PROBES, PROBES
 
     for exporter in ("dynamo", "torchscript"):
         pairs.export("probe", pairs.Case(lambda e=exporter: pairs.ProbeFlags(e), [(4, 8)],
                                          exporter))
         assert {k for k, v in pairs.PROBED[exporter].items() if v} == PROBES[exporter]
+        assert set(pairs.PROBED[exporter]) == KNOWN_PROBES  # every probe, each false in eager
 
 
 def test_a_probe_the_exporter_does_not_set_is_not_a_finding() -> None:
@@ -189,6 +190,77 @@ def test_a_probe_the_exporter_does_not_set_is_not_a_finding() -> None:
     for exporter, expected in (("dynamo", 0), ("torchscript", 1)):
         ctx = HazardContext("m", exporter, [InputSpec(name="x")], module=module)
         assert len(eager_mismatch_by_design(ctx)) == expected, exporter
+
+
+def _onnx_off_eager(ctx: HazardContext) -> float:
+    """How far the exported ONNX (on ONNX Runtime) is from eager on the export example."""
+    import onnxruntime as ort
+    import torch
+
+    session = ort.InferenceSession(ctx.model, providers=["CPUExecutionProvider"])
+    x = ctx.example[0]
+    (got,) = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    with torch.no_grad():
+        want = ctx.module(x).numpy()
+    return float(abs(got - want).max())
+
+
+def _by_design(ctx: HazardContext) -> list[Hazard]:
+    return [h for h in _hazards(ctx) if h.rule == "eager-mismatch-by-design"]
+
+
+@pytest.mark.parametrize("name", ["ExportFlagOff", "ExportNoOp"])
+def test_eager_mismatch_is_not_claimed_when_the_program_is_eagers(
+        name: str, exported: Any) -> None:
+    """Issue 48: a probe whose export-only side the capture did not take (a switched-off
+    flag), or that computes nothing, was reported as "runs the branch eager does not"
+    while the export matches eager exactly."""
+    ctx = exported(name)
+    assert _onnx_off_eager(ctx) <= 1e-6  # the export is eager's computation (ORT's GELU)
+    assert not _by_design(ctx)
+
+
+@pytest.mark.parametrize(("name", "said", "line"), [
+    ("ExportBranchDynamo", "holds the operations of line {n}, which eager does not run",
+     "return torch.clamp(x, 0, 6)"),
+    ("ExportSkipsEager", "holds no operation of line {n}, which eager runs",
+     "return self.lin(h)"),
+    ("ExportScale", "runs line {n}, which eager does not: no operation, but it sets "
+     "scale = 2.0", "scale = 2.0"),
+])
+def test_eager_mismatch_names_what_the_captured_program_took(
+        name: str, said: str, line: str, exported: Any) -> None:
+    ctx = exported(name)
+    assert _onnx_off_eager(ctx) > 1e-2  # the export really computes something else
+    (h,) = _by_design(ctx)
+    assert h.severity is Severity.WARNING
+    n = next(i for i, text in enumerate(Path(PAIRS_PY).read_text().splitlines(), 1)
+             if text.strip() == line and i > _line(f"class {name.removesuffix('Dynamo')}("))
+    assert said.format(n=n) in h.message, h.message
+
+
+def test_eager_mismatch_fires_on_the_faulty_export_only_approximation() -> None:
+    """tests/data/faulty's module takes a tanh-GELU under torch.onnx.is_in_onnx_export():
+    the program holds that side's operations, and the ONNX really differs from eager."""
+    path = ROOT / "tests" / "data" / "faulty" / "models.py"
+    spec = importlib.util.spec_from_file_location("faulty_models_hazards", path)
+    assert spec is not None and spec.loader is not None
+    faulty = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = faulty  # the check reads the class's source by its module
+    spec.loader.exec_module(faulty)
+    ctx = pairs.export("approximated", pairs.Case(_eval_of(faulty.ExportOnlyApproximation),
+                                                  [(4, 8)]))
+    assert _onnx_off_eager(ctx) > 1e-5
+    (h,) = _by_design(ctx)
+    lines = path.read_text().splitlines()
+    tanh = next(i for i, text in enumerate(lines, 1) if 'approximate="tanh"' in text)
+    assert f"holds the operations of line {tanh}, which eager does not run" in h.message
+    assert h.sites[0].source.endswith(
+        f"models.py:{next(i for i, t in enumerate(lines, 1) if 'is_in_onnx_export():' in t)}")
+
+
+def _eval_of(cls: Any) -> Callable[[], Any]:
+    return lambda: cls().eval()
 
 
 def test_dynamic_dim_specialised_from_the_program_and_from_strict_export(

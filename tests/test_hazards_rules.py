@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
 from parity_gate.hazards import checks
+from parity_gate.hazards.branches import ProbeSite, Side, probe_sites, verdict
 from parity_gate.hazards.config import HazardSettings, merge
 from parity_gate.hazards.rules import BY_ID, RULES, Rule
 from parity_gate.hazards.run import merge as merge_hazards
@@ -164,3 +166,95 @@ def test_the_rules_read_a_skeleton_without_the_weights_data() -> None:
     assert shape_literal.ByteSize() == shape.ByteSize()  # a small literal keeps its data
     assert set(og.constants(proto.graph)) == {"shape"}
     assert og.constants(proto.graph)["shape"].tolist() == [4, -1]
+
+
+# Classes read by the branch analysis (their source only: never run; `torch` is only a name).
+torch: Any = None
+
+
+class _FlagOff:
+    fast = False
+
+    def forward(self, x: Any) -> Any:
+        if torch.compiler.is_exporting() and self.fast:
+            return x.clamp(0, 6)
+        return x.relu()
+
+
+class _Negated:
+    def forward(self, x: Any) -> Any:
+        if not torch.onnx.is_in_onnx_export():
+            print("eager")
+        y = x.relu() if torch.compiler.is_exporting() else x.relu()  # noqa: RUF034
+        return y
+
+    def helper(self, x: Any) -> Any:
+        flag = torch.compiler.is_exporting() or torch.jit.is_tracing()
+        if flag:
+            return x
+        return x * 2
+
+
+def _sites(cls: type) -> dict[str, ProbeSite]:
+    return {f"{s.line - _first(cls)}:{s.probe}": s
+            for s in probe_sites(cls, checks.PROBES["dynamo"], checks.KNOWN_PROBES)}
+
+
+def _first(cls: type) -> int:
+    import inspect
+
+    return inspect.getsourcelines(cls)[1]
+
+
+def test_probe_sites_read_each_branch_and_its_sides() -> None:
+    (flag,) = _sites(_FlagOff).values()
+    top = _first(_FlagOff)
+    # eager: false; export: decided by self.fast; `return x.relu()` is eager's side
+    assert (flag.eager, flag.export, flag.forward) == (False, None, True)
+    assert flag.when_true == Side(frozenset({top + 5}), computes=True)
+    assert flag.when_false == Side(frozenset({top + 6}), computes=True)
+    negated = _sites(_Negated)
+    logged, same, bound = (negated[k] for k in ("2:torch.onnx.is_in_onnx_export",
+                                                "4:torch.compiler.is_exporting",
+                                                "8:torch.compiler.is_exporting"))
+    assert (logged.eager, logged.export) == (True, False)
+    assert logged.when_true is not None and not logged.when_true.computes  # a print
+    assert same.same  # both sides are the same code
+    # a name bound to the probe; torch.jit.is_tracing() is false under dynamo too
+    assert (bound.eager, bound.export, bound.forward) == (False, True, False)
+    assert bound.when_false is not None and bound.when_false.computes  # `return x * 2`
+
+
+def _site(eager: bool | None, export: bool | None, true: set[int], false: set[int],
+          computes: bool = True, sets: frozenset[str] = frozenset()) -> ProbeSite:
+    return ProbeSite("m.py", 1, "if p():", "p", "p()", eager, export,
+                     Side(frozenset(true), computes, sets), Side(frozenset(false), computes),
+                     function=frozenset(range(1, 20)))
+
+
+def test_verdict_claims_only_what_the_program_shows() -> None:
+    """The pure rule of issue 48: a finding only where the captured program's lines show
+    the export took the side eager does not, and that side differs."""
+    def said(site: ProbeSite, ran: set[int], reached: bool = False) -> str:
+        return verdict(site, frozenset(ran), reached).message
+
+    plain = _site(False, True, {2}, {4})  # if p(): <2> / <4>
+    assert "holds the operations of line 2, which eager does not run; eager runs line 4" \
+        in said(plain, {2, 7})
+    assert said(plain, {4, 7}) == ""  # the capture took eager's side
+    assert "holds no operation of line 4, which eager runs" in said(plain, {7})
+    assert said(plain, set()) == ""  # the function never ran in the capture
+    assert "holds no operation of line 4" in said(plain, set(), reached=True)
+    flag = _site(False, None, {2}, {4})  # if p() and self.fast:
+    assert said(flag, {4}) == "" and said(flag, set(), reached=True) == ""
+    assert "holds the operations of line 2" in said(flag, {2})
+    noop = _site(False, True, {2}, set(), computes=False)  # if p(): x = x.contiguous()
+    assert said(noop, {5}, reached=True) == ""
+    scale = _site(False, True, {2}, {4}, computes=False, sets=frozenset({"scale = 2.0"}))
+    assert "sets scale = 2.0, which later operations read" in said(scale, {5})
+    one_line = _site(False, True, set(), set())  # a if p() else b, on one line
+    assert "both sides are on line 1" in said(one_line, {1})
+    unknown = _site(None, True, {2}, {4})  # if p() or self.flag:
+    v = verdict(unknown, frozenset({2}))
+    assert not v.certain and "depends on the rest of the condition" in v.message
+    assert verdict(unknown, frozenset()).message == ""  # a function the capture never ran

@@ -10,16 +10,14 @@ and the manifest's action.
 
 from __future__ import annotations
 
-import ast
 import functools
-import inspect
 import re
-import textwrap
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from parity_gate.hazards import branches as br
 from parity_gate.hazards import graph as og
 from parity_gate.hazards.context import ExporterWarning, HazardContext, in_library
 from parity_gate.hazards.precision import FLOAT_BITS, audit_nodes, value_types
@@ -631,45 +629,42 @@ PROBES: dict[str, frozenset[str]] = {
     "dynamo": frozenset({"is_in_onnx_export", "is_exporting", "is_compiling"}),
     "torchscript": frozenset({"is_in_onnx_export", "is_tracing"}),
 }
+# Every probe a forward may ask (all false in eager); tests/test_hazards.py measures each.
+KNOWN_PROBES = frozenset({"is_in_onnx_export", "is_tracing", "is_scripting", "is_exporting",
+                          "is_compiling", "is_dynamo_compiling"})
 
 
 def eager_mismatch_by_design(ctx: HazardContext) -> list[Found]:
+    """A probe call in a module class's code. Under the dynamo exporter the captured
+    program shows which side of the probe's branch the export took (`branches`): reported
+    only where the program holds operations eager does not run, or provably lacks eager's;
+    a probe whose branch the program cannot settle is a note. The legacy exporter leaves
+    no program: every call to a probe it sets is reported."""
     if ctx.module is None:
         return []
     paths: dict[type, str] = {}
     for path, sub in ctx.module.named_modules():
         paths.setdefault(type(sub), path)
+    ran = br.program_lines(ctx.program) if ctx.program is not None else None
     found = []
     for cls, path in paths.items():
         if cls.__module__.startswith("torch."):
             continue
-        for source, code, probe in _export_probes(cls, PROBES.get(ctx.exporter, frozenset())):
-            found.append(Found(f"{cls.__qualname__} calls {probe}() ({code}), which is true "
-                               f"while the {ctx.exporter} exporter traces: the exported graph "
-                               "runs the branch eager does not",
-                               [Site(module=path, source=source)]))
+        for site in br.probe_sites(cls, PROBES.get(ctx.exporter, frozenset()),
+                                      KNOWN_PROBES):
+            head = f"{cls.__qualname__} calls {site.probe}() ({site.code})"
+            where = [Site(module=path, source=site.source)]
+            if ran is None:
+                found.append(Found(f"{head}, which is true while the {ctx.exporter} exporter "
+                                   "traces: the exported graph runs the branch eager does not",
+                                   where))
+                continue
+            seen = br.verdict(site, ran.get(br.real(site.file), frozenset()),
+                              reached=site.forward and path == "")
+            if seen.message:
+                found.append(Found(f"{head}: {seen.message}", where,
+                                   None if seen.certain else Severity.INFO))
     return found
-
-
-@functools.lru_cache(maxsize=256)
-def _export_probes(cls: type, probes: frozenset[str]) -> tuple[tuple[str, str, str], ...]:
-    """(file:line, code, dotted name) of each call in the class body to an export probe."""
-    try:
-        lines, start = inspect.getsourcelines(cls)
-        path = inspect.getsourcefile(cls) or "?"
-        tree = ast.parse(textwrap.dedent("".join(lines)))
-    except (OSError, TypeError, SyntaxError):
-        return ()
-    out = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            func = node.func
-            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            if name in probes:
-                line = start + node.lineno - 1
-                out.append((f"{path}:{line}", lines[node.lineno - 1].strip(),
-                            ast.unparse(func)))
-    return tuple(sorted(set(out)))
 
 
 # --------------------------------------------------------------------------- specialised

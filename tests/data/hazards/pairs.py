@@ -175,6 +175,57 @@ class ExportBranchFixed(nn.Module):
         return F.gelu(x)
 
 
+class ExportFlagOff(nn.Module):
+    """An export-only path switched off by configuration: the capture takes eager's side, so
+    the program is eager's computation (issue 48: reported as "runs the branch eager does
+    not")."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fast = False
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_exporting() and self.fast:
+            return torch.clamp(x, 0, 6)
+        return F.gelu(x)
+
+
+class ExportNoOp(nn.Module):
+    """The export-only side computes nothing: `contiguous()` of a contiguous input."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_exporting():
+            x = x.contiguous()
+        return F.gelu(x)
+
+
+class ExportSkipsEager(nn.Module):
+    """The export returns early: the program lacks the operations eager runs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x * 2
+        exporting = torch.compiler.is_exporting()
+        if exporting:
+            return h
+        return self.lin(h)
+
+
+class ExportScale(nn.Module):
+    """The export-only side sets a Python number: no operation of its own, but the
+    multiplication after it reads it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.onnx.is_in_onnx_export():
+            scale = 2.0
+        else:
+            scale = 1.0
+        return x * scale
+
+
 PROBED: dict[str, dict[str, bool]] = {}
 
 
@@ -339,6 +390,11 @@ PAIRS: dict[str, Case] = {
     "WarningNetFixed": Case(_eval(WarningNetFixed), [(4, 8)], "torchscript"),
     "ExportBranch": Case(_eval(ExportBranch), [(4, 8)], "torchscript"),
     "ExportBranchFixed": Case(_eval(ExportBranchFixed), [(4, 8)], "torchscript"),
+    "ExportBranchDynamo": Case(_eval(ExportBranch), [(4, 8)]),
+    "ExportFlagOff": Case(_eval(ExportFlagOff), [(4, 8)]),
+    "ExportNoOp": Case(_eval(ExportNoOp), [(4, 8)]),
+    "ExportSkipsEager": Case(_eval(ExportSkipsEager), [(4, 8)]),
+    "ExportScale": Case(_eval(ExportScale), [(4, 8)]),
     "SpecialisedDim": Case(_eval(SpecialisedDim), [(4, 8)]),
     "AdaptivePool": Case(_eval(AdaptivePool), [(4, 3, 8, 8)], inputs=SPATIAL),
     "AdaptivePoolGlobal": Case(_eval(AdaptivePoolGlobal), [(4, 3, 8, 8)], inputs=SPATIAL),
