@@ -122,9 +122,14 @@ def build_parser() -> argparse.ArgumentParser:
                       help="do not write .github/workflows/parity.yml")
     init.add_argument("--force", action="store_true", help="overwrite existing files")
 
-    check = sub.add_parser("check", help="validate a manifest without running anything")
+    check = sub.add_parser("check", help="validate a manifest and import every factory in "
+                           "the sandbox, calling none (only a `cache:` check and --explain "
+                           "build models)")
     check.add_argument("manifest", nargs="?", default=None)
     _add_example_arg(check)
+    check.add_argument("--baseline", type=Path, metavar="PATH",
+                       help="the known-failures file to check too (default: "
+                       "parity-baseline.yml beside the manifest, when there)")
     check.add_argument("--explain", action="store_true",
                        help="also list the probe sizes `shapes: auto` derives (exports each "
                        "such module once per dtype, on the CPU)")
@@ -146,7 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
     update.add_argument("--baseline", type=Path, metavar="PATH",
                         help="baseline file (default: parity-baseline.yml beside the manifest)")
     update.add_argument("--reason", default=None, metavar="TEXT",
-                        help="reason for new entries (default: 'TODO: explain')")
+                        help="why the new failing cases fail, written in the entries it adds "
+                        "(no placeholder such as 'TODO'); without it, asked for on a "
+                        "terminal, else refused when there are new failures")
 
     report = sub.add_parser("report", help="write the reports of a run from its journal "
                             "(a run that was killed before it could write them)")
@@ -428,7 +435,9 @@ def _cmd_baseline(args: argparse.Namespace) -> int:
     path = args.baseline or baseline_file.default_path(manifest)
     old = (baseline_file.load(path) if path.is_file()
            else baseline_file.Baseline(str(path)))
-    new, changes = baseline_file.update(old, run, args.reason or baseline_file.TODO_REASON)
+    added = baseline_file.new_failures(old, run)
+    reason = _new_entries_reason(args.reason, [c.id for c in added], path) if added else None
+    new, changes = baseline_file.update(old, run, reason)
     atomic_write(path, baseline_file.dump(new).encode("utf-8"))
     for change in changes:
         print(f"parity-gate baseline: {change}", file=sys.stderr)
@@ -439,6 +448,36 @@ def _cmd_baseline(args: argparse.Namespace) -> int:
           f"{len(new.performance)} recorded time ratios, from {source}",
           file=sys.stderr)
     return 0
+
+
+def _new_entries_reason(given: str | None, ids: list[str], path: Path) -> str:
+    """The reason for the entries `baseline update` adds: `--reason`, else asked for on a
+    terminal; never a placeholder, which the gate would refuse to read back."""
+    from parity_gate.gate.baseline import reason_problem
+
+    if given is not None:
+        said = reason_problem(given)
+        if said:
+            raise UserError(f"--reason: {said}")
+        return given.strip()
+    shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+    if not sys.stdin.isatty():
+        raise UserError(f"parity-gate baseline: {len(ids)} new failing case(s) need a reason "
+                        f"({shown}); nothing written to {path} (expected --reason TEXT: why "
+                        "they fail, or run it on a terminal to be asked)")
+    print(f"parity-gate baseline: {len(ids)} new failing case(s): {shown}", file=sys.stderr)
+    for _ in range(3):
+        print("why do they fail? (written as their entries' reason): ", end="",
+              file=sys.stderr, flush=True)
+        answer = sys.stdin.readline()
+        if not answer:  # end of input
+            break
+        said = reason_problem(answer)
+        if not said:
+            return answer.strip()
+        print(f"parity-gate baseline: {said}", file=sys.stderr)
+    raise UserError(f"parity-gate baseline: no reason given; nothing written to {path} "
+                    "(expected a reason, or --reason TEXT)")
 
 
 def _cmd_merge(args: argparse.Namespace) -> int:
@@ -495,11 +534,17 @@ def _cmd_init(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    from parity_gate.engine.factory_check import factory_problems
+    from parity_gate.gate import baseline as baseline_file
     from parity_gate.manifest.load import load_manifest
 
     path = default_manifest(args.manifest, args.example)
     manifest = load_manifest(path)
     read = _fixture_files(manifest, path, sizes_only=False)
+    baseline = baseline_file.find(Path(path), args.baseline)  # as `run` reads it
+    problems = factory_problems(manifest, path)  # imported in the sandbox, none built
+    if problems:
+        raise UserError(problems)
     if any(m.cache is not None for m in manifest.modules):  # only the model can say
         from parity_gate.engine.kvcache import declared_problems
 
@@ -507,8 +552,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
         if problems:
             raise UserError(problems)
     files = f", {read} fixture file(s) read" if read is not None else ""
+    known = (f", baseline {baseline.path}: {len(baseline.entries)} known failures"
+             if baseline is not None else "")
     print(f"{path}: OK ({len(manifest.modules)} modules, "
-          f"{len(manifest.fixtures)} fixture sets{files})")
+          f"{len(manifest.fixtures)} fixture sets{files}{known})")
     if getattr(args, "explain", False):
         _explain_probes(manifest, path)
     return 0

@@ -502,7 +502,7 @@ def test_update_round_trips_through_the_gate(real: tuple[int, dict[str, Any], Pa
     shutil.copy(work / "parity-baseline.yml", path)
     results = work / "r1" / "results.json"
     assert cli.main(["baseline", "update", "--from", str(results), "--baseline", str(path),
-                     str(work / "parity.yml")]) == 0
+                     str(work / "parity.yml"), "--reason", "offset added in models.py"]) == 0
     err = capsys.readouterr().err
     assert "removed healed/*/cpu: fixed: now passes" in err
     assert "removed retired/**: stale: matches no case" in err
@@ -514,7 +514,7 @@ def test_update_round_trips_through_the_gate(real: tuple[int, dict[str, Any], Pa
     assert list(by_id) == [cid("steady"), "grown/**", cid("reshaped"), cid("fresh")]
     assert by_id[cid("steady")].link == "https://example.invalid/issues/1"  # kept
     assert by_id[cid("steady")].reason == "export-only offset of 0.1 (models.py)"
-    assert by_id[cid("fresh")].reason == "TODO: explain"
+    assert by_id[cid("fresh")].reason == "offset added in models.py"
     assert by_id[cid("reshaped")].outcome is Outcome.SHAPE_MISMATCH
     assert by_id[cid("reshaped")].figures == Figures()  # a shape mismatch has no figures
     assert new.worsen_factor == 2.0
@@ -522,7 +522,7 @@ def test_update_round_trips_through_the_gate(real: tuple[int, dict[str, Any], Pa
     run = RunResult.from_dict(json.loads(results.read_text()))
     d = gate.decide(run, None, baseline=new)
     assert (len(d.of("known")), d.of("regression"), d.of("fixed"), d.stale) == (4, [], [], [])
-    # and a second update changes nothing
+    # and a second update changes nothing (it adds no entry, so it needs no reason)
     before = path.read_text()
     assert cli.main(["baseline", "update", "--from", str(results), "--baseline",
                      str(path)]) == 0
@@ -553,7 +553,7 @@ def test_update_never_leaves_half_a_file(real: tuple[int, dict[str, Any], Path],
 
     monkeypatch.setattr(os, "replace", interrupted)
     code = cli.main(["baseline", "update", "--from", str(real[2] / "r1" / "results.json"),
-                     "--baseline", str(target)])
+                     "--baseline", str(target), "--reason", "export-only offsets"])
     assert code == 130
     assert target.read_text() == "known_failures: []\n"
     assert [p.name for p in tmp_path.iterdir()] == ["parity-baseline.yml"]

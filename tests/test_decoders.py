@@ -195,6 +195,7 @@ def test_reports_show_each_generation_step(planted_out: tuple[int, dict[str, Any
 # ------------------------------------------------------------------ issue 38
 
 
+@pytest.mark.process  # check imports the factories in a process of their own
 def test_a_state_cache_is_refused_by_check_located(capsys: pytest.CaptureFixture[str]
                                                    ) -> None:
     """mamba keeps conv and recurrent states, no keys and values: `check` builds the model

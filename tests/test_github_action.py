@@ -95,6 +95,11 @@ def test_pull_request_post_step_comments_and_searches(tmp_path: Path,
     assert by_op["aten.acos.default"]["draft"] is None
     assert by_op["aten.acos.default"]["not_drafted"].startswith("no repro candidate")
     assert "### Upstream" in (tmp_path / "runner-temp" / "summary").read_text()
+    # The comment's URL as GitHub answered it: clickable in the log (no word joiner).
+    logged = [ln for ln in proc.stdout.splitlines() if ln.startswith("parity-gate: comment")]
+    assert logged == ["parity-gate: comment created (comment: always) "
+                      f"https://github.com/{REPO}/pull/7#issuecomment-{posted['id']}"]
+    assert posted["html_url"] in logged[0]
     # Each token went only to its own host.
     assert {c.headers.get("authorization") for c in repo.log} == {f"Bearer {TOKEN}"}
     assert {c.headers.get("authorization") for c in up.log} == {f"Bearer {UP_TOKEN}"}

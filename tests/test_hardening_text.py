@@ -41,7 +41,14 @@ from parity_gate.model.localisation import (
 )
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, RunResult
-from parity_gate.model.text import WORD_JOINER, code_block, code_span, inert, md_text
+from parity_gate.model.text import (
+    WORD_JOINER,
+    code_block,
+    code_span,
+    inert,
+    log_url,
+    md_text,
+)
 from parity_gate.model.upstream import MatchKind, OpRef, UpstreamMatch, UpstreamReport
 from parity_gate.report import html, markdown
 from parity_gate.report.write import run_json
@@ -467,3 +474,13 @@ def test_ops_from_a_forged_shard_writes_inert_findings(
         assert "aten.x@seq=8" in md and f"@{WORD_JOINER}seq" not in md
     assert not CONTROL_OR_BIDI.search(console.out + console.err)
     assert not any(line.startswith("::") for line in (console.out + console.err).splitlines())
+
+
+def test_a_logged_url_is_as_github_sent_it_without_control_characters() -> None:
+    """The Action logs the sticky comment's URL: a link that works (no word joiner after
+    `https:`), and nothing in it can end the line or recolour the log."""
+    url = "https://github.com/acme/models/pull/7#issuecomment-12"
+    assert log_url(url) == url and WORD_JOINER not in log_url(url)
+    assert inert(url) != url  # what a post gets instead
+    crafted = "https://github.com/a/b/pull/7\n::error::owned\x1b[31m\u202e#issuecomment-1\x00"
+    assert log_url(crafted) == "https://github.com/a/b/pull/7::error::owned#issuecomment-1"

@@ -288,6 +288,7 @@ def test_init_never_writes_through_a_link(repo: Path, tmp_path: Path,
 # ------------------------------------------------------------------------------- check
 
 
+@pytest.mark.process  # check imports the factories in a process of their own
 def test_check_reports_a_factory_that_exits(repo: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     (repo / "parity.yml").write_text(textwrap.dedent('''

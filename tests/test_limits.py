@@ -72,6 +72,7 @@ def refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], old: str, new: s
     assert any(line.startswith(expected) for line in lines), "\n".join(lines)
 
 
+@pytest.mark.process  # check imports the factories in a process of their own
 def test_a_large_plain_manifest_is_no_alias_bomb(tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     """8,000 modules written out one by one, no anchor or alias: the alias guard bounds
@@ -144,6 +145,7 @@ def test_an_oversized_case_is_blamed_where_it_is_written(
     refused(tmp_path, capsys, old, new, expected)
 
 
+@pytest.mark.process  # check imports the factories in a process of their own
 def test_raising_the_bound_in_the_module_lets_a_big_case_through(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     text = BASE.replace("    fixtures: [vec]\n", "    fixtures: [vec]\n"
@@ -197,6 +199,7 @@ def test_unknown_export_and_provider_options_are_manifest_errors(
     refused(tmp_path, capsys, old, new, expected)
 
 
+@pytest.mark.process  # check imports the factories in a process of their own
 def test_known_options_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     text = BASE.replace("defaults:\n", "defaults:\n  export: {options: {do_constant_folding: "
                         "false, report: false}}\n").replace(

@@ -135,6 +135,7 @@ def test_misspelt_required_key_is_reported_once_at_the_typo(
                      "seed, version)"]
 
 
+@pytest.mark.process  # check imports the factories in a process of their own
 def test_valid_base_manifest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", str(write(tmp_path, BASE))]) == 0
 
@@ -346,6 +347,7 @@ def test_check_names_the_dynamic_dim_a_file_array_lacks(
         "rows along axis 0)"), err
 
 
+@pytest.mark.process  # check imports the factories in a process of their own
 def test_check_reports_the_fixture_files_it_read(tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["check", str(write(tmp_path, BASE))]) == 0

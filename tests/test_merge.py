@@ -77,7 +77,7 @@ def test_merge_re_decides_with_a_baseline(runs: dict[str, Any]) -> None:
     work = runs["work"]
     accepted = work / "accepted.yml"
     assert cli.main(["baseline", "update", "--from", str(work / "full" / "results.json"),
-                     "--baseline", str(accepted)]) == 0
+                     "--baseline", str(accepted), "--reason", "export-only offsets"]) == 0
     out = work / "redecided"
     assert cli.main(["merge", *map(str, runs["files"]), "--out", str(out),
                      "--baseline", str(accepted)]) == 0

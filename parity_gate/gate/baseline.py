@@ -12,6 +12,7 @@ dumping and `update` are pure; `load`/`find` are the only readers.
 from __future__ import annotations
 
 import math
+import re
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
@@ -39,7 +40,11 @@ from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, RunResult
 
 DEFAULT_NAME = "parity-baseline.yml"
-TODO_REASON = "TODO: explain"
+# A reason that only promises one: the gate accepts a known failure for what it says, so
+# `TODO: explain` in a committed file would hide a failure nobody looked at.
+_PLACEHOLDER = re.compile(r"\s*(?:(?:todo|fixme|xxx|tbd).*|\W*explain\W*)",
+                          re.IGNORECASE | re.DOTALL)
+REASON_EXPECTED = "expected why the case fails: what goes wrong and, if known, the upstream issue"
 FAILING_OUTCOMES = tuple(o.value for o in Outcome if o.failed)
 HEADER = (
     "# parity-gate baseline: known failing cases; the gate blocks only on what got worse.\n"
@@ -265,6 +270,16 @@ class Change:
         return f"{self.action} {self.id}: {self.why}"
 
 
+def reason_problem(reason: str) -> str | None:
+    """What is wrong with a known failure's `reason` (blank, or a placeholder such as
+    `TODO: explain`), in words; None when it says something."""
+    if not reason.strip():
+        return f"got an empty reason ({REASON_EXPECTED})"
+    if _PLACEHOLDER.fullmatch(reason):
+        return f"{reason.strip()[:60]!r} is a placeholder, not a reason ({REASON_EXPECTED})"
+    return None
+
+
 # ---------------------------------------------------------------------------
 # reading
 
@@ -301,6 +316,7 @@ def parse(text: str, display: str) -> Baseline:
     problems.add_duplicate_keys()
     file: BaselineFile | None = validate(problems, BaselineFile, PHRASING)
     _check_unique_ids(doc.data.get("known_failures"), problems)
+    _check_reasons(doc.data.get("known_failures"), problems)
     problems.raise_if_any()
     assert file is not None  # no problems means the schema accepted it
     items = doc.node(("known_failures",))
@@ -328,6 +344,17 @@ def _check_unique_ids(items: Any, problems: Problems) -> None:
         first.setdefault(key, i)
 
 
+def _check_reasons(items: Any, problems: Problems) -> None:
+    """Each reason says why (the schema refuses a blank one; a placeholder is refused
+    here)."""
+    for i, item in enumerate(items if isinstance(items, list) else []):
+        reason = item.get("reason") if isinstance(item, dict) else None
+        if isinstance(reason, str) and reason.strip():
+            said = reason_problem(reason)
+            if said:
+                problems.add(("known_failures", i, "reason"), said)
+
+
 # ---------------------------------------------------------------------------
 # writing
 
@@ -341,9 +368,17 @@ def dump(baseline: Baseline) -> str:
     return HEADER + yaml.safe_dump(doc, sort_keys=False, allow_unicode=True, width=1000)
 
 
-def update(old: Baseline, run: RunResult, reason: str = TODO_REASON
+def new_failures(old: Baseline, run: RunResult) -> list[CaseResult]:
+    """The run's failing cases no entry of `old` owns: what `update` adds, each needing a
+    reason."""
+    return [c for c in sorted(run.cases, key=lambda c: c.key)
+            if c.failed and old.entry_for(c.id) is None]
+
+
+def update(old: Baseline, run: RunResult, reason: str | None = None
            ) -> tuple[Baseline, list[Change]]:
-    """Refresh from a run: keep reasons and links, record new failures, drop what is gone.
+    """Refresh from a run: keep reasons and links, record new failures with `reason`
+    (required when there are any: see `new_failures`), drop what is gone.
 
     An entry whose cases were all skipped is kept as it is (this machine could not
     tell); one whose cases now pass is removed as fixed, one matching no case as stale.
@@ -356,6 +391,8 @@ def update(old: Baseline, run: RunResult, reason: str = TODO_REASON
             owned[entry.id].append(case)
         elif case.failed:
             unowned.append(case)
+    if unowned and (reason is None or reason_problem(reason)):
+        raise ValueError(f"{len(unowned)} new failure(s) need a reason, got {reason!r}")
     kept: list[Entry] = []
     changes: list[Change] = []
     ran = CaseIds(c.id for c in run.cases)
@@ -377,7 +414,7 @@ def update(old: Baseline, run: RunResult, reason: str = TODO_REASON
         else:
             changes.append(Change("removed", entry.id, "stale: matches no case"))
     for case in unowned:
-        entry = record(Entry(case.id, reason), [case])
+        entry = record(Entry(case.id, str(reason)), [case])
         kept.append(entry)
         changes.append(Change("added", case.id, f"new failure: {case.outcome.value}"))
     timed, note = record_performance(old.performance, run)

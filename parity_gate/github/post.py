@@ -28,7 +28,7 @@ from parity_gate.github.client import (
 from parity_gate.github.commands import Annotation, escape_data, write_outputs
 from parity_gate.model.files import append_step_summary
 from parity_gate.model.results import RunResult
-from parity_gate.model.text import md_text, one_line
+from parity_gate.model.text import log_url, md_text, one_line
 from parity_gate.report.write import atomic_write, run_json
 
 if TYPE_CHECKING:
@@ -145,7 +145,8 @@ def _comment(run: RunResult, inputs: Mapping[str, str], env: Mapping[str, str],
                               comment.comment_key(run), env)
     except (comment.ContextError, GitHubError) as exc:
         return [f"comment: not posted: {exc}"]
-    print(one_line(f"parity-gate: comment {posted.action} ({posted.why}) {posted.url}"))
+    url = f" {log_url(posted.url)}" if posted.url else ""  # clickable in the log: as it is
+    print(one_line(f"parity-gate: comment {posted.action} ({posted.why})") + url)
     return []
 
 

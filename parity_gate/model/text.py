@@ -5,6 +5,8 @@ One family. `inert` breaks what GitHub acts on in plain text (mentions, cross-re
 autolinks); every other function builds on it for one context: HTML (`escape_html`,
 `html_line`), markdown (`md_text`, `md_cell`, `md_code`, `code_span`, `code_block`), a log
 line or an issue title (`one_line`), and the only links the tool writes (`md_link`).
+`log_url` is the exception: a URL from GitHub's answer, logged as it is (still without
+control characters).
 
 Stdlib only, so the worker side (engine) and the report side share one copy.
 """
@@ -76,6 +78,13 @@ def inert(text: object) -> str:
     word joiner after each mention's `@`, each reference's `#` or `GH-`, each autolink's
     `:` (of `://`) or `www`. Idempotent. HTML and markdown still need escaping (below)."""
     return _TRIGGER.sub(_break, strip_control(str(text)))
+
+
+def log_url(url: object) -> str:
+    """A URL GitHub's API answered (a comment's `html_url`) as a log line shows it: control
+    characters, bidi overrides and whitespace removed (so it cannot end the line and start
+    a workflow command), and no word joiner: a log is no post, and the link must work."""
+    return "".join(strip_control(str(url)).split())
 
 
 def one_line(text: object) -> str:
