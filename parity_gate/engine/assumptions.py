@@ -37,15 +37,16 @@ def read_assumptions(program: Any, inputs: Sequence[Any],
 
 def _read(program: Any, inputs: Sequence[Any], sources: Mapping[str, Any]
           ) -> tuple[list[Assumption], dict[str, Range]]:
+    fixed = specialised(sources, inputs)
     env = _shape_env(program)
     if env is None:
-        return [], {}
+        return fixed, {}
     import sympy  # type: ignore[import-untyped]
 
     names = _symbol_names(env, inputs)
     if not names:
-        return [], {}
-    seen: dict[str, Assumption] = {}
+        return fixed, {}
+    seen: dict[str, Assumption] = {a.text: a for a in fixed}
     exprs = [g.expr for g in getattr(env, "guards", [])]
     exprs += [r.expr for asserts in env.deferred_runtime_asserts.values() for r in asserts]
     for expr in exprs:
@@ -71,6 +72,41 @@ def _read(program: Any, inputs: Sequence[Any], sources: Mapping[str, Any]
     return list(seen.values()), ranges
 
 
+def specialised(sources: Mapping[str, Any], inputs: Sequence[Any]) -> list[Assumption]:
+    """`batch == 4` for each declared dim the export fixed to a number, with the line and
+    call that fixed it (guard_sources.Specialised, recorded while the export ran): the
+    program itself keeps no trace of it (torch.onnx captured again with the dim static)."""
+    from parity_gate.engine.guard_sources import SPECIALISED
+
+    out: dict[str, Assumption] = {}
+    for key, fixed in sources.items():
+        if not key.startswith(SPECIALISED):
+            continue
+        symbol = input_symbol(key.removeprefix(SPECIALISED), inputs)
+        if symbol is None:
+            continue
+        text = f"{symbol} == {fixed.value}"
+        out.setdefault(text, Assumption(text, (symbol,), fixed.source.op, fixed.source.where,
+                                        fixed.source.kind))
+    return list(out.values())
+
+
+def input_symbol(source: str, inputs: Sequence[Any]) -> str | None:
+    """The manifest's symbol of the input dim a ShapeEnv source names (`L['x'].size()[2]`,
+    `L['kwargs']['images'][0].size()[2]` for `images.0`); None for any other source."""
+    by_dim = {(spec.name, int(i)): sym for spec in inputs for i, sym in spec.dynamic.items()}
+    m = _SOURCE.match(source)
+    if not m:
+        return None
+    path = [p.strip("'\"") for p in re.findall(r"\[([^\]]+)\]", m.group(1))]
+    path = [p for p in path if p not in ("args", "kwargs")]
+    for start in range(len(path)):
+        name = ".".join(path[start:])
+        if (name, int(m.group(2))) in by_dim:
+            return by_dim[(name, int(m.group(2)))]
+    return None
+
+
 def _shape_env(program: Any) -> Any:
     for node in getattr(getattr(program, "graph", None), "nodes", []):
         val = node.meta.get("val") if node.op == "placeholder" else None
@@ -83,22 +119,12 @@ def _shape_env(program: Any) -> Any:
 def _symbol_names(env: Any, inputs: Sequence[Any]) -> dict[Any, str]:
     """ShapeEnv symbol → manifest symbol, through the input dim each symbol came from
     (`L['x'].size()[2]`, `L['kwargs']['images'][0].size()[2]` for `images.0`)."""
-    by_dim = {(spec.name, int(i)): sym for spec in inputs for i, sym in spec.dynamic.items()}
     out: dict[Any, str] = {}
     for sym, sources in env.var_to_sources.items():
-        for source in sources:
-            m = _SOURCE.match(source.name)
-            if not m:
-                continue
-            path = [p.strip("'\"") for p in re.findall(r"\[([^\]]+)\]", m.group(1))]
-            path = [p for p in path if p not in ("args", "kwargs")]
-            for start in range(len(path)):
-                name = ".".join(path[start:])
-                if (name, int(m.group(2))) in by_dim:
-                    out[sym] = by_dim[(name, int(m.group(2)))]
-                    break
-            if sym in out:
-                break
+        found = next((n for s in sources if (n := input_symbol(s.name, inputs)) is not None),
+                     None)
+        if found is not None:
+            out[sym] = found
     return out
 
 

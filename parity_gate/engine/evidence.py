@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from parity_gate.engine.binding import Binding
 from parity_gate.engine.exporting import ExportedModel
 from parity_gate.engine.fixtures import derive_seed
 from parity_gate.engine.state import EagerRef, TypedModule
@@ -19,27 +20,33 @@ from parity_gate.plan.cases import ModuleJob
 EVIDENCE_MAX_BYTES = 64 << 20  # inputs larger than this are not kept for a crash repro
 
 
-def export_evidence(job: ModuleJob, mod: TypedModule, example: dict[str, np.ndarray],
-                     names: list[str], settings: Any) -> dict[str, str]:
-    """What an export that kills the worker is replayed from (localise.crash): the call
-    as data (factory, seed, dtype, binding, dynamic dims, exporter options) and the
-    example, written before the export starts. Nothing when the example is too large or
-    the call's options are not plain data."""
-    if sum(a.nbytes for a in example.values()) > EVIDENCE_MAX_BYTES:
-        return {}
-    folder = Path(tempfile.gettempdir()) / "evidence"
-    stem = f"{job.name}-{mod.dtype}-export".replace("/", "_")
-    call = {
+def export_call(job: ModuleJob, dtype: str, device: str, binding: Binding, names: list[str],
+                settings: Any) -> dict[str, Any]:
+    """The export call as data: what a repro script needs to build the module as the gate
+    did (factory, seed, dtype, binding) and call torch.onnx.export with its arguments."""
+    return {
         "factory": job.module.factory, "kwargs": job.module.kwargs,
         "python_path": [str(p) for p in job.python_path],
-        "seed": derive_seed(job.seed, job.name) % (2**32), "dtype": mod.dtype,
-        "device": mod.device, "order": list(mod.binding.order), "keyword": mod.binding.keyword,
+        "seed": derive_seed(job.seed, job.name) % (2**32), "dtype": dtype,
+        "device": device, "order": list(binding.order), "keyword": binding.keyword,
         "dynamic": {i.name: {str(d): sym for d, sym in i.dynamic.items()}
                     for i in job.module.inputs},
         "output_names": names, "exporter": settings.exporter or "dynamo",
         "optimize": settings.optimize, "opset": settings.opset,
         "options": dict(settings.options),
     }
+
+
+def export_evidence(job: ModuleJob, mod: TypedModule, example: dict[str, np.ndarray],
+                    names: list[str], settings: Any) -> dict[str, str]:
+    """What an export that kills the worker is replayed from (localise.crash): the call
+    as data (`export_call`) and the example, written before the export starts. Nothing
+    when the example is too large or the call's options are not plain data."""
+    if sum(a.nbytes for a in example.values()) > EVIDENCE_MAX_BYTES:
+        return {}
+    folder = Path(tempfile.gettempdir()) / "evidence"
+    stem = f"{job.name}-{mod.dtype}-export".replace("/", "_")
+    call = export_call(job, mod.dtype, mod.device, mod.binding, names, settings)
     try:
         folder.mkdir(exist_ok=True)
         text = json.dumps(call, indent=1)

@@ -187,14 +187,16 @@ def root_cause(exc: BaseException, exporter: str) -> ExportCause:
         _STAGES.get(steps[0] if steps else "", ExportStage.UNKNOWN)
     # the innermost frame outside torch, from the text nearest the root that names one
     frames = next((f for t in reversed(texts) if (f := list(_FRAME.finditer(t)))), [])
-    where = ""
+    where = source = ""
     if frames:
         last = next((f for f in reversed(frames) if "/torch/" not in f.group(1)), frames[-1])
         where = f"{last.group(1).rsplit('/', 1)[-1]}:{last.group(2)}: {last.group(4).strip()}"
+        if _model_file(last.group(1)):  # a line of the model's own code, not a library's
+            source = f"{last.group(1)}:{last.group(2)}"
     target = next((m.group(1) for t in texts for m in [_TARGET.search(t)] if m), "")
     cause = ExportCause(type(root).__name__, message[:300], stage, target, where[:200])
     hints = [h.text for h in HINTS if h.applies(cause, exporter)]
-    return ExportCause(cause.kind, cause.message, stage, target, cause.where, hints)
+    return ExportCause(cause.kind, cause.message, stage, target, cause.where, hints, source)
 
 
 _UNSUPPORTED = (

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import tempfile
 import traceback
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from parity_gate.manifest.models import EdgeFixture
 from parity_gate.model.findings import Stage
 from parity_gate.model.hazards import Hazard
 from parity_gate.model.outcomes import Outcome
+from parity_gate.model.precision import ExportCause
 from parity_gate.plan.cases import ModuleJob
 
 
@@ -78,13 +80,26 @@ def export_from_good_set(ctx: JobContext, mod: TypedModule,
     device = mod.device
     if isinstance(last, ExportFailure):
         ctx.fail_all(live, last.outcome, last.reason, last.detail,
-                     provenance=ctx.provenance(device), cause=last.cause)
+                     provenance=ctx.provenance(device), cause=_relative(last.cause, job))
         ctx.hazard(last.hazards)
     else:
         ctx.fail_all(live, Outcome.EAGER_ERROR, f"fixture: {last}" if last else
                      "no fixture set produced an export example",
                      provenance=ctx.provenance(device))
     return None
+
+
+def _relative(cause: ExportCause | None, job: ModuleJob) -> ExportCause | None:
+    """The cause with its source line named from the manifest's folder (as a reviewer's
+    checkout has it), or left as recorded when it lies outside that folder."""
+    if cause is None or not cause.source:
+        return cause
+    path, _, line = cause.source.rpartition(":")
+    try:
+        rel = Path(path).resolve().relative_to(Path(job.base_dir).resolve())
+    except (ValueError, TypeError):
+        return cause
+    return replace(cause, source=f"{rel.as_posix()}:{line}")
 
 
 def export_examples(job: ModuleJob, refs: dict[tuple[str, int | None], EagerRef], dtype: str,

@@ -15,6 +15,12 @@ time the ShapeEnv adds a guard or a runtime assert, its provenance is read there
   writes it.
 
 A condition whose call cannot be told keeps only its line; one with no user frame, neither.
+
+A dim declared dynamic that the code fixes to a constant (`n = int(x.shape[0])`) leaves no
+condition at all in the program: torch.onnx's capture retries with the dim static, so the
+program has no symbol for it. Its specialisation is recorded the same way, by the input
+dim it came from (`L['x'].size()[0]`) and its value, when the ShapeEnv replaces the
+symbol with a number.
 """
 
 from __future__ import annotations
@@ -36,21 +42,38 @@ class GuardSource:
 
     where: str
     op: str = ""
+    kind: str = ""  # the class whose code the line is in (its forward's module), when known
+
+
+@dataclass(frozen=True)
+class Specialised:
+    """An input dim the export fixed to `value`, and the line and call that fixed it."""
+
+    value: int
+    source: GuardSource
+
+
+# The sources of specialisations, beside the conditions, in the one dict `recording` fills:
+# "specialised L['x'].size()[0]" → Specialised.
+SPECIALISED = "specialised "
 
 
 @contextlib.contextmanager
-def recording(is_model_file: Any) -> Iterator[dict[str, GuardSource]]:
+def recording(is_model_file: Any) -> Iterator[dict[str, Any]]:
     """While the block runs, each size condition torch adds (its sympy text, as added and
-    canonicalised) → where it came from, the first time it is added. Advisory: when torch's
-    internals differ, nothing is recorded and the export runs as without."""
-    found: dict[str, GuardSource] = {}
+    canonicalised) → where it came from (GuardSource), the first time it is added; and each
+    input dim fixed to a number (`SPECIALISED` + the dim's source name → Specialised).
+    Advisory: when torch's internals differ, nothing is recorded and the export runs as
+    without."""
+    found: dict[str, Any] = {}
     try:
         from torch.fx.experimental.symbolic_shapes import ShapeEnv, canonicalize_bool_expr
     except ImportError:
         yield found
         return
     original = getattr(ShapeEnv, "_log_guard", None)
-    if original is None:
+    replacing = getattr(ShapeEnv, "_set_replacement", None)
+    if original is None or replacing is None:
         yield found
         return
 
@@ -66,11 +89,26 @@ def recording(is_model_file: Any) -> Iterator[dict[str, GuardSource]]:
             pass
         return original(self, prefix, g, *args, **kwargs)
 
+    def set_replacement(self: Any, a: Any, tgt: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            if getattr(tgt, "is_Integer", False):
+                names = [SPECIALISED + s.name for s in self.var_to_sources.get(a, [])]
+                if names and not set(names) <= found.keys():
+                    source = _source(sys._getframe(1), is_model_file)
+                    for name in names:
+                        if source is not None:
+                            found.setdefault(name, Specialised(int(tgt), source))
+        except Exception:  # advisory, as above
+            pass
+        return replacing(self, a, tgt, *args, **kwargs)
+
     ShapeEnv._log_guard = log_guard  # type: ignore[method-assign]
+    ShapeEnv._set_replacement = set_replacement  # type: ignore[method-assign]
     try:
         yield found
     finally:
         ShapeEnv._log_guard = original  # type: ignore[method-assign]
+        ShapeEnv._set_replacement = replacing  # type: ignore[method-assign]
 
 
 def _source(frame: Any, is_model_file: Any) -> GuardSource | None:
@@ -92,15 +130,17 @@ def _from_stack(frame: Any, is_model_file: Any) -> GuardSource | None:
         return None
     where = f"{frame.f_code.co_filename}:{frame.f_lineno}"
     node = _executing(frame)
+    owner = frame.f_locals.get("self")
+    kind = type(owner).__name__ if _is_module(owner) else ""
     if node is None:
-        return GuardSource(where)
+        return GuardSource(where, kind=kind)
     op = _op_text(node)
     module = next((_module_name(f.f_locals.get("self")) for f in reversed(inner)
                    if f.f_code.co_name == "forward" and _module_name(f.f_locals.get("self"))),
                   "")
     if op and module and isinstance(node, ast.Call):
         op = f"{op} ({module})"
-    return GuardSource(where, op)
+    return GuardSource(where, op, kind)
 
 
 def _executing(frame: Any) -> ast.AST | None:
@@ -146,6 +186,14 @@ def _callee(func: ast.expr) -> str:
     return f".{func.attr}"
 
 
+def _is_module(value: Any) -> bool:
+    try:
+        from torch import nn
+    except ImportError:
+        return False
+    return isinstance(value, nn.Module)
+
+
 def _module_name(module: Any) -> str:
     """`nn.Conv2d` for a torch module; "" for anything else (a frame's `self`)."""
     cls = type(module)
@@ -168,18 +216,20 @@ def from_node(meta: dict[str, Any], is_model_file: Any) -> GuardSource | None:
         return None
     path, line, _name, code = frames[user[-1]]
     where = f"{path}:{line}"
+    stack = list((meta.get("nn_module_stack") or {}).values())
     below = frames[user[-1] + 1:]
     if below and below[0][2] in ("forward", "_call_impl", "_wrapped_call_impl"):
-        stack = list((meta.get("nn_module_stack") or {}).values())
         cls = str(stack[-1][1]) if stack else ""
+        kind = str(stack[-2][1]).rsplit(".", 1)[-1] if len(stack) > 1 else ""
         if not cls.startswith("torch.nn.modules."):
-            return GuardSource(where)
+            return GuardSource(where, kind=kind)
         attribute = str(stack[-1][0]).rsplit(".", 1)[-1]
         called = _called(code, attribute)
         name = f"nn.{cls.rsplit('.', 1)[-1]}"
-        return GuardSource(where, f"{called} ({name})" if called else name)
+        return GuardSource(where, f"{called} ({name})" if called else name, kind)
+    kind = str(stack[-1][1]).rsplit(".", 1)[-1] if stack else ""
     function = below[0][2] if below else str((meta.get("torch_fn") or ("", ""))[1])
-    return GuardSource(where, _called(code, function.rsplit(".", 1)[-1]))
+    return GuardSource(where, _called(code, function.rsplit(".", 1)[-1]), kind)
 
 
 def _called(code: str, name: str) -> str:

@@ -86,7 +86,9 @@ def _culprit_annotation(view: ModuleView, level: str, manifest_file: str | None,
     by = f" ({cause.owned_by})" if cause.owned_by else ""
     message = (f"{cause.counted} ({cause.outcome.value}); localised on {cause.case} to "
                f"{cause.op}; owner: {cause.owner}{by}"
-               + (f"; known exporter defect {cause.known}" if cause.known else ""))
+               + (f"; known exporter defect {cause.known}" if cause.known else "")
+               + (f"\nfix: {cause.fix}" if cause.fix else "")
+               + (f"\nrepro: {cause.repro}" if cause.repro else ""))
     tail = "" if level == "error" else " (not blocking)"
     return Annotation(level, f"parity-gate: {view.name}: culprit {cause.op}{tail}",
                       message[:MESSAGE_LIMIT], where[0], where[1])

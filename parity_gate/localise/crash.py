@@ -60,17 +60,9 @@ if (here / "inputs.npz").exists():
 '''
 
 
-EXPORT_SCRIPT = '''"""Replays the crash parity-gate met while exporting, on case {case_id}.
-
-    python repro.py
-
-Needs torch, numpy and the model's own code, imported from the paths in export.json (the
-manifest's python_path). It builds the module as the gate did (same factory, seed, dtype,
-eval mode), binds inputs.npz to forward() the same way and calls torch.onnx.export with
-the gate's arguments; a crash kills this process (SIGSEGV, SIGABRT), exit 0 means the
-export finished. Found with {version}.
-"""
-import importlib
+# Builds the module as the gate did and prepares torch.onnx.export's arguments (`options`,
+# `tensors`, `nest`): the body of every script that replays an export.
+EXPORT_BODY = '''import importlib
 import json
 import random
 import sys
@@ -130,12 +122,25 @@ else:
     options.update(dynamo=False, input_names=call["order"],
                    dynamic_axes={{n: {{int(d): s for d, s in ax.items()}}
                                  for n, ax in call["dynamic"].items() if ax}})
-print("exporting with", call["exporter"], flush=True)
-if call["keyword"]:
+'''
+EXPORT_CALL = '''if call["keyword"]:
     torch.onnx.export(model, (), here / "exported.onnx", kwargs=nest(tensors), **options)
 else:
     torch.onnx.export(model, tuple(tensors.values()), here / "exported.onnx", **options)
-print("exported", flush=True)
+'''
+
+EXPORT_SCRIPT = '''"""Replays the crash parity-gate met while exporting, on case {case_id}.
+
+    python repro.py
+
+Needs torch, numpy and the model's own code, imported from the paths in export.json (the
+manifest's python_path). It builds the module as the gate did (same factory, seed, dtype,
+eval mode), binds inputs.npz to forward() the same way and calls torch.onnx.export with
+the gate's arguments; a crash kills this process (SIGSEGV, SIGABRT), exit 0 means the
+export finished. Found with {version}.
+"""
+''' + EXPORT_BODY + '''print("exporting with", call["exporter"], flush=True)
+''' + EXPORT_CALL + '''print("exported", flush=True)
 '''
 
 

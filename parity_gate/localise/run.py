@@ -21,8 +21,12 @@ from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.plan.cases import ModuleJob
 
-LOCALISED = (Outcome.MISMATCH,)  # numeric failures; other errors and shapes say their cause
-# already, but for an ONNX Runtime error at a named node (`_localised`)
+LOCALISED = (Outcome.MISMATCH,)  # numeric failures, localised to the op
+# Failures at sizes the export may have fixed: localised to the size assumption they break
+# (localise.sized), and an ONNX Runtime error at a named node to that node (`_localised`).
+SIZED = (Outcome.BAKED_SHAPE, Outcome.SHAPE_MISMATCH, Outcome.RUNTIME_ERROR)
+# Export failures: their cause is on the case; localisation makes the repro (worker).
+EXPORTS = (Outcome.EXPORT_ERROR, Outcome.UNSUPPORTED_OP)
 
 
 @dataclass(frozen=True)
@@ -56,12 +60,18 @@ def jobs_for(run: RunResult, modules: Iterable[ModuleJob], policy: LocalisePolic
 
 
 def _localised(case: CaseResult) -> bool:
-    """A numeric failure, or an ONNX Runtime error that names the node it raised at."""
+    """A numeric failure, an ONNX Runtime error, or a shape failure (generation cases
+    excepted: their sizes are the cache's)."""
+    return case.outcome in LOCALISED or case.outcome in EXPORTS \
+        or (case.outcome in SIZED and case.generation is None) \
+        or (case.outcome is Outcome.RUNTIME_ERROR and case.generation is not None
+            and _names_node(case))
+
+
+def _names_node(case: CaseResult) -> bool:
     from parity_gate.engine.runtime import failing_node
 
-    return case.outcome in LOCALISED or (
-        case.outcome is Outcome.RUNTIME_ERROR
-        and failing_node(f"{case.reason}\n{case.detail}") is not None)
+    return failing_node(f"{case.reason}\n{case.detail}") is not None
 
 
 def _expensive(failing: list[CaseResult], groups: dict[tuple[str, str], list[CaseResult]],

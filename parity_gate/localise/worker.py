@@ -42,8 +42,10 @@ from parity_gate.engine.referee import range_disagreement
 from parity_gate.engine.runtime import first_line
 from parity_gate.engine.tensors import leaves, to_numpy, to_torch
 from parity_gate.localise import known as known_ops
-from parity_gate.localise import layers, nodes, repro
+from parity_gate.localise import layers, nodes, repro, sized
+from parity_gate.localise.advice import fix_of
 from parity_gate.localise.jobs import LocaliseJob
+from parity_gate.localise.run import EXPORTS, SIZED
 from parity_gate.manifest.models import EdgeFixture
 from parity_gate.model.files import remove
 from parity_gate.model.findings import Stage
@@ -85,6 +87,8 @@ class _Prepared:
     output_names: list[str]
     known: Sequence[known_ops.Known]
     program: Any = None  # the torch.export program (dynamo) its translation came from
+    example: dict[str, np.ndarray] = field(default_factory=dict)  # the export's example
+    assumptions: list[Any] | None = None  # what the export assumed of sizes (None: unread)
     traced: dict[Any, _Traced] = field(default_factory=dict)  # by input shapes
     sessions: dict[tuple[str, str], Any] = field(default_factory=dict)  # (provider, level)
 
@@ -130,6 +134,11 @@ def run(job: LocaliseJob, emit: Emit) -> None:
     stream.step(Stage.BUILDING, job.module.name, "for localisation")
     try:
         job, prepared = _cached(job)
+        if all(r.outcome in EXPORT_FAILED for r in job.failing):
+            for result in job.failing:
+                stream.result(replace(result, localisation=_export_failed(job, prepared,
+                                                                          result)))
+            return
         prepared = _prepare(job, prepared)
     except Exception as exc:
         note = f"could not rebuild and export the module: {first_line(repr(exc))}"
@@ -145,6 +154,48 @@ def run(job: LocaliseJob, emit: Emit) -> None:
             loc = Localisation(steps=[StepRun(Check.OPTIMIZER, Status.FAILED,
                                               note=traceback.format_exc()[-600:])])
         stream.result(replace(result, localisation=loc))
+
+
+EXPORT_FAILED = EXPORTS
+
+
+def _export_failed(job: LocaliseJob, module: Any, result: CaseResult) -> Localisation:
+    """An export failure: its cause is on the case already (the user frame the exporter
+    stopped in); what localisation adds is a repro that fails the same way, made for the
+    job's lead case (every case of a dtype shares the one export)."""
+    import torch
+
+    from parity_gate.engine.evidence import export_call
+    from parity_gate.localise import export_repro
+
+    loc = Localisation()
+    if not job.artifacts or result.id != job.failing[0].id:
+        why = "no artifacts folder" if not job.artifacts else \
+            f"the export of {job.failing[0].id} (the same export) has it"
+        loc.steps.append(StepRun(Check.REPRO, Status.SKIPPED, note=why))
+        return loc
+    t0 = time.perf_counter()
+    mj = job.module
+    binding, problems = bind(module, mj.module)
+    if problems:
+        loc.steps.append(StepRun(Check.REPRO, Status.SKIPPED, note=problems[0]))
+        return loc
+    names = [i.name for i in mj.module.inputs]
+    example = _export_example(job, names)
+    typed = copy.deepcopy(module).to(getattr(torch, job.dtype))
+    with torch.inference_mode():
+        outs, _ = output_names(binding.call(typed, {n: to_torch(example[n])
+                                                    for n in binding.order}), mj.module)
+    call = export_call(mj, job.dtype, "cpu", binding, outs, mj.export)
+    folder = Path(job.artifacts) / repro.folder_name(result.id)
+    made, note = export_repro.write(folder, result.id, call,
+                                    {n: example[n] for n in binding.order}, job.version,
+                                    job.step_timeout_s)
+    if made:
+        loc.repro = str(folder)
+    loc.steps.append(StepRun(Check.REPRO, Status.RAN, round(time.perf_counter() - t0, 3),
+                             note=f"repro in {folder}: {note}" if made else note))
+    return loc
 
 
 def _cached(job: LocaliseJob) -> tuple[LocaliseJob, Any]:
@@ -185,11 +236,7 @@ def _prepare(job: LocaliseJob, module: Any = None) -> _Prepared:
                          lambda: (got.program(), got.plain))
         if prep is not None:
             return prep
-    batch = export_batch_size(mj)
-    plain = sorted((n for n in mj.fixtures if GENERATE not in n),
-                   key=lambda n: isinstance(mj.fixtures[n], EdgeFixture))
-    example = generate(plain[0], mj.fixtures[plain[0]], names, Draw(batch, job.dtype),
-                       seed=mj.seed, base_dir=mj.base_dir)
+    example = _export_example(job, names)
     tensors = {n: to_torch(example[n]) for n in binding.order}
     with torch.inference_mode():
         out = binding.call(typed, tensors)
@@ -205,7 +252,26 @@ def _prepare(job: LocaliseJob, module: Any = None) -> _Prepared:
         if prep is not None:
             return prep
     exported = export_module(typed, args, mj.module.inputs, outs, mj.export)
-    return _Prepared(typed, binding, exported.source, names, outs, known, exported.program)
+    return _Prepared(typed, binding, exported.source, names, outs, known, exported.program,
+                     example, _assumed(exported, binding, mj.module.inputs))
+
+
+def _export_example(job: LocaliseJob, names: list[str]) -> dict[str, np.ndarray]:
+    """The example the gate exported from: its first plain fixture set at the export batch."""
+    mj = job.module
+    plain = sorted((n for n in mj.fixtures if GENERATE not in n),
+                   key=lambda n: isinstance(mj.fixtures[n], EdgeFixture))
+    return generate(plain[0], mj.fixtures[plain[0]], names,
+                    Draw(export_batch_size(mj), job.dtype), seed=mj.seed, base_dir=mj.base_dir)
+
+
+def _assumed(exported: Any, binding: Binding, inputs: Sequence[Any]) -> list[Any]:
+    """What the export assumed of its sizes, read as the gate reads it (forward()'s order)."""
+    from parity_gate.engine.assumptions import read_assumptions
+
+    by_name = {spec.name: spec for spec in inputs}
+    return read_assumptions(exported.captured, [by_name[n] for n in binding.order
+                                                if n in by_name], exported.guard_sources)[0]
 
 
 def _prepared(typed: Any, binding: Binding, model: bytes | str, names: list[str],
@@ -259,6 +325,19 @@ def _fx_named_outputs(proto: Any, program: Any) -> bool:
 
 
 def _localise(job: LocaliseJob, prep: _Prepared, result: CaseResult) -> Localisation:
+    """The follow-up checks of one case, its culprit given the fix an engineer would write
+    (localise.advice) where its own check did not already say one."""
+    loc = _checks(job, prep, result)
+    if loc.culprit is not None and not loc.culprit.fix:
+        loc.culprit = replace(loc.culprit, fix=fix_of(loc))
+    return loc
+
+
+def _checks(job: LocaliseJob, prep: _Prepared, result: CaseResult) -> Localisation:
+    if result.outcome in SIZED and result.generation is None:
+        sized = _sized(job, prep, result)
+        if sized.culprit is not None or result.outcome is not Outcome.RUNTIME_ERROR:
+            return sized
     if result.outcome is Outcome.RUNTIME_ERROR:
         return _raised(job, prep, result)
     loc = Localisation()
@@ -295,6 +374,67 @@ def _localise(job: LocaliseJob, prep: _Prepared, result: CaseResult) -> Localisa
     return loc
 
 
+def _sized(job: LocaliseJob, prep: _Prepared, result: CaseResult) -> Localisation:
+    """A failure at sizes the export did not hold: the assumption they break, its line and
+    the fix (localise.sized), and a repro on the gate's model that fails the same way."""
+    from parity_gate.engine.assumptions import export_sizes
+
+    loc = Localisation()
+    t0 = time.perf_counter()
+    mj = job.module
+    inputs = _case_inputs(job, prep, result)
+    specs = mj.module.inputs
+    if not prep.example:
+        prep.example = _export_example(job, prep.input_names)
+    sizes, exported_at = export_sizes(inputs, specs), export_sizes(prep.example, specs)
+    if prep.assumptions is None:  # the gate's export came from a hand-off: read its sizes
+        tensors = {n: to_torch(prep.example[n]) for n in prep.binding.order}
+        again = export_module(prep.module, prep.binding.arguments(tensors), specs,
+                              prep.output_names, mj.export)
+        prep.assumptions = _assumed(again, prep.binding, specs)
+    found = sized.broken(prep.assumptions, sizes)
+    if found is None:
+        loc.steps.append(StepRun(Check.LAYER, Status.SKIPPED, round(time.perf_counter() - t0, 3),
+                                 note=f"the sizes {_label(sizes)} break no assumption the "
+                                 f"export recorded ({len(prep.assumptions)} read)"))
+        return loc
+    loc.culprit = sized.culprit(found, sized.scope_of(prep.module, found.assumption.kind),
+                                mj.base_dir)
+    t1 = time.perf_counter()
+    loc.steps.append(StepRun(Check.LAYER, Status.RAN, round(t1 - t0, 3), note=(
+        f"the sizes {_label(sizes)} break `{found.assumption.text}` (exported at "
+        f"{_label(exported_at)}): {loc.culprit.describe()}")))
+    if not job.artifacts or result.id not in job.expensive:
+        why = "no artifacts folder" if not job.artifacts else \
+            "beyond the manifest's cap on localised cases"
+        loc.steps.append(StepRun(Check.REPRO, Status.SKIPPED, note=why))
+        return loc
+    folder = Path(job.artifacts) / repro.folder_name(result.id)
+    eager = prep.call(prep.module, inputs)
+    made, note = sized.write_repro(folder, sized.SizedCase(
+        result.id, prep.model, {n: inputs[n] for n in prep.input_names if n in inputs},
+        [list(e.shape) for e in eager], sizes, exported_at, _ep(result.key.provider),
+        job.version))
+    if made:
+        loc.repro = str(folder)
+    loc.steps.append(StepRun(Check.REPRO, Status.RAN, round(time.perf_counter() - t1, 3),
+                             note=f"repro in {folder}: {note}" if made else note))
+    return loc
+
+
+def _label(sizes: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sizes.items()) or "(none)"
+
+
+def _case_inputs(job: LocaliseJob, prep: _Prepared, result: CaseResult
+                 ) -> dict[str, np.ndarray]:
+    """The failing case's inputs, drawn as the gate drew them."""
+    fixture = job.module.fixtures[result.key.inputs]
+    return generate(result.key.inputs, fixture, prep.input_names,
+                    Draw(result.key.batch_size or 0, job.dtype, 0),
+                    seed=job.module.seed, base_dir=job.module.base_dir)
+
+
 def _raised(job: LocaliseJob, prep: _Prepared, result: CaseResult) -> Localisation:
     """An ONNX Runtime error: the node that raised, on the inputs it raised on (a
     generation's: the cached step's at the step that raised, eager's cache before it)."""
@@ -304,10 +444,7 @@ def _raised(job: LocaliseJob, prep: _Prepared, result: CaseResult) -> Localisati
     if gen is not None and gen.error_step:
         inputs = _step_feeds(job, prep, result, gen.error_step)
     else:
-        fixture = job.module.fixtures[result.key.inputs]
-        inputs = generate(result.key.inputs, fixture, prep.input_names,
-                          Draw(result.key.batch_size or 0, job.dtype, 0),
-                          seed=job.module.seed, base_dir=job.module.base_dir)
+        inputs = _case_inputs(job, prep, result)
     folder = Path(job.artifacts) / repro.folder_name(result.id) if job.artifacts else None
     program = prep.program.module() if prep.program is not None else None
     return localise_error(Raised(

@@ -93,6 +93,7 @@ class Culprit(Record):
     # the optional arguments the call sets (name → "float32 tensor" or the literal): the
     # trigger beyond the op itself, e.g. {"attn_mask": "float32 tensor"}
     options: dict[str, str] = field(default_factory=dict)
+    fix: str = ""  # what to change, as an engineer would say it ("" where none is known)
 
     def describe(self) -> str:
         """The culprit line, first in every report."""
@@ -146,6 +147,8 @@ class Localisation(Record):
         out: list[str] = []
         if self.culprit is not None:
             out.append(self.culprit.describe())
+            if self.culprit.fix:
+                out.append(f"fix: {self.culprit.fix}")
         if self.known_op is not None:
             where = self.culprit.scope if self.culprit is not None else (
                 self.layer.module if self.layer is not None else "")

@@ -175,6 +175,7 @@ class ExportCause(Record):
     op: str = ""             # the FX node's target when the exporter names it (aten.view.default)
     where: str = ""          # the model's source line it came from: "modeling_t5.py:368: <code>"
     hints: list[str] = field(default_factory=list)
+    source: str = ""         # that line's `path:line`, relative to the manifest's folder
 
     @property
     def key(self) -> str:

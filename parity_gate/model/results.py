@@ -59,6 +59,16 @@ class CheckRun(Record):
     note: str = ""  # how it failed
 
 
+# How the planner words a skip for a provider this machine lacks (plan.providers): only an
+# optional one reaches the reports, since a required one stops the run before it starts.
+ABSENT_PROVIDER = "ExecutionProvider not available (onnxruntime offers: "
+
+
+def absent_provider(case: CaseResult) -> bool:
+    """Skipped because an optional provider is not on this machine."""
+    return case.outcome is Outcome.SKIPPED and ABSENT_PROVIDER in case.reason
+
+
 @dataclass(config=CONFIG)
 class CaseResult(Record):
     """What happened to one case, with the evidence a reviewer needs."""

@@ -99,6 +99,15 @@ def escape_html(text: object) -> str:
     return html.escape(inert(text), quote=True)
 
 
+def html_code_ticks(text: object) -> str:
+    """Escaped HTML with each `span` in backticks (how a fix sentence writes code) set as
+    <code>: what the markdown reports show, on the page."""
+    parts = escape_html(text).split("`")
+    if len(parts) % 2 == 0:  # an unpaired tick: leave the text as it is
+        return "`".join(parts)
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
 def html_line(text: object) -> str:
     """`escape_html` on one line: for HTML inside markdown such as `<summary>`, whose block
     a blank line would end (what followed would be read as markdown)."""

@@ -61,10 +61,16 @@ class Owner(str, enum.Enum):
     TRANSLATION = "translation"  # the torchlib function that lowers the ATen op
     KERNEL = "kernel"            # an ONNX Runtime kernel (missing, or wrong on a valid graph)
     CAPTURE = "capture"          # torch.export / the legacy tracer, before any ONNX exists
+    MODEL = "model"              # the model's own code (a size it fixes): fixed in the repo
 
     @property
     def route(self) -> Route:
         return ROUTES[self]
+
+    @property
+    def upstream(self) -> bool:
+        """Whether its defects are filed upstream (the model's own code is not)."""
+        return self in ROUTES
 
 
 @dataclass(frozen=True, config=CONFIG)

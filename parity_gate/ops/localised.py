@@ -123,8 +123,8 @@ def input_class(node_repro: str | None) -> str:
 def signature_of(case: CaseResult, culprit: Culprit) -> Signature | None:
     """The one-case signature (scope filled in by `group`); None when the owner check
     could not say whose code it is (nothing to route it to)."""
-    if culprit.owner is None:
-        return None
+    if culprit.owner is None or not culprit.owner.upstream:
+        return None  # nothing to route it to, or the model's own code (fixed in the repo)
     loc = case.localisation
     cls = input_class(loc.node_repro if loc is not None else None)
     lowering = culprit.owned_by.rsplit(".", 1)[-1] if culprit.owner is Owner.TRANSLATION \

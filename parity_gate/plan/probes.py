@@ -31,6 +31,7 @@ class Assumption:
     symbols: tuple[str, ...]
     op: str = ""
     source: str = ""
+    kind: str = ""  # the class whose code the line is in, when known
 
     def holds(self, sizes: Mapping[str, int]) -> bool | None:
         """Its truth at `sizes` (every symbol it reads given); None when it cannot be
@@ -56,7 +57,7 @@ class Assumption:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Assumption:
         return cls(str(data["text"]), tuple(data["symbols"]), str(data.get("op", "")),
-                   str(data.get("source", "")))
+                   str(data.get("source", "")), str(data.get("kind", "")))
 
 
 @dataclass(frozen=True)
@@ -110,8 +111,9 @@ def derive(assumptions: Sequence[Assumption], sizes: Mapping[str, int],
                 and set(a.symbols) <= set(sizes)]
     # A dim torch.export fixed to its example size (a range of one point) assumes that size.
     fixed = {s: r.low for s, r in ranges.items() if s in symbols and r.high == r.low}
+    texts = {a.text for a in relevant}
     relevant += [Assumption(f"{s} == {v}", (s,), "specialised during tracing")
-                 for s, v in fixed.items()]
+                 for s, v in fixed.items() if f"{s} == {v}" not in texts]
     plan = _Plan(sizes, ranges, settings, fixed, relevant, set(declared))
     for a in relevant:
         plan.relation(a, [s for s in a.symbols if s in symbols])

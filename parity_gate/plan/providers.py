@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from parity_gate.errors import UserError
+from parity_gate.model.results import ABSENT_PROVIDER
 
 EXECUTION_PROVIDERS: dict[str, str] = {
     "cpu": "CPUExecutionProvider",
@@ -40,9 +41,8 @@ def availability(name: str, available: list[str]) -> Availability:
         "cuda": "install onnxruntime-gpu and run on a machine with an NVIDIA GPU",
         "tensorrt": "install onnxruntime-gpu with TensorRT libraries on a GPU machine",
     }.get(name, "reinstall onnxruntime")
-    return Availability(
-        False, f"{ep} not available (onnxruntime offers: {', '.join(available)}; {hint})"
-    )
+    said = ABSENT_PROVIDER.removeprefix("ExecutionProvider")
+    return Availability(False, f"{ep}{said}{', '.join(available)}; {hint})")
 
 
 def provider_chain(name: str, options: dict[str, Any]) -> list[Any]:

@@ -17,7 +17,7 @@ from parity_gate.model.gate import KNOWN, GateDecision
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.model.text import escape_html as esc
-from parity_gate.model.text import strip_control
+from parity_gate.model.text import html_code_ticks, strip_control
 from parity_gate.report import performance as perf
 from parity_gate.report.fmt import num, seconds
 from parity_gate.report.locate import Located
@@ -27,7 +27,9 @@ from parity_gate.report.modules import (
     gate_text,
     module_views,
     needed_text,
+    short_diagnosis,
     tail_lines,
+    upstream_status,
     worst_error_text,
 )
 
@@ -140,12 +142,17 @@ def _points_svg(points: Sequence[tuple[str, float | None, Outcome]], title: str,
     """A log-y line over categorical x: errors by batch size, or by layer."""
     values = [v for _, v, _ in points if v is not None] + ([threshold] if threshold else [])
     a, b = _log_scale([v for v in values if v is not None], 1e-9, 1.0)
-    left, bottom, top = 52, 28, 22
+    # A case with no error value (it raised, or its shape differs) is not a large error: it
+    # is drawn in a band of its own above the axis, labelled, never on the error scale.
+    band = any(v is None for _, v, _ in points)
+    left, bottom, top = 52, 28, 40 if band else 22
     plot_w, plot_h = W - left - 10, H - bottom - top
     step = plot_w / max(len(points), 1)
 
     def y_of(v: float | None) -> float:
-        if v is None or not math.isfinite(v):
+        if v is None:
+            return 27.0
+        if not math.isfinite(v):
             return top
         if v <= 0:
             return top + plot_h
@@ -154,6 +161,10 @@ def _points_svg(points: Sequence[tuple[str, float | None, Outcome]], title: str,
     parts = [f'<text x="4" y="14" class="t">{esc(caption)}</text>',
              f'<line x1="{left}" y1="{top + plot_h}" x2="{W - 10}" y2="{top + plot_h}" '
              'class="axis"/>']
+    if band:
+        parts.append(f'<text x="{left - 4}" y="30" text-anchor="end" class="t">no value</text>'
+                     f'<line x1="{left}" y1="{top - 4}" x2="{W - 10}" y2="{top - 4}" '
+                     'class="grid"/>')
     for exp in range(math.ceil(a), math.floor(b) + 1):
         y = y_of(10.0 ** exp)
         parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{W - 10}" y2="{y:.1f}" '
@@ -177,8 +188,10 @@ def _points_svg(points: Sequence[tuple[str, float | None, Outcome]], title: str,
                 f'<rect class="point" x="{x - 4:.1f}" y="{y - 4:.1f}" width="9" height="9" '
                 f'fill="{colour(outcome)}">')
         tag = "circle" if v is not None else "rect"
+        said = f"max |error| {num(v)}" if v is not None else \
+            f"no error value: {outcome.info.description}"
         parts.append(f"{mark}<title>{esc(label)}: {esc(outcome.value)}, "
-                     f"max |error| {esc(num(v))}</title></{tag}>")
+                     f"{esc(said)}</title></{tag}>")
         if i % every == 0:
             parts.append(f'<text x="{x:.1f}" y="{H - 10}" text-anchor="middle" '
                          f'class="t">{esc(label[-14:])}</text>')
@@ -260,6 +273,37 @@ def _verdict(run: RunResult, views: list[ModuleView]) -> str:
             + (f" · started {esc(run.started_at)}" if run.started_at else "") + "</p></header>")
 
 
+def _causes(run: RunResult, views: list[ModuleView], anchors: dict[str, str]) -> str:
+    """Per failing module, its cause as the summary leads with it: the culprit's line and
+    code, the op, the owner, the fix, upstream's answer and the repro."""
+    items = []
+    for v in views:
+        cause = v.cause
+        if cause is None:
+            continue
+        head = (f'<a href="#{anchors[v.name]}"><code>{esc(v.name)}</code></a> — '
+                f"{esc(cause.counted)} ({esc(cause.outcome.value)})")
+        if not cause.located:
+            items.append(f"<li>{head}: {esc(cause.reason)}</li>")
+            continue
+        code = f" <code>{esc(cause.code)}</code>" if cause.code else ""
+        parts = [f"{head}: <code>{esc(cause.source or 'in the model')}</code>{code}: "
+                 f"<code>{esc(cause.op)}</code>",
+                 f"owner: <b>{esc(cause.owner)}</b>"
+                 + (f" ({esc(cause.owned_by)})" if cause.owned_by else "")]
+        if cause.fix:
+            parts.append(f'<span class="fix">fix: {html_code_ticks(cause.fix)}</span>')
+        upstream = upstream_status(v, run.upstream)
+        if upstream:
+            parts.append(f"upstream: {esc(upstream)}")
+        if cause.repro:
+            parts.append(f"repro <code>{esc(cause.repro)}</code>")
+        items.append(f"<li>{' · '.join(parts)}</li>")
+    if not items:
+        return ""
+    return f'<section id="causes"><h2>Why it fails</h2><ul>{"".join(items)}</ul></section>'
+
+
 def _plain(title: str) -> str:
     """The markdown headline without its `##` and icon (the page colours the verdict)."""
     return title.lstrip("# ").split(" ", 1)[1] if " " in title.lstrip("# ") else title
@@ -339,7 +383,7 @@ def _module_table(views: list[ModuleView], where: Located, decision: GateDecisio
                     f"{esc(place)}</span></td>"
                     f'<td style="color:{colour(v.outcome)}"><b>{esc(v.outcome.value)}</b></td>'
                     f"<td>{len(v.failing)}/{v.ran}</td><td>{esc(worst_error_text(v))}</td>"
-                    f"<td>{esc(needed_text(v))}</td><td>{esc(v.diagnosis)}</td>"
+                    f"<td>{esc(needed_text(v))}</td><td>{esc(short_diagnosis(v))}</td>"
                     + (f"<td>{esc(gate_text(v, decision))}</td>" if gate else "") + "</tr>")
     return ('<section id="modules"><h2>Modules</h2><table><tr><th>module</th><th>outcome</th>'
             "<th>failing</th><th>worst error</th><th>needed tolerance</th><th>diagnosis</th>"
@@ -351,8 +395,10 @@ def _case_section(case: CaseResult) -> str:
              f'<h3><code>{esc(case.id)}</code> — <span style="color:{colour(case.outcome)}">'
              f"{esc(case.outcome.value)}</span></h3>"]
     loc = case.localisation
-    if loc is not None and loc.culprit is not None:  # the culprit line first
+    if loc is not None and loc.culprit is not None:  # the culprit line first, then the fix
         parts.append(f'<p class="culprit"><b>{esc(loc.culprit.describe())}</b></p>')
+        if loc.culprit.fix:
+            parts.append(f'<p class="fix">fix: {html_code_ticks(loc.culprit.fix)}</p>')
     parts.append(f"<p>{esc(case.explanation)}</p>")
     bad = [c for c in case.comparisons if not c.passed][:OUTPUTS_PER_CASE]
     for c in bad:
@@ -436,7 +482,10 @@ def _findings(run: RunResult) -> str:
     if not run.findings:
         return ""
     items = "".join(f"<li><b>{esc(f.severity)}</b> <code>{esc(f.module)}</code> "
-                    f"<b>{esc(f.kind)}</b>: {esc(f.message)}</li>" for f in run.findings)
+                    f"<b>{esc(f.kind)}</b>: {esc(f.message)}"
+                    + (f" — fix: {html_code_ticks(f.hazard.fix)}" if f.hazard and f.hazard.fix
+                       else "")
+                    + "</li>" for f in run.findings)
     return f'<section id="findings"><h2>Findings</h2><ul>{items}</ul></section>'
 
 
@@ -469,9 +518,11 @@ def _performance(run: RunResult, decision: GateDecision) -> str:
                          width=204, height=25)
         slow = any(f.rule == "slowdown" for f in m.flags)
         ratio = esc(perf.ratio_text(lat))
+        mark = (f' <span class="muted" title="{esc(lat.why)}">~</span>'
+                if lat is not None and not lat.stable else "")
         rows.append(f"<tr><td><code>{esc(m.name)}</code></td>"
-                    f"<td>{esc(f'{lat.eager_ms:.3g}') if lat else '—'}</td>"
-                    f"<td>{esc(f'{lat.onnx_ms:.3g}') if lat else '—'}</td>"
+                    f"<td>{esc(f'{lat.eager_ms:.3g}') + mark if lat else '—'}</td>"
+                    f"<td>{esc(f'{lat.onnx_ms:.3g}') + mark if lat else '—'}</td>"
                     f"<td>{f'<b>{ratio}</b>' if slow else ratio}</td><td>{chart}</td>"
                     f"<td>{esc(perf.placement_text(m.placement))}</td>"
                     f"<td>{esc(perf.memory_text(m.memory))}</td></tr>")
@@ -482,7 +533,8 @@ def _performance(run: RunResult, decision: GateDecision) -> str:
             '<p class="legend">median per-pair time ratio ONNX/eager with its 95% interval, '
             "per module the case whose interval's lower bound is highest; bars: "
             '<span style="color:#6a8">eager</span> and '
-            '<span style="color:#c63">ONNX Runtime</span></p>'
+            '<span style="color:#c63">ONNX Runtime</span>; <b>~</b>: not stable within the '
+            "timing budget (a warm-up or noisy figure: do not act on it)</p>"
             "<table><tr><th>module</th><th>eager ms</th><th>onnx ms</th><th>ratio (95%)</th>"
             "<th>chart</th><th>placement</th><th>memory onnx vs eager</th></tr>"
             + "".join(rows) + "</table>" + (f"<ul>{items}</ul>" if items else "")
@@ -495,7 +547,8 @@ def render(run: RunResult, where: Located | None = None) -> str:
     anchors = {v.name: _anchor(i) for i, v in enumerate(views) if v.worst is not None}
     title = _plain(headline(run, views))
     decision = decision_of(run)
-    body = "".join([_verdict(run, views), _grid(run, views, anchors, decision),
+    body = "".join([_verdict(run, views), _causes(run, views, anchors),
+                    _grid(run, views, anchors, decision),
                     _module_table(views, where, decision), _performance(run, decision),
                     _failures(views, anchors),
                     _generation(run), _findings(run), _run_details(run)])

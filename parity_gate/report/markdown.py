@@ -20,7 +20,7 @@ from parity_gate.model.gate import FIXED, Deltas, GateDecision, counts_line
 from parity_gate.model.localisation import Localisation
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.performance import Latency
-from parity_gate.model.results import CaseResult, RunResult
+from parity_gate.model.results import CaseResult, RunResult, absent_provider
 from parity_gate.model.text import (
     clip,
     code_span,
@@ -41,6 +41,7 @@ from parity_gate.report.modules import (
     gate_text,
     module_views,
     needed_text,
+    short_diagnosis,
     tail_lines,
     upstream_status,
     worst_error_text,
@@ -86,6 +87,8 @@ def headline(run: RunResult, views: list[ModuleView] | None = None) -> str:
     decision = decision_of(run)
     skipped = sum(1 for c in run.cases if c.outcome is Outcome.SKIPPED)
     ran = len(run.cases) - skipped
+    # an optional provider this machine lacks is said once, under Run, not in every headline
+    skipped -= sum(1 for c in run.cases if absent_provider(c))
     tail = f" ({skipped} skipped)" if skipped else ""
     failing = len(run.failures)
     if run.interrupted:
@@ -136,6 +139,8 @@ def cause_line(cause: Cause, upstream: str = "", run_url: str | None = None) -> 
     by = f" ({code_span(cause.owned_by)})" if cause.owned_by else ""
     parts = [f"{head}: {where}: {code_span(cause.op)}{onnx}",
              f"owner: **{md_text(cause.owner)}**{by}"]
+    if cause.fix:
+        parts.append(f"fix: {md_text(clip(cause.fix, 400))}")
     if upstream:
         parts.append(f"upstream: {md_text(clip(upstream, 200))}")
     elif cause.known:
@@ -179,10 +184,15 @@ def _causes(run: RunResult, views: list[ModuleView], decision: GateDecision,
 
 
 def _module_table(views: list[ModuleView], decision: GateDecision, cap: int) -> str:
+    """One row per module. The diagnosis of a located failure is its culprit in short (the
+    cause line above says it in full, the raw error is in the module's fold); the time
+    column appears only when some module's ratio is stable enough to act on."""
     gate = decision.baseline is not None
-    head = ("| module | outcome | failing | worst error | needed tolerance | diagnosis | "
-            "onnx/eager time |")
-    rule = "|---|---|---|---|---|---|---|"
+    timed = any(lat is not None and lat.stable for v in views[:cap] for lat in [slowest(v)])
+    head = "| module | outcome | failing | worst error | needed tolerance | diagnosis |"
+    rule = "|---|---|---|---|---|---|"
+    if timed:
+        head, rule = head + " onnx/eager time |", rule + "---|"
     if gate:
         head, rule = head + " baseline |", rule + "---|"
     rows = [head, rule]
@@ -190,7 +200,9 @@ def _module_table(views: list[ModuleView], decision: GateDecision, cap: int) -> 
         outcome = f"**{v.outcome.value}**" if v.worst is not None else v.outcome.value
         row = (f"| {md_code(v.name)} | {outcome} | {len(v.failing)}/{v.ran} | "
                f"{md_cell(worst_error_text(v))} | {md_cell(needed_text(v), 200)} | "
-               f"{md_cell(v.diagnosis, 300)} | {_time_cell(slowest(v))} |")
+               f"{md_cell(short_diagnosis(v), 300)} |")
+        if timed:
+            row += f" {_time_cell(slowest(v))} |"
         rows.append(row + (f" {md_cell(gate_text(v, decision))} |" if gate else ""))
     text = "\n".join(rows) + "\n"
     if len(views) > cap:
@@ -422,7 +434,10 @@ def _findings(run: RunResult) -> str:
 
     def item(f: Finding) -> str:
         icon = "❗" if f.severity == "error" else "⚠️"
-        return f"- {icon} {md_code(f.module)} **{md_cell(f.kind, 60)}**: {md_cell(f.message, 400)}"
+        fix = f" — fix: {md_cell(f.hazard.fix, 300)}" if f.hazard is not None and f.hazard.fix \
+            else ""
+        return (f"- {icon} {md_code(f.module)} **{md_cell(f.kind, 60)}**: "
+                f"{md_cell(f.message, 400)}{fix}")
 
     lines = ["### Findings", ""] if shown else []
     lines += [item(f) for f in shown[:FINDING_ROWS]]

@@ -15,6 +15,7 @@ from pathlib import PurePath
 from parity_gate.model.comparison import Comparison
 from parity_gate.model.gate import REGRESSION, GateDecision, Ruling
 from parity_gate.model.outcomes import Outcome
+from parity_gate.model.precision import ExportCause, ExportStage
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.model.upstream import UpstreamReport
 from parity_gate.report.fmt import num, plural
@@ -139,6 +140,14 @@ class ModuleView:
         located = next((c for c in self.failing if c.localisation is not None
                         and c.localisation.culprit is not None), None)
         if located is None or located.localisation is None:
+            raised = next((c for c in self.failing if c.cause is not None and c.cause.where),
+                          None)
+            if raised is not None and raised.cause is not None:
+                made = next((c.localisation.repro for c in self.failing
+                             if c.localisation is not None and c.localisation.repro), "")
+                return export_cause(self.name, worst.outcome, counted, raised.id, raised.cause,
+                                    self.diagnosis,
+                                    artifact_path(f"{made}/repro.py") if made else "")
             return Cause(self.name, worst.outcome, counted, worst.id,
                          reason=self.diagnosis or worst.outcome.info.description)
         loc = located.localisation
@@ -149,10 +158,31 @@ class ModuleView:
         repro = f"{folder}/repro.py" if folder else ""
         return Cause(self.name, worst.outcome, counted, located.id,
                      reason=self.diagnosis, source=culprit.source, code=culprit.code,
-                     op=culprit.aten, onnx=", ".join(culprit.onnx_nodes[:4]), owner=owner,
+                     op=culprit.aten or culprit.call,
+                     onnx=", ".join(culprit.onnx_nodes[:4]), owner=owner,
                      owned_by=culprit.owned_by,
                      known=loc.known_op.finding if loc.known_op is not None else "",
-                     repro=artifact_path(repro) if repro else "")
+                     repro=artifact_path(repro) if repro else "", fix=culprit.fix)
+
+
+# Whose code an export failure is in, by the export step it stopped in (a stop in the
+# model's own frame during capture is the model's: torch.export cannot trace that line).
+_EXPORT_OWNERS = {ExportStage.CAPTURE: "model", ExportStage.DECOMPOSE: "capture",
+                  ExportStage.TRANSLATE: "translation", ExportStage.TORCHSCRIPT: "capture"}
+
+
+def export_cause(module: str, outcome: Outcome, counted: str, case: str, cause: ExportCause,
+                 reason: str, repro: str = "") -> Cause:
+    """An export failure as a cause: the user frame the exporter stopped in, the op it
+    names (else the error's type), whose code that is, and the first workaround."""
+    _, _, code = cause.where.partition(": ")
+    source = cause.source or cause.where.partition(": ")[0]
+    owner = "translation" if outcome is Outcome.UNSUPPORTED_OP else \
+        _EXPORT_OWNERS.get(cause.stage, "unknown")
+    return Cause(module, outcome, counted, case, reason=reason, source=source, code=code,
+                 op=cause.op or cause.kind, owner=owner,
+                 owned_by=f"the export stopped here, in {cause.stage.value}",
+                 fix=cause.hints[0] if cause.hints else "", repro=repro)
 
 
 @dataclass(frozen=True)
@@ -169,14 +199,24 @@ class Cause:
     code: str = ""        # that source line
     op: str = ""          # the ATen overload, e.g. "aten.avg_pool2d.default"
     onnx: str = ""        # the ONNX nodes it became
-    owner: str = ""       # translation | kernel | capture | unknown
+    owner: str = ""       # model | capture | translation | kernel | unknown
     owned_by: str = ""    # the torchlib function or kernel, or why unknown
     known: str = ""       # the op sweep's known finding that names this op
     repro: str = ""       # the repro script, relative to the reports folder
+    fix: str = ""         # what to change, in words
 
     @property
     def located(self) -> bool:
-        return bool(self.op)
+        return bool(self.op or self.source)
+
+
+def short_diagnosis(view: ModuleView) -> str:
+    """A table cell's diagnosis: a located failure's culprit in short (the cause line says
+    it in full, with the fix; the raw error is kept for the case's own detail)."""
+    cause = view.cause
+    if cause is None or not cause.located or not cause.source:
+        return view.diagnosis
+    return f"{cause.op} at {cause.source} (owner: {cause.owner})"
 
 
 def upstream_status(view: ModuleView, reports: list[UpstreamReport]) -> str:
