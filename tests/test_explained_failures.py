@@ -222,6 +222,9 @@ def test_each_repro_fails_the_same_way_outside_the_gate(
         assert done.returncode == 1, (module, done.stdout, done.stderr[-2000:])
     baked = next(c for c in run.cases if c.key.module == "baked" and c.failed)
     assert baked.outcome is Outcome.BAKED_SHAPE
+    hazard = next(f for f in run.findings if f.module == "baked"
+                  and f.kind == "dynamic-dim-specialised")
+    assert f"by int at acmeml/ranker.py:{planted('baked')}" in hazard.message
     assert baked.localisation is not None and baked.localisation.culprit is not None
     assert baked.localisation.culprit.owner is not None
     assert baked.localisation.culprit.owner.value == "model"

@@ -187,7 +187,25 @@ def hazard_context(ctx: JobContext, mod: TypedModule, example: dict[str, np.ndar
         dict(job.export.options), job.export.opset, error,
         exported.graph if exported else None, job.gate,
         exported.decomposed if exported else None,
-        exported.facts if exported else None)
+        exported.facts if exported else None,
+        _fixed_at(exported, specs, job) if exported else {})
+
+
+def _fixed_at(exported: ExportedModel, specs: list[Any], job: ModuleJob
+              ) -> dict[str, tuple[str, str]]:
+    """Declared symbol → (line, call) where the export fixed it to a number, the line
+    named from the manifest's folder."""
+    from parity_gate.engine.assumptions import specialised
+
+    out: dict[str, tuple[str, str]] = {}
+    for a in specialised(exported.guard_sources, specs):
+        path, _, line = a.source.rpartition(":")
+        try:
+            where = f"{Path(path).resolve().relative_to(Path(job.base_dir).resolve())}:{line}"
+        except (ValueError, TypeError):
+            where = a.source
+        out.setdefault(a.symbols[0], (where, a.op))
+    return out
 
 
 def export_once(job: ModuleJob, mod: TypedModule, example: dict[str, np.ndarray], names: list[str],

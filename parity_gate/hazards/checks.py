@@ -682,7 +682,8 @@ def dynamic_dim_specialised(ctx: HazardContext) -> list[Found]:
             for index, symbol in spec.dynamic.items():
                 d = shape[index] if index < len(shape) else None
                 if isinstance(d, int):
-                    found.append(_specialised(spec.name, index, symbol, d))
+                    found.append(_specialised(spec.name, index, symbol, d,
+                                              ctx.fixed_at.get(symbol)))
         found += _narrowed(ctx)
     else:
         by_name = {v.name: v for v in ctx.proto.graph.input}
@@ -744,9 +745,13 @@ def _bounding_site(ep: Any, expr: Any) -> str:
     return ""
 
 
-def _specialised(name: str, index: int, symbol: str, value: int) -> Found:
+def _specialised(name: str, index: int, symbol: str, value: int,
+                 fixed_at: tuple[str, str] | None = None) -> Found:
+    where, op = fixed_at or ("", "")
+    by = (f" (by {op} at {where})" if op else f" (at {where})") if where else ""
     return Found(f"input {name!r} dim {index} was declared dynamic ({symbol!r}) but the export "
-                 f"fixed it to {value}: the graph accepts no other size", [Site(node=name)])
+                 f"fixed it to {value}{by}: the graph accepts no other size",
+                 [Site(node=name, source=where)])
 
 
 def dynamic_dim_specialised_failure(ctx: HazardContext) -> list[Found]:

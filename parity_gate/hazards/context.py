@@ -158,6 +158,8 @@ class HazardContext:
     gate: GateDims = field(default_factory=GateDims)
     decompose: Callable[[], Any] | None = None  # the decomposed program, on demand
     facts: Mapping[str, Any] | None = None
+    # declared symbol → (`path:line`, call) where the model's code fixed it while exporting
+    fixed_at: Mapping[str, tuple[str, str]] = field(default_factory=dict)
 
     def decomposed(self) -> Any:
         """The decomposed program (None without a program)."""
