@@ -436,7 +436,8 @@ def _cmd_baseline(args: argparse.Namespace) -> int:
     old = (baseline_file.load(path) if path.is_file()
            else baseline_file.Baseline(str(path)))
     added = baseline_file.new_failures(old, run)
-    reason = _new_entries_reason(args.reason, [c.id for c in added], path) if added else None
+    reason = (_new_entries_reason(args.reason, [c.id for c in added], path)
+              if added or args.reason is not None else None)  # a bad --reason: always said
     new, changes = baseline_file.update(old, run, reason)
     atomic_write(path, baseline_file.dump(new).encode("utf-8"))
     for change in changes:
@@ -461,7 +462,7 @@ def _new_entries_reason(given: str | None, ids: list[str], path: Path) -> str:
             raise UserError(f"--reason: {said}")
         return given.strip()
     shown = ", ".join(ids[:5]) + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
-    if not sys.stdin.isatty():
+    if sys.stdin is None or not sys.stdin.isatty():
         raise UserError(f"parity-gate baseline: {len(ids)} new failing case(s) need a reason "
                         f"({shown}); nothing written to {path} (expected --reason TEXT: why "
                         "they fail, or run it on a terminal to be asked)")

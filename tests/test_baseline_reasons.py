@@ -104,14 +104,20 @@ def test_update_without_a_reason_off_a_terminal_writes_nothing(tmp_path: Path) -
     assert not (tmp_path / "b.yml").exists()
 
 
-def test_a_placeholder_reason_flag_is_refused(tmp_path: Path,
+@pytest.mark.parametrize("known", [False, True])
+def test_a_placeholder_reason_flag_is_refused(known: bool, tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Refused whether or not the update adds an entry it would be written in."""
     results = results_of(tmp_path, "roll")
+    before = "known_failures:\n  - {id: roll/**, reason: aten::roll}\n"
+    if known:
+        (tmp_path / "b.yml").write_text(before)
     assert cli.main(["baseline", "update", "--from", str(results), "--baseline",
                      str(tmp_path / "b.yml"), "--reason", "TODO: explain"]) == 2
     assert capsys.readouterr().err.splitlines() == [
         f"--reason: 'TODO: explain' is a placeholder, not a reason {EXPECTED}"]
-    assert not (tmp_path / "b.yml").exists()
+    assert (tmp_path / "b.yml").read_text() == before if known else not (
+        tmp_path / "b.yml").exists()
 
 
 def test_the_reason_flag_is_written_and_reads_back(tmp_path: Path) -> None:
