@@ -160,7 +160,7 @@ def _first_screen(summary: str) -> str:
 EXPECTED = {  # module → (planted tag, op, owner, words of the fix)
     "baked": ("baked", "int(h.shape[0])", "model", "makes the batch size a Python number"),
     "values": ("values", "aten.scatter_reduce.two", "translation",
-               "the exporter's translation of"),
+               "the exporter translates `aten.scatter_reduce.two` wrongly"),
     "export": ("export", "GuardOnDataDependentSymNode", "model", "torch.where or torch.cond"),
 }
 

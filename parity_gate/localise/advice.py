@@ -40,21 +40,18 @@ ADVICE: tuple[Advice, ...] = (
                        "(`SessionOptions.graph_optimization_level`) until ONNX Runtime's "
                        "rewrite is fixed"),
     Advice("capture", lambda loc: loc.culprit is not None and loc.culprit.owner is Owner.CAPTURE,
-           lambda loc: f"torch.export's program already computes {_op(loc)} differently "
-                       "from eager: the fix belongs in torch (see the upstream status); "
-                       "meanwhile write that line with ops torch.export keeps as eager runs "
-                       "them"),
+           lambda loc: f"torch.export already computes {_op(loc)} differently from eager: "
+                       "write that line with ops it captures faithfully until torch is "
+                       "fixed (upstream status below)"),
     Advice("translation",
            lambda loc: loc.culprit is not None and loc.culprit.owner is Owner.TRANSLATION,
-           lambda loc: f"the exporter's translation of {_op(loc)}{_by(loc)} is wrong: the "
-                       "fix belongs in onnxscript's torchlib (see the upstream status); "
-                       "meanwhile write that line with ops that translate correctly, or pin "
-                       "an onnxscript that does"),
+           lambda loc: f"the exporter translates {_op(loc)} wrongly: write that line with "
+                       "ops that translate correctly, or pin an onnxscript without the defect, "
+                       "until torchlib is fixed (upstream status below)"),
     Advice("kernel", lambda loc: loc.culprit is not None and loc.culprit.owner is Owner.KERNEL,
-           lambda loc: f"ONNX Runtime's kernel for {_op(loc)}{_by(loc)} is wrong on a valid "
-                       "graph: the fix belongs in ONNX Runtime (see the upstream status); "
-                       "meanwhile run it on another provider or an ONNX Runtime version "
-                       "without the defect"),
+           lambda loc: f"ONNX Runtime's kernel{_by(loc)} computes {_op(loc)} wrongly on a "
+                       "valid graph: run it on another provider or an ONNX Runtime version "
+                       "without the defect until it is fixed (upstream status below)"),
     Advice("provider", lambda loc: loc.provider_specific is True,
            lambda loc: "the CPU provider matches eager: the defect is in this provider's "
                        "kernels; run this model on CPU or another provider until it is fixed"),
