@@ -56,7 +56,10 @@ def jobs_for(run: RunResult, modules: Iterable[ModuleJob], policy: LocalisePolic
     return [LocaliseJob(by_name[module], dtype, cases, [c.id for c in cases if c.id in expensive],
                         str(policy.artifacts) if policy.artifacts else None,
                         policy.step_timeout_s, policy.version, policy.version_line, handoff)
-            for (module, dtype), cases in groups.items()]
+            for (module, dtype), cases in groups.items()
+            # an export failure's cause is on the case: its job only makes the repro
+            if not (all(c.outcome in EXPORTS for c in cases) and (
+                policy.artifacts is None or not any(c.id in expensive for c in cases)))]
 
 
 def _localised(case: CaseResult) -> bool:

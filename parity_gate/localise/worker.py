@@ -169,9 +169,12 @@ def _export_failed(job: LocaliseJob, module: Any, result: CaseResult) -> Localis
     from parity_gate.localise import export_repro
 
     loc = Localisation()
-    if not job.artifacts or result.id != job.failing[0].id:
+    if not job.artifacts or result.id != next((c.id for c in job.failing
+                                               if c.id in job.expensive), None):
+        lead = next((c.id for c in job.failing if c.id in job.expensive), "")
         why = "no artifacts folder" if not job.artifacts else \
-            f"the export of {job.failing[0].id} (the same export) has it"
+            f"the export of {lead} (the same export) has it" if lead else \
+            "beyond the manifest's cap on localised cases"
         loc.steps.append(StepRun(Check.REPRO, Status.SKIPPED, note=why))
         return loc
     t0 = time.perf_counter()
