@@ -24,7 +24,7 @@ from parity_gate.bisect.probe import Prober, refusal
 from parity_gate.bisect.search import Budget, next_index, probe_bound, search
 from parity_gate.bisect.sets import differing, load_set, parse_pins
 from parity_gate.errors import UserError
-from parity_gate.model.bisect import Bisection, Phase, Verdict
+from parity_gate.model.bisect import Bisection, Phase, Probe, Verdict
 from parity_gate.model.keys import CaseKey
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.precision import ExportCause
@@ -63,7 +63,8 @@ class FakeRunner:
     def __init__(self, world: World) -> None:
         self.world = world
 
-    def run(self, python: Path, name: str) -> tuple[dict[str, CaseResult] | None, str]:
+    def run(self, python: Path, name: str,
+            cases: list[str]) -> tuple[dict[str, CaseResult] | None, str]:
         pins = dict(json.loads(python.name))
         got = self.world(pins)
         if isinstance(got, str):
@@ -85,6 +86,11 @@ CANDS = {"onnxscript": OS, "onnxruntime": ["1.21.0", "1.21.1", "1.22.0"],
          "onnx": ["1.18.0"]}
 
 
+def _searched(b: Bisection) -> list[Probe]:
+    """The probes the bound counts (not the repeats of the bad set, not the rechecks)."""
+    return [p for p in b.probes if p.phase not in (Phase.REPEAT, Phase.RECHECK)]
+
+
 def _broken_from(pkg: str, first: str) -> World:
     return lambda pins: BAD if Version(pins[pkg]) >= Version(first) else PASS
 
@@ -98,11 +104,16 @@ def test_isolates_the_package_and_bisects_it_with_the_others_held_good() -> None
     assert rec["onnxruntime"].involved is False and rec["onnx"].involved is False
     assert b.answer() == ("first bad: onnxscript 0.5.6 (0.5.4 good); "
                           "onnxruntime and onnx not involved")
-    # every probe moved at most one package from the good set
-    for pins in installer.asked:
+    # the bad set twice (the failure repeats), then every probe moved at most one package
+    assert installer.asked[:2] == [BAD_SET, BAD_SET]
+    for pins in installer.asked[2:]:
         moved = [p for p in pins if pins[p] != GOOD[p]]
         assert len(moved) <= 1, pins
     assert rec["onnxscript"].probes <= probe_bound(len(OS))
+    # the boundary was probed a second time each before onnxscript was named
+    assert rec["onnxscript"].confirmed
+    assert [(p.version, p.verdict) for p in b.probes if p.phase is Phase.RECHECK] == \
+        [("0.5.4", Verdict.GOOD), ("0.5.6", Verdict.BAD)]
 
 
 def test_a_different_failure_is_a_skip_and_the_search_steps_around_it() -> None:
@@ -145,8 +156,9 @@ def test_probe_bound_holds_and_the_answer_is_exact(n: int, data: st.DataObject) 
     world = _broken_from("pkg", versions[first])
     b, _ = _bisect(world, {"pkg": "1.0.0"}, {"pkg": versions[-1]}, {"pkg": versions})
     rec = b.packages[0]
-    assert rec.first_bad == versions[first] and rec.exact
-    assert len(b.probes) == rec.probes <= math.ceil(math.log2(n)) + 2 if n > 1 else 2
+    assert rec.first_bad == versions[first] and rec.exact and rec.confirmed
+    assert len(_searched(b)) == rec.probes <= math.ceil(math.log2(n)) + 2 if n > 1 else 2
+    assert len(b.probes) == rec.probes + 4  # 2 repeats of the bad set, 2 rechecks
 
 
 @pytest.mark.parametrize("n", [8, 32])
@@ -161,17 +173,22 @@ def test_skips_earn_probes_up_to_twice_the_bound_then_leave_versions_undecided(n
 
     b, _ = _bisect(world, {"pkg": "1.0.0"}, {"pkg": versions[-1]}, {"pkg": versions})
     rec = b.packages[0]
-    assert rec.probes == len(b.probes) <= 2 * probe_bound(n)
+    assert rec.probes == len(_searched(b)) <= 2 * probe_bound(n)
     assert rec.first_bad == versions[-1] and not rec.exact and "not decided" in b.answer()
     if n == 32:  # 30 versions that cannot be judged: the bound stops it
         assert rec.probes == 2 * probe_bound(32) and rec.untested
         assert f"probe bound of {probe_bound(32)} (+" in rec.not_probed
 
 
-def test_a_good_set_that_fails_in_a_probe_gives_no_verdict() -> None:
+def test_a_good_set_that_fails_in_a_probe_is_a_contradiction() -> None:
     b, _ = _bisect(lambda pins: BAD, GOOD, BAD_SET, CANDS)
-    assert b.culprit is None and len(b.probes) == 1
-    assert "do not pass in a probe of the good set" in b.answer()
+    assert b.culprit is None and [p.phase for p in b.probes] == \
+        [Phase.REPEAT, Phase.REPEAT, Phase.CONFIRM]
+    assert b.answer().startswith("contradiction: the good set passed these cases, but a "
+                                 "probe of it fails them as the bad run did (mismatch)")
+    b, _ = _bisect(lambda pins: "cannot install x" if pins == GOOD else BAD, GOOD, BAD_SET,
+                   CANDS)
+    assert "do not pass in a probe of the good set (skip: cannot install x)" in b.answer()
 
 
 def test_heavy_packages_are_refused_and_reported_not_probed() -> None:
@@ -190,13 +207,19 @@ def test_heavy_packages_are_refused_and_reported_not_probed() -> None:
 
 def test_the_budget_stops_the_search() -> None:
     b, _ = _bisect(_broken_from("onnxscript", "0.5.6"), GOOD, BAD_SET, CANDS,
-                   budget=Budget(probes=2))
-    assert len(b.probes) == 2
-    assert any("probe budget of 2 spent" in p.not_probed for p in b.packages)
+                   budget=Budget(probes=4))
+    assert len(b.probes) == 4  # 2 repeats, the good set, onnxscript alone
+    assert any("probe budget of 4 spent" in p.not_probed for p in b.packages)
     # what an earlier failure of the same command spent counts (probes and minutes)
     b, _ = _bisect(_broken_from("onnxscript", "0.5.6"), GOOD, BAD_SET, CANDS,
                    budget=Budget(probes=5, used_probes=4))
-    assert len(b.probes) == 1
+    assert len(b.probes) == 1 and "the bad set was not probed again" in b.repeat
+    # a boundary the budget leaves unconfirmed names no culprit (exit 1), and says so
+    b, _ = _bisect(_broken_from("onnxscript", "0.5.6"), {"onnxscript": "0.5.3"},
+                   {"onnxscript": "0.6.0"}, {"onnxscript": OS}, budget=Budget(probes=7))
+    assert b.culprit is None and b.answer().startswith(
+        "first bad, not confirmed: onnxscript 0.5.6 (0.5.4 good); the boundary was not "
+        "probed a second time (probe budget of 7 spent)")
     b, _ = _bisect(_broken_from("onnxscript", "0.5.6"), GOOD, BAD_SET, CANDS,
                    budget=Budget(seconds=60, used_seconds=61))
     assert not b.probes and "time budget of 1 min spent" in b.answer()
@@ -209,12 +232,14 @@ def test_no_single_package_reproduces_it() -> None:
 
     b, _ = _bisect(world, GOOD, BAD_SET, CANDS)
     assert b.culprit is None
-    assert "onnxscript, onnxruntime, onnx moved together do: they break it together" \
-        in b.answer()
-    assert b.probes[-1].pins == BAD_SET and b.probes[-1].phase is Phase.TOGETHER
-    assert "| bad set | \\- | together | bad |" in markdown([b])
+    assert "onnxscript, onnxruntime, onnx moved together do (the repeats of the bad set): " \
+        "they break it together" in b.answer()
+    assert b.probes[0].pins == BAD_SET and b.probes[0].phase is Phase.REPEAT
+    assert "| bad set | \\- | repeat | bad |" in markdown([b])
     b, _ = _bisect(lambda pins: PASS, GOOD, BAD_SET, CANDS)  # the failure never reproduces
-    assert "the bad set does not reproduce the failure in a probe environment" in b.answer()
+    assert b.answer().startswith(f"flaky, not bisected: {CASE} does not repeat (the bad run "
+                                 "failed (mismatch); a probe of the same bad set passed")
+    assert len(b.probes) == 1 and b.culprit is None
 
 
 def test_next_index_prefers_the_middle_and_steps_around_skips() -> None:
@@ -318,8 +343,9 @@ def test_sets_from_pins_requirements_lock_and_results(tmp_path: Path) -> None:
 
 def test_phase_of_each_probe_is_recorded() -> None:
     b, _ = _bisect(_broken_from("onnxscript", "0.5.6"), GOOD, BAD_SET, CANDS)
-    assert b.probes[0].phase is Phase.CONFIRM and b.probes[0].package == ""
-    assert {p.phase for p in b.probes[1:4]} == {Phase.ISOLATE}
+    assert [p.phase for p in b.probes[:3]] == [Phase.REPEAT, Phase.REPEAT, Phase.CONFIRM]
+    assert b.probes[2].package == ""
+    assert {p.phase for p in b.probes[3:6]} == {Phase.ISOLATE}
 
 
 # ------------------------------------------------- upstream: PRs merged between the releases
@@ -352,7 +378,11 @@ def test_likely_introduced_by_lists_prs_merged_between_the_releases(tmp_path: Pa
     from dataclasses import replace
     b.packages = [replace(p, upstream=prs) if p.package == "onnxscript" else p
                   for p in b.packages]
-    assert "Likely introduced by: [onnxscript#10]" in markdown([b])
+    text = markdown([b])
+    assert "Likely introduced by (between 0.5.4 and 0.5.6, looking for the regression):" \
+        in text
+    assert "- [onnxscript#10](" in text and "(merged 2025-02-15; mentions take\\_along\\_dim)" \
+        in text
 
 
 def test_no_upstream_search_without_a_function_or_a_repository() -> None:

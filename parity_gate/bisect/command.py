@@ -16,7 +16,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -127,12 +127,12 @@ def _plan(args: argparse.Namespace) -> _Plan:
     """Read and check the command's inputs (a located UserError otherwise)."""
     from parity_gate.bisect import index
     from parity_gate.bisect.probe import installed
-    from parity_gate.bisect.sets import STACK, differing, load_set
+    from parity_gate.bisect.sets import STACK, differing, load_set, set_problem
     from parity_gate.gate.merge import read_results
 
     _check_budgets(args)
-    good, _ = load_set(args.good)
-    bad, _ = load_set(args.bad)
+    good, good_from = load_set(args.good, "--good")
+    bad, bad_from = load_set(args.bad, "--bad")
     source = args.source or (Path(args.bad) if args.bad.endswith(".json") else None)
     if source is None:
         raise UserError("bisect: which cases failed? (expected --from RESULTS.json, the bad "
@@ -147,8 +147,18 @@ def _plan(args: argparse.Namespace) -> _Plan:
     if args.manifest is not None and not args.manifest.is_file():
         raise UserError(f"{args.manifest}: no such manifest")
     names = [*STACK, *args.package]
+    problem = set_problem(good, bad, names, args.package, good_from, bad_from)
+    if problem:
+        raise UserError(f"bisect: {problem}")
     packages = differing(good, bad, names)
     refs = {p: index.releases(p, args.index) for p in packages}
+    for p in packages:
+        for flag, version, where in (("--good", good[p], good_from),
+                                     ("--bad", bad[p], bad_from)):
+            if not index.released(refs[p], version):
+                raise UserError(f"bisect: {flag} {where}: {p}=={version} is not a release on "
+                                f"{args.index} (expected one of its releases; newest: "
+                                f"{index.newest(refs[p])})")
     candidates = {p: index.between(refs[p], good[p], bad[p], args.pre, args.yanked)
                   for p in packages}
     order = sorted(packages, key=lambda p: (p in ("torch", "onnxruntime-gpu"), names.index(p)
@@ -178,32 +188,60 @@ def _check_budgets(args: argparse.Namespace) -> None:
 
 
 def cmd_bisect(args: argparse.Namespace) -> int:
-    from parity_gate.bisect.judge import failure_signature
+    from parity_gate.bisect.judge import failure_signature, nondeterminism
+    from parity_gate.model.bisect import Bisection
 
     plan = _plan(args)
     out = args.out.absolute()
     out.mkdir(parents=True, exist_ok=True)
+    results: list[Any] = []
+    # The gate's own nondeterminism finding in the bad run: flaky before any probe.
+    flaky = {c.id: nondeterminism(c) for c in plan.cases if nondeterminism(c)}
+    if flaky:
+        results.append(Bisection(cases=list(flaky), good=plan.good, bad=plan.bad, flaky=flaky,
+                                 repeat="the bad run's own second eager run differed"))
+        print(f"parity-gate bisect: {results[0].answer()}", file=sys.stderr)
     groups: dict[str, list[Any]] = {}
     for case in plan.cases:  # one search per failure signature: one cause, one answer
-        groups.setdefault(failure_signature(case), []).append(case)
-    results: list[Any] = []
+        if case.id not in flaky:
+            groups.setdefault(failure_signature(case), []).append(case)
+    shared = _Shared(everyone=[c.id for g in groups.values() for c in g])
     start = time.monotonic()
-    for n, group in enumerate(groups.values()):
-        result = _search_group(args, plan, group, out / "probes" / f"{n + 1:02d}",
-                               used=(sum(len(r.probes) for r in results),
-                                     time.monotonic() - start))
-        results.append(result)
-        print(f"parity-gate bisect: {result.answer()} ({len(result.probes)} probes, "
-              f"{result.wall_s:g} s; {len(group)} case(s): {group[0].id}"
-              + (" ..." if len(group) > 1 else "") + ")", file=sys.stderr)
+    n = 0
+    for group in groups.values():
+        while group:  # the cases a search found flaky leave; the others are searched again
+            n += 1
+            result = _search_group(args, plan, group, out / "probes" / f"{n:02d}", shared,
+                                   used=(sum(len([p for p in r.probes if not p.reused])
+                                             for r in results), time.monotonic() - start))
+            results.append(result)
+            print(f"parity-gate bisect: {result.answer()} ({len(result.probes)} probes, "
+                  f"{result.wall_s:g} s; {len(result.cases)} case(s): {result.cases[0]}"
+                  + (" ..." if len(result.cases) > 1 else "") + ")", file=sys.stderr)
+            group = [c for c in group if result.flaky and c.id not in result.flaky]
+            if group:
+                result.cases = [c for c in result.cases if c in result.flaky]
+    if not groups and not flaky:
+        results.append(Bisection(cases=[c.id for c in plan.cases], good=plan.good,
+                                 bad=plan.bad))
     write(results, out, None if args.no_write else plan.source)
     print(f"parity-gate bisect: {len(results)} failure(s) bisected; {out / 'bisect.md'}",
           file=sys.stderr)
-    return EXIT_PASS if all(r.culprit for r in results) else EXIT_FAIL
+    return EXIT_PASS if results and all(r.culprit for r in results) else EXIT_FAIL
+
+
+@dataclass
+class _Shared:
+    """What the command's searches share: the selected cases of every failure (the good set
+    and the repeats of the bad set run them all, once) and those runs."""
+
+    everyone: list[str]
+    memo: dict[str, Any] = field(default_factory=dict)
+    count: int = 0
 
 
 def _search_group(args: argparse.Namespace, plan: _Plan, group: list[Any], out: Path,
-                  used: tuple[int, float]) -> Any:
+                  shared: _Shared, used: tuple[int, float]) -> Any:
     """One search for the cases of one failure signature, within what is left of the
     budget (`used`: probes and seconds the earlier searches took)."""
     from parity_gate.bisect.judge import failure_signature
@@ -222,7 +260,8 @@ def _search_group(args: argparse.Namespace, plan: _Plan, group: list[Any], out: 
                         timeout=args.probe_timeout)
     prober = Prober(OverlayInstaller((args.cache_dir or DEFAULT_CACHE).absolute(),
                                      index_args=args.pip_arg, timeout=args.probe_timeout),
-                    runner, {c.id: failure_signature(c) for c in group})
+                    runner, {c.id: failure_signature(c) for c in group},
+                    count=shared.count, everyone=shared.everyone, memo=shared.memo)
     budget = Budget(args.max_probes, args.max_minutes * 60 if args.max_minutes else None,
                     used_probes=used[0], used_seconds=used[1])
     group_start = time.monotonic()
@@ -231,6 +270,7 @@ def _search_group(args: argparse.Namespace, plan: _Plan, group: list[Any], out: 
                     {p: plan.candidates[p] for p in order}, prober,
                     refuse=lambda pins: refusal(pins, plan.base, args.allow_heavy),
                     budget=budget, cases=[c.id for c in group])
+    shared.count = prober.count
     result.wall_s = round(time.monotonic() - group_start, 1)
     if args.upstream and result.culprit:
         _upstream(result, plan.refs, group, args.api_url)
@@ -240,19 +280,22 @@ def _search_group(args: argparse.Namespace, plan: _Plan, group: list[Any], out: 
 def _upstream(result: Any, refs: dict[str, Any], cases: list[Any], api_url: str) -> None:
     from dataclasses import replace
 
-    from parity_gate.bisect.upstream import merged_between, touched
+    from parity_gate.bisect.index import uploaded
+    from parity_gate.bisect.upstream import looks_for, merged_between, terms
     from parity_gate.github.client import GitHubClient
 
     token = os.environ.get("PARITY_GATE_UPSTREAM_TOKEN") or os.environ.get("GITHUB_TOKEN")
     client = GitHubClient(api_url, token)
     for i, rec in enumerate(result.packages):
-        if rec.package != result.culprit or rec.first_bad is None:
+        if rec.package != result.culprit or rec.first_bad is None or rec.last_good is None:
             continue
-        term = next((t for t in (touched(c, rec.package) for c in cases) if t), "")
-        dates = {r.version: r.uploaded for r in refs[rec.package]}
-        prs, note = merged_between(client, rec.package, dates.get(str(rec.last_good), ""),
-                                   dates.get(str(rec.first_bad), ""), term)
-        result.packages[i] = replace(rec, upstream=prs, upstream_note=note)
+        words = list(dict.fromkeys(t for c in cases for t in terms(c, rec.package)))
+        prs, note = merged_between(client, rec.package,
+                                   uploaded(refs[rec.package], rec.last_good),
+                                   uploaded(refs[rec.package], rec.first_bad), words)
+        result.packages[i] = replace(rec, upstream=prs, upstream_note=note,
+                                     upstream_looks_for=looks_for(rec.last_good,
+                                                                  rec.first_bad))
 
 
 def write(results: list[Any], out: Path, source: Path | None) -> None:

@@ -50,6 +50,25 @@ def base(version: str) -> Version:
     return Version(Version(version).public)
 
 
+def released(releases: list[Release], version: str) -> bool:
+    """Whether the index has `version` as a release with files (pip's comparison: a local
+    label is the same release, `2.13.0+cpu` is 2.13.0)."""
+    want = base(version)
+    return any(base(r.version) == want for r in releases)
+
+
+def newest(releases: list[Release]) -> str:
+    """The highest final release the index lists ("none" when it lists none)."""
+    final = [Version(r.version) for r in releases if not Version(r.version).is_prerelease]
+    return str(max(final)) if final else "none"
+
+
+def uploaded(releases: list[Release], version: str) -> str:
+    """When `version`'s first file was uploaded ("" when the index does not say)."""
+    want = base(version)
+    return next((r.uploaded for r in releases if base(r.version) == want), "")
+
+
 def between(releases: list[Release], good: str, bad: str, pre: bool = False,
             yanked: bool = False) -> list[str]:
     """The versions after `good` up to and including `bad`, ordered from good to bad (a

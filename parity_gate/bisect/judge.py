@@ -70,3 +70,35 @@ def judge(bad: Mapping[str, str], probe: Mapping[str, CaseResult]) -> tuple[Verd
     if failing:
         return Verdict.BAD, failing[0][1], ""
     return Verdict.GOOD, "", ""
+
+
+# What the gate's own nondeterminism check writes when a second eager run on the same inputs
+# differs from the first (engine.references.nondeterministic, via the float64 referee).
+NONDETERMINISTIC = "eager is not deterministic"
+
+
+def nondeterminism(case: CaseResult) -> str:
+    """The gate's evidence that `case` does not repeat ("" when it has none): its second
+    eager run on the same inputs gave other outputs, so no release can be blamed."""
+    ref = case.reference
+    if ref is not None and NONDETERMINISTIC in ref.error:
+        return ref.error
+    return ""
+
+
+def flaky_cases(bad: Mapping[str, str], probe: Mapping[str, CaseResult],
+                repeat: bool) -> dict[str, str]:
+    """Cases this probe shows do not repeat, with the evidence: the gate's nondeterminism
+    finding on any probe; on a repeat of the bad set, also a case that passed there."""
+    out: dict[str, str] = {}
+    for case_id, want in bad.items():
+        got = probe.get(case_id)
+        if got is None:
+            continue
+        if nondeterminism(got):
+            out[case_id] = nondeterminism(got)
+        elif repeat and failure_signature(got) == "pass":
+            out[case_id] = (f"the bad run failed ({want}); a probe of the same bad set "
+                            "passed (or that probe differs from the bad run in a package "
+                            "not bisected)")
+    return out

@@ -32,7 +32,8 @@ import filelock
 from packaging.utils import canonicalize_name
 
 import parity_gate
-from parity_gate.bisect.judge import judge
+from parity_gate.bisect.judge import failure_signature, flaky_cases, judge
+from parity_gate.bisect.sets import same_release
 from parity_gate.errors import UserError
 from parity_gate.model.bisect import Phase, Probe, Verdict
 from parity_gate.model.results import CaseResult, RunResult
@@ -51,9 +52,10 @@ class Installer(Protocol):
 
 
 class Runner(Protocol):
-    """Runs the selected cases with `python`: each case's result by id, or why none."""
+    """Runs `cases` with `python`: each case's result by id, or why none."""
 
-    def run(self, python: Path, name: str) -> tuple[dict[str, CaseResult] | None, str]: ...
+    def run(self, python: Path, name: str,
+            cases: list[str]) -> tuple[dict[str, CaseResult] | None, str]: ...
 
 
 def installed(names: list[str] | tuple[str, ...]) -> dict[str, str]:
@@ -71,11 +73,12 @@ def installed(names: list[str] | tuple[str, ...]) -> dict[str, str]:
 
 def refusal(pins: Mapping[str, str], base: Mapping[str, str], allow_heavy: bool) -> str:
     """Why this set may not be probed here ("" when it may): a heavy package that would be
-    installed because the base environment holds another version of it."""
+    installed because the base environment holds another release of it (`2.13.0+cpu`
+    running is release 2.13.0: reused, never heavy)."""
     if allow_heavy:
         return ""
     heavy = [f"{p} {v} ({HEAVY[p]})" for p, v in pins.items()
-             if p in HEAVY and base.get(p) != v]
+             if p in HEAVY and not same_release(base.get(p), v)]
     return (f"refused: installing {', '.join(heavy)}; --allow-heavy allows it"
             if heavy else "")
 
@@ -96,7 +99,7 @@ class OverlayInstaller:
 
     def prepare(self, pins: Mapping[str, str]) -> tuple[Path | None, str]:
         base = installed(list(pins))
-        todo = {p: v for p, v in sorted(pins.items()) if base.get(p) != v}
+        todo = {p: v for p, v in sorted(pins.items()) if not same_release(base.get(p), v)}
         env = self.root / "envs" / self._key(todo)
         env.parent.mkdir(parents=True, exist_ok=True)
         # two bisects sharing the cache build it once (filelock: portable, unlike fcntl)
@@ -132,7 +135,7 @@ class OverlayInstaller:
                               "sys.argv[1:]}))", *todo], capture_output=True, text=True)
         seen = json.loads(got.stdout or "{}") if got.returncode == 0 else {}
         wrong = [f"{p} {seen.get(p, 'missing')} (wanted {v})" for p, v in todo.items()
-                 if seen.get(p) != v]
+                 if not same_release(seen.get(p), v)]
         if wrong:
             return None, f"installed the wrong versions: {', '.join(wrong)}"
         (env / ".ready").write_text(json.dumps(todo) + "\n")
@@ -172,8 +175,9 @@ class CaseRunner:
     ops_args: list[str] = field(default_factory=list)
     timeout: float = 900.0
 
-    def command(self, python: Path, out: Path) -> list[str]:
-        select = [a for c in self.cases for a in ("--select", c)]
+    def command(self, python: Path, out: Path, cases: list[str] | None = None) -> list[str]:
+        select = [a for c in (self.cases if cases is None else cases)
+                  for a in ("--select", c)]
         if self.manifest is None:
             return [str(python), "-m", "parity_gate", "ops", *select, *self.ops_args,
                     "--no-baseline", "--quiet", "--jobs", "1", "--out", str(out)]
@@ -181,7 +185,8 @@ class CaseRunner:
                 "--out", str(out), "--no-cache", "--no-localise", "--fail-on", "never",
                 "--allow-all-skipped", "--quiet", "--jobs", "1"]
 
-    def run(self, python: Path, name: str) -> tuple[dict[str, CaseResult] | None, str]:
+    def run(self, python: Path, name: str,
+            cases: list[str] | None = None) -> tuple[dict[str, CaseResult] | None, str]:
         out = self.out / name
         shutil.rmtree(out, ignore_errors=True)
         out.mkdir(parents=True)
@@ -191,7 +196,7 @@ class CaseRunner:
             env["PYTHONPATH"] = gate_path()
         log = out / "probe.log"
         with log.open("w") as sink:
-            proc = subprocess.Popen(self.command(python, out), stdout=sink,
+            proc = subprocess.Popen(self.command(python, out, cases), stdout=sink,
                                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
             try:
                 code = proc.wait(timeout=self.timeout)
@@ -212,6 +217,12 @@ class CaseRunner:
         return {c.id: c for c in run.cases}, ""
 
 
+# A run of every selected case in one set, kept for the command's other failures: the good
+# set and the repeats of the bad set run once per command, not once per failure.
+Memo = dict[str, tuple[dict[str, CaseResult] | None, str, float]]
+SHARED = (Phase.CONFIRM, Phase.REPEAT)
+
+
 @dataclass
 class Prober:
     """install → run → judge: the `probe` that the search calls."""
@@ -220,27 +231,52 @@ class Prober:
     runner: Runner
     bad: dict[str, str]     # the selected cases' signatures in the bad run
     count: int = 0
+    everyone: list[str] = field(default_factory=list)  # all selected cases, every failure
+    memo: Memo = field(default_factory=dict)           # shared by the command's probers
+    asked: dict[str, int] = field(default_factory=dict)
+
+    def _shared_key(self, phase: Phase, pins: Mapping[str, str]) -> str:
+        head = f"{phase.value} {sorted(pins.items())}"
+        self.asked[head] = self.asked.get(head, 0) + 1
+        return f"{head} #{self.asked[head]}"
 
     def __call__(self, phase: Phase, package: str, version: str,
                  pins: dict[str, str]) -> Probe:
+        key = self._shared_key(phase, pins) if phase in SHARED else ""
+        label = f"{package} {version}" if package else (
+            "bad set" if phase in (Phase.TOGETHER, Phase.REPEAT) else "good set")
+        if key in self.memo:
+            kept, kept_why, _ = self.memo[key]
+            return self._judged(phase, package, version, kept, kept_why, 0.0, reused=True)
         self.count += 1
         start = time.monotonic()
-        label = f"{package} {version}" if package else (
-            "bad set" if phase is Phase.TOGETHER else "good set")
         print(f"parity-gate bisect: probe {self.count}: {label} ({phase.value}) ...",
               file=sys.stderr, flush=True)
         python, why = self.installer.prepare(pins)
         cases: dict[str, CaseResult] | None = None
         if python is not None:
-            name = f"{self.count:02d}-{package or 'good'}-{version or 'set'}"
-            cases, why = self.runner.run(python, name)
-        if cases is None:
-            verdict, sig = Verdict.SKIP, ""
-        else:
-            verdict, sig, why = judge(self.bad, cases)
+            name = f"{self.count:02d}-{package or label.replace(' ', '-')}-{version or phase.value}"
+            run = self.everyone if key and self.everyone else list(self.bad)
+            cases, why = self.runner.run(python, name, run)
         seconds = round(time.monotonic() - start, 1)
-        print(f"parity-gate bisect: probe {self.count}: {label}: {verdict.value}"
-              + (f" ({why})" if why else f" ({sig})" if sig else "") + f", {seconds:g} s",
+        if key:
+            self.memo[key] = (cases, why, seconds)
+        probe = self._judged(phase, package, version, cases, why, seconds)
+        seen = probe.why or probe.signature
+        print(f"parity-gate bisect: probe {self.count}: {label}: {probe.verdict.value}"
+              + (f" ({seen})" if seen else "") + f", {seconds:g} s",
               file=sys.stderr, flush=True)
+        return probe
+
+    def _judged(self, phase: Phase, package: str, version: str,
+                cases: dict[str, CaseResult] | None, why: str, seconds: float,
+                reused: bool = False) -> Probe:
+        if cases is None:
+            return Probe(phase=phase, package=package, version=version, verdict=Verdict.SKIP,
+                         why=why, seconds=seconds, reused=reused)
+        mine = {c: cases[c] for c in self.bad if c in cases}
+        verdict, sig, why = judge(self.bad, mine)
         return Probe(phase=phase, package=package, version=version, verdict=verdict,
-                     signature=sig, why=why, seconds=seconds)
+                     signature=sig, why=why, seconds=seconds, reused=reused,
+                     seen={c: failure_signature(r) for c, r in mine.items()},
+                     flaky=flaky_cases(self.bad, mine, phase is Phase.REPEAT))

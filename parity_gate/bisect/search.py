@@ -5,12 +5,16 @@ The probe is a function handed in (install + run + judge, `parity_gate.bisect.pr
 or a fake in tests), so the order of probes, the skip handling and the probe bound are
 checked without installing anything.
 
-Cost: the good set is probed once (the probe environment must pass where the good run
-passed, or no verdict means anything), each differing package once on its own, then
-the culprit's N candidate versions are bisected in at most ⌈log2 N⌉ more probes: at most
-⌈log2 N⌉ + 2 per package. A skipped version (`git bisect skip`) is stepped around and
-leaves the range, earning one more probe, at most the bound again; past that, the
-versions left undecided are listed rather than guessed.
+Cost: the bad set is probed twice first (a failure that does not repeat is flaky, and no
+release can be blamed for it), the good set once (the probe environment must pass where
+the good run passed, or no verdict means anything; a failure there is a contradiction),
+each differing package once on its own, then the culprit's N candidate versions are
+bisected in at most ⌈log2 N⌉ more probes: at most ⌈log2 N⌉ + 2 per package. A skipped
+version (`git bisect skip`) is stepped around and leaves the range, earning one more
+probe, at most the bound again; past that, the versions left undecided are listed rather
+than guessed. The boundary found (last good, first bad) is probed a second time each
+before the package is named: two probes that disagree make the cases flaky. A probe whose
+cases carry the gate's own nondeterminism finding ends the search the same way.
 """
 
 from __future__ import annotations
@@ -25,6 +29,15 @@ from parity_gate.model.bisect import Bisection, PackageBisection, Phase, Probe, 
 ProbeFn = Callable[[Phase, str, str, dict[str, str]], Probe]
 # the full set -> why it may not be probed ("" when it may)
 RefuseFn = Callable[[dict[str, str]], str]
+
+REPEATS = 2  # probes of the bad set before bisecting: the failure must repeat in each
+OWN_MODEL = ("no dependency is involved: the good and the bad set pin the same release of "
+             "every package bisected, so the change that broke it is the model's own (its "
+             "code, weights, inputs or manifest): compare those between the two runs")
+
+
+class _Flaky(Exception):
+    """A probe showed the cases do not repeat: the search ends, no package is named."""
 
 
 @dataclass(frozen=True)
@@ -63,26 +76,34 @@ def next_index(lo: int, hi: int, closed: set[int]) -> int | None:
 def search(good: Mapping[str, str], bad: Mapping[str, str],
            candidates: Mapping[str, list[str]], probe: ProbeFn,
            refuse: RefuseFn = lambda pins: "", budget: Budget | None = None,
-           cases: list[str] | None = None) -> Bisection:
+           cases: list[str] | None = None, repeats: int = REPEATS) -> Bisection:
     """Bisect the packages in `candidates` (each: its released versions after the good
     one, up to and including the bad one, in order from good to bad); every other package
     is held at its good version."""
     budget = budget or Budget()
     differing = [p for p in candidates if good.get(p) != bad.get(p)]
-    held = {p: good[p] for p in differing}
+    stuck = held_at_bad({p: good[p] for p in differing}, bad, refuse)
+    held = {p: stuck.get(p, good[p]) for p in differing}
     out = Bisection(cases=list(cases or []), good=dict(good), bad=dict(bad))
     records = {p: PackageBisection(package=p, good=good[p], bad=bad[p],
                                    candidates=list(candidates[p]),
-                                   bound=probe_bound(len(candidates[p]))) for p in differing}
+                                   bound=probe_bound(len(candidates[p])),
+                                   not_probed=(f"held at {bad[p]}, where bisect runs, in every "
+                                               f"probe: {refuse({p: good[p]})}"
+                                               if p in stuck else "")) for p in differing}
+    differing = [p for p in differing if p not in stuck]
 
     def run(phase: Phase, package: str, version: str,
             over: Mapping[str, str] | None = None) -> Probe | str:
         pins = {**held, **(over or {}), **({package: version} if package else {})}
-        why = refuse(pins) or budget.spent(out.probes)
+        why = refuse(pins) or budget.spent([p for p in out.probes if not p.reused])
         if why:
             return why
         result = replace(probe(phase, package, version, pins), pins=pins)
         out.probes.append(result)
+        if result.flaky:
+            out.flaky.update(result.flaky)
+            raise _Flaky
         return result
 
     def finish(stopped: str = "") -> Bisection:
@@ -91,26 +112,90 @@ def search(good: Mapping[str, str], bad: Mapping[str, str],
         return out
 
     if not differing:
-        return finish("the good and the bad set do not differ in the packages bisected")
-    confirm = run(Phase.CONFIRM, "", "")
-    if isinstance(confirm, str):
-        return finish(f"the good set could not be probed: {confirm}")
-    if confirm.verdict is not Verdict.GOOD:
-        seen = confirm.why or confirm.signature
-        return finish("the selected cases do not pass in a probe of the good set "
-                      f"({confirm.verdict.value}: {seen}); no version can be judged")
-    for rec in list(records.values()):
-        records[rec.package] = _isolate(rec, run)
-    involved = [r for r in records.values() if r.involved]
-    for rec in involved:
-        records[rec.package] = _bisect_one(rec, run)
-        out.culprit = out.culprit or rec.package
+        return finish(f"only {', '.join(stuck)} differ, and cannot be probed here" if stuck
+                      else OWN_MODEL)
+    try:
+        out.repeat = _repeat(run, {p: bad[p] for p in differing}, repeats)
+        confirm = run(Phase.CONFIRM, "", "")
+        if isinstance(confirm, str):
+            return finish(f"the good set could not be probed: {confirm}")
+        if confirm.verdict is Verdict.BAD and stuck:
+            return finish(f"the good set with {', '.join(f'{p} {bad[p]}' for p in stuck)} "
+                          f"held at the bad release fails as the bad run did "
+                          f"({confirm.signature}): {', '.join(stuck)}'s move is the suspect "
+                          "(--allow-heavy probes it)")
+        if confirm.verdict is Verdict.BAD:
+            return finish(f"contradiction: the good set passed these cases, but a probe of "
+                          f"it fails them as the bad run did ({confirm.signature}): the "
+                          "failure does not come from the packages that differ, or it does "
+                          "not repeat; nothing is bisected")
+        if confirm.verdict is not Verdict.GOOD:
+            return finish("the selected cases do not pass in a probe of the good set "
+                          f"({confirm.verdict.value}: {confirm.why}); no version can be "
+                          "judged")
+        for name in differing:
+            records[name] = _isolate(records[name], run)
+        involved = [r for r in records.values() if r.involved]
+        for rec in involved:
+            records[rec.package] = _bisect_one(rec, run)
+            records[rec.package] = _recheck(records[rec.package], run, out)
+            if records[rec.package].confirmed:
+                out.culprit = out.culprit or rec.package
+    except _Flaky:  # a package confirmed before the flake was found is no answer either
+        out.culprit = None
+        return finish()
     stopped = ""
+    spent = budget.spent([p for p in out.probes if not p.reused])
     if not involved:
-        stopped = (budget.spent(out.probes) and f"stopped: {budget.spent(out.probes)}") or (
-            _together(run, bad, differing)
-            if all(r.involved is False for r in records.values()) else "")
+        stopped = (spent and f"stopped: {spent}") or (
+            _together(run, bad, differing, out.repeat)
+            if all(records[p].involved is False for p in differing) else "")
     return finish(stopped)
+
+
+def held_at_bad(good: Mapping[str, str], bad: Mapping[str, str],
+                refuse: RefuseFn) -> dict[str, str]:
+    """Packages whose good release may not be installed here but whose bad one runs here (a
+    multi-GB torch build the bad run used): held at the bad release in every probe, so the
+    others can still be bisected."""
+    return {p: bad[p] for p, v in good.items()
+            if v != bad.get(p) and refuse({p: v}) and not refuse({p: bad[p]})}
+
+
+def _repeat(run: Callable[..., Probe | str], bad: Mapping[str, str], times: int) -> str:
+    """The bad set probed `times` times: a case that passes in one is flaky (`run` raises);
+    what the repeat showed, or why it could not run."""
+    for _ in range(times):
+        result = run(Phase.REPEAT, "", "", bad)
+        if isinstance(result, str):
+            return f"the bad set was not probed again: {result}"
+        if result.verdict is Verdict.SKIP:
+            return f"the bad set could not be judged in a probe ({result.why})"
+    return f"the failure repeated in {times} probes of the bad set"
+
+
+def _recheck(rec: PackageBisection, run: Callable[..., Probe | str],
+             out: Bisection) -> PackageBisection:
+    """The last good and the first bad probed a second time each: the package is named
+    only when both agree with the first probes; a disagreement makes the cases flaky."""
+    if rec.first_bad is None or rec.last_good is None:
+        return rec
+    for version, want in ((rec.last_good, Verdict.GOOD), (rec.first_bad, Verdict.BAD)):
+        result = run(Phase.RECHECK, rec.package, version)
+        if isinstance(result, str):
+            return replace(rec, not_probed=f"the boundary was not probed a second time "
+                           f"({result})")
+        if result.verdict is Verdict.SKIP:
+            return replace(rec, not_probed=f"a second probe of {rec.package} {version} "
+                           f"could not be judged ({result.why})")
+        if result.verdict is not want:
+            moved = [c for c, sig in result.seen.items()
+                     if (sig == "pass") != (want is Verdict.BAD)] or list(result.seen) \
+                or list(out.cases)
+            out.flaky.update({c: f"{rec.package} {version} was {want.value} in one probe "
+                              f"and {result.verdict.value} in another" for c in moved})
+            raise _Flaky
+    return replace(rec, confirmed=True)
 
 
 def _isolate(rec: PackageBisection, run: Callable[..., Probe | str]) -> PackageBisection:
@@ -126,10 +211,14 @@ def _isolate(rec: PackageBisection, run: Callable[..., Probe | str]) -> PackageB
 
 
 def _together(run: Callable[..., Probe | str], bad: Mapping[str, str],
-              differing: list[str]) -> str:
-    """No package alone reproduces it: does the whole bad set (one more probe)?"""
+              differing: list[str], repeat: str) -> str:
+    """No package alone reproduces it: does the whole bad set (one more probe, unless the
+    repeats of the bad set already said so)?"""
     if len(differing) == 1:
         return "moving the package alone does not reproduce the failure"
+    if repeat.startswith("the failure repeated"):
+        return (f"no single package's change reproduces the failure; {', '.join(differing)} "
+                "moved together do (the repeats of the bad set): they break it together")
     whole = run(Phase.TOGETHER, "", "", {p: bad[p] for p in differing})
     if isinstance(whole, str) or whole.verdict is Verdict.SKIP:
         return ("no single package's change reproduces the failure; the whole bad set "

@@ -91,9 +91,24 @@ def _results(path: Path, data: Any) -> dict[str, str]:
             if isinstance(v, str) and k not in ("python", "platform", "tool")}
 
 
-def load_set(spec: str) -> tuple[dict[str, str], str]:
+def same_release(a: str | None, b: str | None) -> bool:
+    """Whether two versions are one release as pip compares them: `2.13.0+cpu` (a local
+    build's label) is release 2.13.0, and `1.0` is `1.0.0`."""
+    if a is None or b is None:
+        return a is b
+    try:
+        return Version(Version(a).public) == Version(Version(b).public)
+    except InvalidVersion:
+        return a == b
+
+
+def load_set(spec: str, flag: str = "") -> tuple[dict[str, str], str]:
     """(pins, what it was read from) for --good/--bad."""
     path = Path(spec)
+    if path.is_file() and path.suffix in (".yml", ".yaml"):
+        raise UserError(f"{flag + ' ' if flag else ''}{path}: a YAML file (the manifest?), not "
+                        "a package set (expected a results.json, a requirements or lock "
+                        "file, or pins like onnxscript==0.5.3)")
     if path.is_file():
         if path.suffix == ".json":
             try:
@@ -112,6 +127,32 @@ def load_set(spec: str) -> tuple[dict[str, str], str]:
 
 def differing(good: dict[str, str], bad: dict[str, str],
               packages: tuple[str, ...] | list[str]) -> list[str]:
-    """The packages bisected: those asked for that both sets pin and that differ."""
+    """The packages bisected: those asked for that both sets pin and that are not one
+    release (`2.13.0+cpu` and `2.13.0` are one)."""
     names = [canonicalize_name(p) for p in packages]
-    return [p for p in names if p in good and p in bad and good[p] != bad[p]]
+    return [p for p in names if p in good and p in bad and not same_release(good[p], bad[p])]
+
+
+def set_problem(good: dict[str, str], bad: dict[str, str], names: list[str],
+                asked: list[str], good_from: str, bad_from: str) -> str:
+    """Why the two sets cannot be bisected ("" when they can): a package pinned on one side
+    only (bisect would drop it and blame another), a --package neither side pins, or pins
+    naming a package bisect does not move (a typo: it would be dropped silently)."""
+    for name in (canonicalize_name(n) for n in names):
+        if (name in good) != (name in bad):
+            side, other = ("--good", "--bad") if name in good else ("--bad", "--good")
+            where = good_from if name in good else bad_from
+            return (f"{side} {where}: {name}=={(good | bad)[name]} has no pin in {other} "
+                    f"(expected both sides to pin {name}, or neither)")
+    for name in (canonicalize_name(n) for n in asked):
+        if name not in good and name not in bad:
+            return (f"--package {name}: pinned in neither --good nor --bad (expected a "
+                    "package both sets pin)")
+    known = {canonicalize_name(n) for n in names}
+    for flag, pins, source in (("--good", good, good_from), ("--bad", bad, bad_from)):
+        if source == "pins":
+            stray = [p for p in pins if p not in known]
+            if stray:
+                return (f"{flag}: {stray[0]}: not a package bisect moves (expected one of "
+                        f"{', '.join(sorted(known))}; --package {stray[0]} adds your own)")
+    return ""

@@ -27,8 +27,10 @@ class Phase(str, enum.Enum):
     every differing package moved together (when none reproduces the failure alone)."""
 
     CONFIRM = "confirm"
+    REPEAT = "repeat"      # the bad set again: a failure that does not repeat is flaky
     ISOLATE = "isolate"
     BISECT = "bisect"
+    RECHECK = "recheck"    # the boundary (last good, first bad) probed a second time
     TOGETHER = "together"
 
 
@@ -44,11 +46,16 @@ class Probe(Record):
     why: str = ""         # a skip's cause: "cannot install: ...", "timed out after 600 s", ...
     seconds: float = 0.0
     pins: dict[str, str] = field(default_factory=dict)  # the packages the probe installed
+    seen: dict[str, str] = field(default_factory=dict)  # each case's signature ("pass")
+    # cases this probe shows are not deterministic, with the evidence (the gate's own
+    # second eager run, or a repeat of the bad set that did not fail as the bad run did)
+    flaky: dict[str, str] = field(default_factory=dict)
+    reused: bool = False  # the same set's run, made once per command for every failure
 
 
 @dataclass(frozen=True, config=CONFIG)
 class UpstreamChange(Record):
-    """A pull request merged between the last good and the first bad release."""
+    """A pull request merged between the two releases of the boundary."""
 
     repo: str
     number: int
@@ -74,8 +81,10 @@ class PackageBisection(Record):
     probes: int = 0
     bound: int = 0                 # ⌈log2 N⌉ + 2 for N candidates
     not_probed: str = ""           # why the package (or part of its range) was not probed
-    upstream: list[UpstreamChange] = field(default_factory=list)  # "likely introduced by"
+    confirmed: bool = False        # the last good and the first bad each probed twice, alike
+    upstream: list[UpstreamChange] = field(default_factory=list)  # introduced or fixed by
     upstream_note: str = ""        # why the upstream list is empty or absent
+    upstream_looks_for: str = ""   # "regression" (bad is newer) or "fix" (bad is older)
 
     @property
     def exact(self) -> bool:
@@ -96,11 +105,13 @@ class PackageBisection(Record):
     def describe(self) -> str:
         if self.first_bad is None:
             return f"{self.package}: {self.not_probed or 'no first bad version found'}"
+        head = "first bad" if self.confirmed else "first bad, not confirmed"
+        tail = "" if self.confirmed or not self.not_probed else f"; {self.not_probed}"
         if self.exact:
-            return f"first bad: {self.package} {self.first_bad} ({self.last_good} good)"
+            return f"{head}: {self.package} {self.first_bad} ({self.last_good} good){tail}"
         between = [*self.skipped_between, *self.untested]
-        return (f"first bad: {self.package} {self.first_bad} or earlier, after "
-                f"{self.last_good} (good); not decided: {', '.join(between)}")
+        return (f"{head}: {self.package} {self.first_bad} or earlier, after "
+                f"{self.last_good} (good); not decided: {', '.join(between)}{tail}")
 
 
 @dataclass(config=CONFIG)
@@ -115,12 +126,21 @@ class Bisection(Record):
     culprit: str | None = None      # the package whose change alone reproduces the failure
     stopped: str = ""               # why the search ended early (budget, good set fails, ...)
     wall_s: float = 0.0
+    # cases that do not repeat (the evidence): reported, never bisected
+    flaky: dict[str, str] = field(default_factory=dict)
+    repeat: str = ""                # what the repeat of the bad set showed, or why none ran
 
     def answer(self) -> str:
         """The line a user reads: 'first bad: onnxscript 0.5.4 (0.5.3 good); onnxruntime and
         torch not involved'."""
+        if self.flaky:
+            case, why = next(iter(self.flaky.items()))
+            more = f" (and {len(self.flaky) - 1} more)" if len(self.flaky) > 1 else ""
+            return (f"flaky, not bisected: {case}{more} does not repeat ({why}); no release "
+                    "can be blamed for a failure that comes and goes")
         head = self.stopped
-        culprit = next((p for p in self.packages if p.package == self.culprit), None)
+        culprit = next((p for p in self.packages if p.package == self.culprit), None) or \
+            next((p for p in self.packages if p.involved and p.first_bad), None)
         if culprit is not None:
             head = culprit.describe() + (f" ({self.stopped})" if self.stopped else "")
         elif not head:
