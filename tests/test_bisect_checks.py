@@ -363,3 +363,53 @@ def test_judged_verdicts_are_unchanged_for_a_steady_case() -> None:
     assert isinstance(b, Bisection) and b.repeat == \
         "the failure repeated in 2 probes of the bad set"
     assert [p.verdict for p in b.probes[:2]] == [Verdict.BAD, Verdict.BAD]
+
+
+# ------------------------------------------- the Action: every changed lock file takes part
+
+@pytest.mark.process
+def test_the_action_reads_every_changed_requirements_file(
+        tmp_path: Path, index_url: str, capfd: pytest.CaptureFixture[str]) -> None:
+    """requirements.txt bumps onnxscript, constraints.txt onnxruntime: both sets are read
+    (the second file's bad pin is the one the index lacks, so bisect stops there, exit 2,
+    before any probe)."""
+    import os
+    import subprocess
+
+    from parity_gate.github import bisect_step
+    from parity_gate.model.gate import GateDecision
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "parity.yml").write_text("version: 1\nmodules: []\n")
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ws, check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.com")
+    git("config", "user.name", "t")
+    (ws / "requirements.txt").write_text("onnxscript==0.5.3\n")
+    (ws / "constraints.txt").write_text("onnxruntime==0.5.3\n")
+    git("add", "-A")
+    git("commit", "-qm", "base")
+    base = git("rev-parse", "HEAD")
+    (ws / "requirements.txt").write_text("onnxscript==0.6.0\n")
+    (ws / "constraints.txt").write_text("onnxruntime==9.9.9\n")
+    git("commit", "-qam", "bump")
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(RunResult(cases=[BAD], gate=GateDecision(blocking=[CASE]))
+                                  .to_dict()))
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"pull_request": {"base": {"sha": base}}}))
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root), "GITHUB_EVENT_PATH": str(event),
+           "PARITY_GATE_BISECT_INDEX": index_url}
+    said = bisect_step.run({"manifest": "parity.yml", "bisect_budget": "6,20m"}, ws, results,
+                           tmp_path / "out", env, cache_dir=tmp_path / "cache")
+    err = capfd.readouterr().err
+    assert said.startswith("bisect finished (exit 2)"), (said, err)
+    assert f"bisect: --bad {ws / 'constraints.txt'} (pins): onnxruntime==9.9.9 is not a " \
+        "release on" in err, err
+    assert not (tmp_path / "cache").exists()

@@ -35,11 +35,13 @@ def add_parser(sub: Any, commands: dict[str, Callable[[argparse.Namespace], int]
                        "and a bad environment")
     p.add_argument("manifest", nargs="?", type=Path, default=None,
                    help="the run's parity.yml (not needed for `parity-gate ops` results)")
-    p.add_argument("--good", required=True, metavar="SPEC",
+    p.add_argument("--good", required=True, action="append", metavar="SPEC",
                    help="the good environment: a results.json (its recorded versions), a "
-                   "requirements or lock file (its == pins), or pins: onnxscript==0.5.3,...")
-    p.add_argument("--bad", required=True, metavar="SPEC", help="the bad environment, "
-                   "as --good (a results.json here also gives the failing cases)")
+                   "requirements or lock file (its == pins), or pins: onnxscript==0.5.3,... "
+                   "(repeatable: several files are one set)")
+    p.add_argument("--bad", required=True, action="append", metavar="SPEC",
+                   help="the bad environment, as --good (a results.json here also gives the "
+                   "failing cases)")
     p.add_argument("--from", dest="source", type=Path, metavar="RESULTS.json",
                    help="the bad run's results (default: --bad when it is a results.json)")
     p.add_argument("--select", action="append", default=[], metavar="GLOB",
@@ -127,18 +129,20 @@ def _plan(args: argparse.Namespace) -> _Plan:
     """Read and check the command's inputs (a located UserError otherwise)."""
     from parity_gate.bisect import index
     from parity_gate.bisect.probe import installed
-    from parity_gate.bisect.sets import STACK, differing, load_set, set_problem
+    from parity_gate.bisect.sets import STACK, differing, load_sets, set_problem
     from parity_gate.gate.merge import read_results
 
     _check_budgets(args)
-    good, good_from = load_set(args.good, "--good")
-    bad, bad_from = load_set(args.bad, "--bad")
-    source = args.source or (Path(args.bad) if args.bad.endswith(".json") else None)
+    good, good_from = load_sets(args.good, "--good")
+    bad, bad_from = load_sets(args.bad, "--bad")
+    runs = [s for s in args.bad if s.endswith(".json")]
+    source = args.source or (Path(runs[0]) if len(runs) == 1 else None)
     if source is None:
         raise UserError("bisect: which cases failed? (expected --from RESULTS.json, the bad "
                         "run's results, or --bad as a results.json)")
     run = read_results(source)[1]
-    good_run = read_results(Path(args.good))[1] if args.good.endswith(".json") else None
+    good_runs = [s for s in args.good if s.endswith(".json")]
+    good_run = read_results(Path(good_runs[0]))[1] if len(good_runs) == 1 else None
     cases = failing_cases(run, args.select, good_run)
     ops = all(c.op is not None for c in cases)
     if not ops and args.manifest is None:
@@ -153,8 +157,8 @@ def _plan(args: argparse.Namespace) -> _Plan:
     packages = differing(good, bad, names)
     refs = {p: index.releases(p, args.index) for p in packages}
     for p in packages:
-        for flag, version, where in (("--good", good[p], good_from),
-                                     ("--bad", bad[p], bad_from)):
+        for flag, version, where in (("--good", good[p], good_from[p]),
+                                     ("--bad", bad[p], bad_from[p])):
             if not index.released(refs[p], version):
                 raise UserError(f"bisect: {flag} {where}: {p}=={version} is not a release on "
                                 f"{args.index} (expected one of its releases; newest: "

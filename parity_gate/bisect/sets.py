@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +126,23 @@ def load_set(spec: str, flag: str = "") -> tuple[dict[str, str], str]:
     return parse_pins(spec, "pins"), "pins"
 
 
+def load_sets(specs: list[str], flag: str) -> tuple[dict[str, str], dict[str, str]]:
+    """Several specs as one set (a pull request's requirements.txt and constraints.txt), and
+    where each package's pin was read; a package two of them pin at different releases is
+    a located error."""
+    pins: dict[str, str] = {}
+    where: dict[str, str] = {}
+    for spec in specs:
+        more, said = load_set(spec, flag)
+        for name, version in more.items():
+            if name in pins and not same_release(pins[name], version):
+                raise UserError(f"{flag} {spec}: {name}=={version}, but {where[name]} pins "
+                                f"{name}=={pins[name]} (expected one release per package)")
+            pins.setdefault(name, version)
+            where.setdefault(name, said)
+    return pins, where
+
+
 def differing(good: dict[str, str], bad: dict[str, str],
               packages: tuple[str, ...] | list[str]) -> list[str]:
     """The packages bisected: those asked for that both sets pin and that are not one
@@ -134,14 +152,15 @@ def differing(good: dict[str, str], bad: dict[str, str],
 
 
 def set_problem(good: dict[str, str], bad: dict[str, str], names: list[str],
-                asked: list[str], good_from: str, bad_from: str) -> str:
+                asked: list[str], good_from: Mapping[str, str],
+                bad_from: Mapping[str, str]) -> str:
     """Why the two sets cannot be bisected ("" when they can): a package pinned on one side
     only (bisect would drop it and blame another), a --package neither side pins, or pins
     naming a package bisect does not move (a typo: it would be dropped silently)."""
     for name in (canonicalize_name(n) for n in names):
         if (name in good) != (name in bad):
             side, other = ("--good", "--bad") if name in good else ("--bad", "--good")
-            where = good_from if name in good else bad_from
+            where = good_from.get(name, "") if name in good else bad_from.get(name, "")
             return (f"{side} {where}: {name}=={(good | bad)[name]} has no pin in {other} "
                     f"(expected both sides to pin {name}, or neither)")
     for name in (canonicalize_name(n) for n in asked):
@@ -150,9 +169,8 @@ def set_problem(good: dict[str, str], bad: dict[str, str], names: list[str],
                     "package both sets pin)")
     known = {canonicalize_name(n) for n in names}
     for flag, pins, source in (("--good", good, good_from), ("--bad", bad, bad_from)):
-        if source == "pins":
-            stray = [p for p in pins if p not in known]
-            if stray:
-                return (f"{flag}: {stray[0]}: not a package bisect moves (expected one of "
-                        f"{', '.join(sorted(known))}; --package {stray[0]} adds your own)")
+        stray = [p for p in pins if p not in known and source.get(p) == "pins"]
+        if stray:
+            return (f"{flag}: {stray[0]}: not a package bisect moves (expected one of "
+                    f"{', '.join(sorted(known))}; --package {stray[0]} adds your own)")
     return ""

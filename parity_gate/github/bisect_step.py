@@ -1,10 +1,11 @@
 """The Action's `bisect: on-regression`: when a pull request that changes a requirements or
 lock file brings a regression, `parity-gate bisect` names the package and version.
 
-The good set is the changed files' pins at the pull request's base commit, the bad set
-the same files as checked out; the answer lands in results.json, which the summary
-and the comment are written from. The decisions are pure; `run` does git and the
-subprocess (the bisect command sits above this layer, so it runs as a process).
+The good set is every changed file's pins at the pull request's base commit, the bad set
+the same files as checked out (requirements.txt and constraints.txt together); the
+answer lands in results.json, which the summary and the comment are written from. The
+decisions are pure; `run` does git and the subprocess (the bisect command sits above this
+layer, so it runs as a process).
 """
 
 from __future__ import annotations
@@ -75,8 +76,10 @@ def changed_files(workspace: Path, base: str) -> tuple[list[str] | None, str]:
 
 def run(inputs: Mapping[str, str], workspace: Path, results: Path, out: Path,
         env: Mapping[str, str], cache_dir: Path | None = None) -> str:
-    """Run `parity-gate bisect` for this pull request if it should; returns what happened
-    in one line (printed by the caller; never changes the gate's exit code)."""
+    """Run `parity-gate bisect` for this pull request if it should, with every changed
+    requirements or lock file (as at the base: the good set; as checked out: the bad set);
+    returns what happened in one line (printed by the caller; never changes the gate's exit
+    code)."""
     from parity_gate.gate.merge import read_results
 
     try:
@@ -96,21 +99,29 @@ def run(inputs: Mapping[str, str], workspace: Path, results: Path, out: Path,
     assert base is not None and changed is not None
     folder = out / "bisect"
     folder.mkdir(parents=True, exist_ok=True)
-    good, bad = [], []
-    for path in lock_files(changed):
+    good, bad, new = [], [], []
+    for n, path in enumerate(lock_files(changed)):
         old = subprocess.run(["git", "show", f"{base}:{path}"], cwd=workspace,
                              capture_output=True, text=True)
-        if old.returncode == 0:
-            name = PurePosixPath(path).name
-            (folder / f"good-{name}").write_text(old.stdout)
-            good.append(folder / f"good-{name}")
-            bad.append(workspace / path)
+        if old.returncode != 0 or not (workspace / path).is_file():
+            new.append(path)  # added (no good pins) or deleted (no bad pins) by the PR
+            continue
+        # one file per changed path, its name kept (the set reader goes by its suffix)
+        kept = folder / "good" / f"{n:02d}" / PurePosixPath(path).name
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.write_text(old.stdout)
+        good.append(kept)
+        bad.append(workspace / path)
     if not good:
         return "bisect skipped: the changed lock files are new (no good versions at the base)"
+    if new:
+        print(f"parity-gate: bisect: {', '.join(new)} added or removed by the pull request: "
+              "not read", file=sys.stderr)
     probes, minutes = parse_budget(inputs.get("bisect_budget") or DEFAULT_BUDGET)
     cmd = [sys.executable, "-m", "parity_gate", "bisect", str(workspace / inputs["manifest"]),
-           "--good", str(good[0]), "--bad", str(bad[0]), "--from", str(results),
-           "--out", str(folder)]
+           *[a for f in good for a in ("--good", str(f))],
+           *[a for f in bad for a in ("--bad", str(f))],
+           "--from", str(results), "--out", str(folder)]
     cmd += ["--max-probes", str(probes)] if probes else []
     cmd += ["--max-minutes", str(minutes)] if minutes else []
     cmd += ["--cache-dir", str(cache_dir)] if cache_dir else []
