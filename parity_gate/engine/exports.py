@@ -25,7 +25,7 @@ from parity_gate.engine.exporting import (
 from parity_gate.engine.fixtures import Draw, FixtureError, generate
 from parity_gate.engine.state import EagerRef, JobContext, TypedModule
 from parity_gate.engine.tensors import to_torch
-from parity_gate.hazards.context import HazardContext
+from parity_gate.hazards.context import HazardContext, tf32_switches
 from parity_gate.hazards.run import check_failure, run_checks
 from parity_gate.manifest.models import EdgeFixture
 from parity_gate.model.findings import Stage
@@ -188,7 +188,8 @@ def hazard_context(ctx: JobContext, mod: TypedModule, example: dict[str, np.ndar
         exported.graph if exported else None, job.gate,
         exported.decomposed if exported else None,
         exported.facts if exported else None,
-        _fixed_at(exported, specs, job) if exported else {})
+        _fixed_at(exported, specs, job) if exported else {},
+        reference_device=mod.device, tf32=tf32_switches())
 
 
 def _fixed_at(exported: ExportedModel, specs: list[Any], job: ModuleJob

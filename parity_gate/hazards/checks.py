@@ -667,6 +667,24 @@ def eager_mismatch_by_design(ctx: HazardContext) -> list[Found]:
     return found
 
 
+# --------------------------------------------------------------------------- tf32
+
+
+def tf32_reference(ctx: HazardContext) -> list[Found]:
+    """TF32 on while eager computes the float32 reference on CUDA: its matmuls and
+    convolutions round their inputs to a 10-bit mantissa (about 1e-3 relative), while ONNX
+    Runtime's CUDA provider runs with use_tf32 0, so the reference is the less accurate
+    side and a mismatch (or a loose pass) measures TF32, not the export. Reads the switches
+    as they stood when the reference ran (`ctx.tf32`) and the reference device."""
+    if ctx.reference_device != "cuda" or ctx.dtype not in ("", "float32") or not ctx.tf32:
+        return []
+    return [Found(f"{' and '.join(ctx.tf32)} on while eager computes the float32 reference "
+                  "on CUDA: eager rounds matmul/convolution inputs to TF32 (about 1e-3 "
+                  "relative) and is the less accurate side; ONNX Runtime's CUDA provider runs "
+                  "without TF32 (use_tf32: 0). The gate turns TF32 off before the factory "
+                  "runs: the factory or a module it imports turned it on")]
+
+
 # --------------------------------------------------------------------------- specialised
 
 _VIOLATED = re.compile(r"Constraints violated \(([\w, ]+)\)!(.*?)(?:\n\n|$)", re.S)

@@ -160,6 +160,8 @@ class HazardContext:
     facts: Mapping[str, Any] | None = None
     # declared symbol → (`path:line`, call) where the model's code fixed it while exporting
     fixed_at: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    reference_device: str = "cpu"  # where eager computes the reference (the manifest's)
+    tf32: Sequence[str] = ()  # TF32 switches on while the reference ran (`tf32_switches`)
 
     def decomposed(self) -> Any:
         """The decomposed program (None without a program)."""
@@ -199,6 +201,22 @@ class HazardContext:
                 if index < len(shape):
                     out.setdefault(symbol, int(shape[index]))
         return out
+
+
+def tf32_switches() -> tuple[str, ...]:
+    """The torch switches that let CUDA compute float32 matmuls or convolutions in TF32, as
+    they stand now (the gate turns both off before the factory runs, so one that is on was
+    turned on by the factory or what it imports); () when torch is not loaded."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return ()
+    on = []
+    if torch.backends.cuda.matmul.allow_tf32:  # also set by float32_matmul_precision high/medium
+        on.append(f"torch.backends.cuda.matmul.allow_tf32 (float32_matmul_precision "
+                  f"{torch.get_float32_matmul_precision()!r})")
+    if torch.backends.cudnn.allow_tf32:
+        on.append("torch.backends.cudnn.allow_tf32")
+    return tuple(on)
 
 
 # Modules whose forward reads `self.training` (the ones a training-mode export captures).

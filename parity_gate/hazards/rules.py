@@ -127,6 +127,13 @@ RULES: tuple[Rule, ...] = (
          "sizes you serve as fixture sets: the gate compares each against eager",
          check="unchecked_size_assumption", pair=("AdaptivePool", "AdaptivePoolGlobal"),
          exporters=("dynamo",)),
+    Rule("tf32-reference", "TF32 is on while eager computes the float32 reference on CUDA",
+         Severity.WARNING, Action.WARN,
+         "do not turn TF32 on in the factory or at import of its modules "
+         "(torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, "
+         "torch.set_float32_matmul_precision('high')): set it where you serve, so the gate "
+         "compares against full float32; or use reference_device: cpu",
+         check="tf32_reference", pair=("TF32Reference", "TF32ReferenceFixed")),
 )
 
 BY_ID: dict[str, Rule] = {r.id: r for r in RULES}

@@ -19,7 +19,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from parity_gate.hazards.context import HazardContext, exporter_warnings, training_modules
+from parity_gate.hazards.context import (
+    HazardContext,
+    exporter_warnings,
+    tf32_switches,
+    training_modules,
+)
 from parity_gate.manifest.models import InputSpec
 
 # --------------------------------------------------------------------------- modules
@@ -150,6 +155,14 @@ class SmallNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.gelu(self.fc(x))
+
+
+def tf32_factory() -> nn.Module:
+    """A factory that turns TF32 on, as training scripts do for speed: the eager reference
+    on CUDA then computes its matmuls in TF32."""
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    return SmallNet().eval()
 
 
 class ExportBranch(nn.Module):
@@ -353,6 +366,7 @@ class Case:
     options: Callable[[], dict[str, Any]] = dict
     batch_sizes: tuple[int, ...] = (1, 4, 7)
     opset: int | None = None
+    reference_device: str = "cpu"  # what the manifest says (the export itself runs here)
 
 
 def _eval(cls: type[nn.Module]) -> Callable[[], nn.Module]:
@@ -399,6 +413,8 @@ PAIRS: dict[str, Case] = {
     "AdaptivePool": Case(_eval(AdaptivePool), [(4, 3, 8, 8)], inputs=SPATIAL),
     "AdaptivePoolGlobal": Case(_eval(AdaptivePoolGlobal), [(4, 3, 8, 8)], inputs=SPATIAL),
     "SpecialisedDimFixed": Case(_eval(SpecialisedDimFixed), [(4, 8)]),
+    "TF32Reference": Case(tf32_factory, [(4, 8)], reference_device="cuda"),
+    "TF32ReferenceFixed": Case(_eval(SmallNet), [(4, 8)], reference_device="cuda"),
 }
 
 
@@ -406,7 +422,13 @@ def export(name: str, case: Case, module: nn.Module | None = None,
            example: list[torch.Tensor] | None = None) -> HazardContext:
     """Build, note the training state, .eval(), export once; what the worker hands the checks."""
     torch.manual_seed(0)
-    module = module if module is not None else case.build()
+    switches = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False  # as the gate
+    try:
+        module = module if module is not None else case.build()
+        tf32 = tf32_switches()  # what the factory left on, read as the worker reads it
+    finally:  # the factory's switches stay with its case, not the test process
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = switches
     training = training_modules(module)
     module.eval()
     example = example if example is not None else [torch.randn(*s) for s in case.shapes]
@@ -444,4 +466,5 @@ def export(name: str, case: Case, module: nn.Module | None = None,
         export_batch=case.shapes[0][0], batch_sizes=case.batch_sizes, dtype="float32",
         module=module, training=training, model=model, program=program,
         warnings=exporter_warnings(caught), target_runtime=case.target_runtime,
-        export_options=options, opset=case.opset, error=error)
+        export_options=options, opset=case.opset, error=error,
+        reference_device=case.reference_device, tf32=tf32)
