@@ -90,15 +90,20 @@ def test_bisect_names_the_onnxscript_release_that_broke_a_model(tmp_path: Path,
     assert (rec["package"], rec["last_good"], rec["first_bad"]) == \
         ("onnxscript", GOOD, FIRST_BAD), last
     assert rec["probes"] <= rec["bound"] == 3  # N = 2 candidates: ⌈log2 2⌉ + 2
+    assert rec["confirmed"]
     # the answer joined the bad run's results.json and its summary (the PR comment's text)
     [written] = json.loads(bad_results.read_text())["bisect"]
     assert written["culprit"] == "onnxscript"
-    assert [(p["version"], p["verdict"]) for p in written["probes"]] == \
-        [("", "good"), (BAD, "bad"), (FIRST_BAD, "bad")]
+    assert [(p["phase"], p["version"], p["verdict"]) for p in written["probes"]] == \
+        [("repeat", "", "bad"), ("repeat", "", "bad"), ("confirm", "", "good"),
+         ("isolate", BAD, "bad"), ("bisect", FIRST_BAD, "bad"), ("recheck", GOOD, "good"),
+         ("recheck", FIRST_BAD, "bad")]
     # each probe ran the version it was meant to (the overlay's copy shadows the base one)
-    for probe in sorted((out / "probes" / "01").iterdir()):
+    folders = sorted((out / "probes" / "01").iterdir())
+    assert len(folders) == len(answer["probes"])
+    for probe, record in zip(folders, answer["probes"], strict=True):
         ran = json.loads((probe / "results.json").read_text())["versions"]["onnxscript"]
-        assert ran == (probe.name.rsplit("-", 1)[-1] if "onnxscript" in probe.name else GOOD)
+        assert ran == record["pins"]["onnxscript"], probe.name
     summary = (bad_results.parent / "summary.md").read_text()
     assert f"**first bad: onnxscript {FIRST_BAD} ({GOOD} good)**" in summary
 
@@ -112,7 +117,9 @@ def test_bisect_an_op_sweep_case_between_two_adjacent_releases(tmp_path: Path,
     assert code == 0, err[-2000:]
     [answer] = json.loads((tmp_path / "bisect" / "bisect.json").read_text())
     assert answer["packages"][0]["first_bad"] == FIRST_BAD
-    assert len(answer["probes"]) == 2  # N = 1: the good set and the bad release alone
+    # N = 1: two repeats of the bad set, the good set, the bad release alone, the boundary
+    # (the good and the bad release) a second time
+    assert len(answer["probes"]) == 6 and answer["packages"][0]["confirmed"]
     assert json.loads(bad_results.read_text())["bisect"] == []  # --no-write
 
 
@@ -149,7 +156,7 @@ def test_the_action_bisects_a_pull_request_that_bumps_a_requirements_file(
     event.write_text(json.dumps({"pull_request": {"base": {"sha": base}}}))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "GITHUB_EVENT_PATH": str(event),
            "HOME": str(Path.home())}
-    inputs = {"manifest": "parity.yml", "bisect": "on-regression", "bisect_budget": "6,20m",
+    inputs = {"manifest": "parity.yml", "bisect": "on-regression", "bisect_budget": "8,20m",
               "upstream": "off"}
     said = bisect_step.run(inputs, ws, results, tmp_path / "out", env,
                            cache_dir=cache)

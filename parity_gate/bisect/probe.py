@@ -138,8 +138,36 @@ class OverlayInstaller:
                  if not same_release(seen.get(p), v)]
         if wrong:
             return None, f"installed the wrong versions: {', '.join(wrong)}"
+        share(purelib, self.root / "store")
         (env / ".ready").write_text(json.dumps(todo) + "\n")
         return python, ""
+
+
+def share(folder: Path, store: Path, smallest: int = 4096) -> int:
+    """Hard-link each file of a new environment to the one copy of its content in `store`
+    (bytes saved): a release installed in two package sets is kept once on disk. Files are
+    never changed in place once an environment is ready, so sharing them is safe; a file
+    system without hard links keeps its copies."""
+    saved = 0
+    for path in sorted(folder.rglob("*")):
+        if path.is_symlink() or not path.is_file() or path.stat().st_size < smallest:
+            continue
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        kept = store / digest[:2] / digest
+        try:
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            if not kept.exists():
+                os.link(path, kept)
+                continue
+            if os.path.samefile(kept, path):
+                continue
+            tmp = path.with_name(f".{path.name}.share")
+            os.link(kept, tmp)
+            os.replace(tmp, path)
+            saved += path.stat().st_size
+        except OSError:  # another file system, or no hard links: keep the copy
+            continue
+    return saved
 
 
 def _call(cmd: list[str], what: str, timeout: float,
