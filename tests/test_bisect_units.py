@@ -183,7 +183,7 @@ def test_skips_earn_probes_up_to_twice_the_bound_then_leave_versions_undecided(n
 def test_a_good_set_that_fails_in_a_probe_is_a_contradiction() -> None:
     b, _ = _bisect(lambda pins: BAD, GOOD, BAD_SET, CANDS)
     assert b.culprit is None and [p.phase for p in b.probes] == \
-        [Phase.REPEAT, Phase.REPEAT, Phase.CONFIRM]
+        [Phase.REPEAT, Phase.REPEAT, Phase.CONFIRM, Phase.CONFIRM]
     assert b.answer().startswith("contradiction: the good set passed these cases, but a "
                                  "probe of it fails them as the bad run did (mismatch)")
     b, _ = _bisect(lambda pins: "cannot install x" if pins == GOOD else BAD, GOOD, BAD_SET,

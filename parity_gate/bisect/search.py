@@ -7,7 +7,8 @@ checked without installing anything.
 
 Cost: the bad set is probed twice first (a failure that does not repeat is flaky, and no
 release can be blamed for it), the good set once (the probe environment must pass where
-the good run passed, or no verdict means anything; a failure there is a contradiction),
+the good run passed, or no verdict means anything; a failure there is probed once more: a
+pass then makes the cases flaky, a second failure is a contradiction),
 each differing package once on its own, then the culprit's N candidate versions are
 bisected in at most ⌈log2 N⌉ more probes: at most ⌈log2 N⌉ + 2 per package. A skipped
 version (`git bisect skip`) is stepped around and leaves the range, earning one more
@@ -125,6 +126,7 @@ def search(good: Mapping[str, str], bad: Mapping[str, str],
                           f"({confirm.signature}): {', '.join(stuck)}'s move is the suspect "
                           "(--allow-heavy probes it)")
         if confirm.verdict is Verdict.BAD:
+            _again(run, confirm, out)
             return finish(f"contradiction: the good set passed these cases, but a probe of "
                           f"it fails them as the bad run did ({confirm.signature}): the "
                           "failure does not come from the packages that differ, or it does "
@@ -160,6 +162,18 @@ def held_at_bad(good: Mapping[str, str], bad: Mapping[str, str],
     others can still be bisected."""
     return {p: bad[p] for p, v in good.items()
             if v != bad.get(p) and refuse({p: v}) and not refuse({p: bad[p]})}
+
+
+def _again(run: Callable[..., Probe | str], first: Probe, out: Bisection) -> None:
+    """The good set failed as the bad run did: probed once more, a pass makes the cases that
+    failed flaky (`run` raises); failing again, the contradiction stands."""
+    again = run(Phase.CONFIRM, "", "")
+    if isinstance(again, str) or again.verdict is not Verdict.GOOD:
+        return
+    out.flaky.update({c: "the good set failed as the bad run did in one probe and passed in "
+                      "another" for c, sig in first.seen.items() if sig != "pass"})
+    if out.flaky:
+        raise _Flaky
 
 
 def _repeat(run: Callable[..., Probe | str], bad: Mapping[str, str], times: int) -> str:
