@@ -10,7 +10,8 @@
 #    (the "CUDA Version" nvidia-smi prints is the newest CUDA the driver runs):
 #      CUDA >= 13.0      torch==2.13.0 from PyPI (PyPI's Linux wheel is the CUDA 13.0
 #                        build) and onnxruntime-gpu==1.31.1 (built for CUDA 13.x);
-#      CUDA 12.8 - 12.9  torch==2.13.0 from PyTorch's cu128 index and onnxruntime-gpu==1.26.0
+#      CUDA 12.8 - 12.9  torch==2.13.0+cu128 from PyTorch's cu128 index (that index must be
+#                        reachable) and onnxruntime-gpu==1.26.0
 #                        (the last release built for CUDA 12.x);
 #      older             refused in one line: no pair here supports it.
 #    GPU_CHECK_TORCH, GPU_CHECK_TORCH_INDEX, GPU_CHECK_VISION, GPU_CHECK_ORT override the
@@ -56,8 +57,8 @@ if [ "$MAJOR" -ge 13 ]; then
     TORCH="torch==2.13.0"; TORCH_INDEX=""; VISION="torchvision==0.28.0"
     ORT="onnxruntime-gpu==1.31.1"; TRT="tensorrt-cu13"
 elif [ "$MAJOR" -eq 12 ] && [ "$MINOR" -ge 8 ]; then
-    TORCH="torch==2.13.0"; TORCH_INDEX="https://download.pytorch.org/whl/cu128"
-    VISION="torchvision==0.28.0"; ORT="onnxruntime-gpu==1.26.0"; TRT="tensorrt-cu12"
+    TORCH="torch==2.13.0+cu128"; TORCH_INDEX="https://download.pytorch.org/whl/cu128"
+    VISION="torchvision==0.28.0+cu128"; ORT="onnxruntime-gpu==1.26.0"; TRT="tensorrt-cu12"
 else
     refuse "the driver runs CUDA $CUDA, older than 12.8: update the NVIDIA driver (>= 570 for CUDA 12.8, >= 580 for 13.0)"
 fi

@@ -97,19 +97,19 @@ def test_a_driver_without_a_usable_gpu_is_refused_in_one_line(
 
 
 @pytest.mark.process
-@pytest.mark.parametrize(("cuda", "torch_index", "ort"), [
-    ("13.0", "", "onnxruntime-gpu==1.31.1"),
-    ("13.2", "", "onnxruntime-gpu==1.31.1"),
-    ("12.8", "https://download.pytorch.org/whl/cu128", "onnxruntime-gpu==1.26.0"),
+@pytest.mark.parametrize(("cuda", "local", "torch_index", "ort"), [
+    ("13.0", "", "", "onnxruntime-gpu==1.31.1"),
+    ("13.2", "", "", "onnxruntime-gpu==1.31.1"),
+    ("12.8", "+cu128", "https://download.pytorch.org/whl/cu128", "onnxruntime-gpu==1.26.0"),
 ])
-def test_the_pick_follows_the_drivers_cuda_version(tmp_path: Path, cuda: str,
+def test_the_pick_follows_the_drivers_cuda_version(tmp_path: Path, cuda: str, local: str,
                                                    torch_index: str, ort: str) -> None:
     env = {**_fake_smi(tmp_path, "NVIDIA H200, 580.82.07", cuda), "GPU_CHECK_PLAN_ONLY": "1"}
     proc = _check(tmp_path, env)
     assert proc.returncode == 0, proc.stderr
     plan = dict(p.split("=", 1) for p in proc.stdout.strip().splitlines()[-1].split())
-    assert plan["torch"] == "torch==2.13.0" and plan["index"] == torch_index
-    assert plan["ort"] == ort and plan["vision"] == "torchvision==0.28.0"
+    assert plan["torch"] == f"torch==2.13.0{local}" and plan["index"] == torch_index
+    assert plan["ort"] == ort and plan["vision"] == f"torchvision==0.28.0{local}"
     assert f"CUDA {cuda} ->" in proc.stdout and "NVIDIA H200" in proc.stdout
     assert not (tmp_path / "out").exists()
 
