@@ -392,6 +392,48 @@ class GenerationSpec(_Strict):
     batch_size: int = Field(1, ge=1, le=64, description="prompts generated side by side")
 
 
+class TaskSpec(_Strict):
+    """Task-metric parity on a labelled slice (compare.task): the metric for eager and for
+    each exported run on the same samples, the paired delta with its interval, and a
+    verdict on the interval's bound against `max_drop`."""
+
+    name: Name = Field("task", description="the slice's name: the case id's fixture part "
+                       "is `<name>@task`")
+    data: str | None = Field(
+        None, description="the slice, relative to the manifest's folder: an `.npz` file, or "
+        "a folder of `.npy` files (read by memory map, batch by batch), holding every input "
+        "and the labels")
+    keys: dict[Name, str] = Field(
+        default_factory=dict, description="input name → array key (file stem for a folder; "
+        "default: the input name)")
+    labels: str = Field("labels", description="the labels' array key")
+    loader: str | None = Field(
+        None, pattern=r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$",
+        description="instead of `data`: `package.module:callable` taking the batch size and "
+        "returning an iterable of (inputs by name, labels) batches of numpy arrays")
+    output: str | None = Field(None, description="the output the metric reads (default: the "
+                               "first)")
+    metric: Literal["top1", "topk", "f1_macro", "f1_micro", "mae", "mse"] = Field(
+        "top1", description="top-1 / top-k accuracy, F1 (macro, micro) over the argmax, or "
+        "mean absolute / squared error of a regression output")
+    k: int = Field(5, ge=1, le=1000, description="topk: how many of the best scores count")
+    max_drop: float = Field(
+        0.5, ge=0, description="the largest worsening tolerated: points of accuracy or F1 "
+        "(0.5 = half a percentage point), the error's own unit for mae and mse")
+    level: float = Field(0.95, gt=0.5, lt=1, description="the interval's confidence level")
+    batch_size: int = Field(256, ge=1, le=65536, description="samples per ONNX Runtime run")
+    samples: int = Field(0, ge=0, description="the first N samples only (0: all)")
+    resamples: int = Field(2000, ge=200, le=100000, description="paired bootstrap resamples")
+    seed: int = Field(0, description="the bootstrap's seed (a run is reproducible)")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TaskSpec:
+        if (self.data is None) == (self.loader is None):
+            raise ValueError("give exactly one of `data` (a file or folder of arrays) and "
+                             "`loader` (an import path)")
+        return self
+
+
 class ModuleSpec(Settings):
     name: Name = Field(description="unique; the first part of every case id")
     factory: str = Field(
@@ -419,6 +461,10 @@ class ModuleSpec(Settings):
         "present cache fed back as the next past) and compare tokens and every step's logits "
         "(case id `<module>/<dtype>/<prompt>@generate=<steps>/b<batch>/<provider>`); needs "
         "`cache`")
+    task: TaskSpec | None = Field(
+        None, description="also check the task metric on a labelled slice, eager against "
+        "each exported run on the same samples (case id `<module>/<dtype>/<name>@task/"
+        "b<batch_size>/<provider>`)")
     skip: str | None = Field(None, description="skip every case of this module, with this reason")
     # "inputs[1].name" -> "parity.yml:31:9: modules[2].inputs[1].name", filled by the loader so
     # that problems only the worker can see (forward()'s signature) are reported where to edit.

@@ -33,6 +33,7 @@ class Outcome(str, enum.Enum):
     PASS = "pass"
     SKIPPED = "skipped"
     MISMATCH = "mismatch"
+    METRIC_DROP = "metric_drop"
     SHAPE_MISMATCH = "shape_mismatch"
     DTYPE_MISMATCH = "dtype_mismatch"
     BAKED_SHAPE = "baked_shape"
@@ -66,6 +67,10 @@ _INFO: dict[Outcome, OutcomeInfo] = {
                                      ("is skipped", "are skipped")),
     Outcome.MISMATCH: OutcomeInfo("failure", 10, True, "values differ beyond tolerance",
                                       ("mismatches", "mismatch")),
+    Outcome.METRIC_DROP: OutcomeInfo(
+        "failure", 12, True, "the task metric on the labelled slice is worse than its "
+        "budget, or the slice cannot show it is within (inconclusive)",
+        ("loses task accuracy", "lose task accuracy")),
     Outcome.SHAPE_MISMATCH: OutcomeInfo("failure", 20, True, "output shape differs from eager",
                                             ("changes shape", "change shape")),
     Outcome.DTYPE_MISMATCH: OutcomeInfo("failure", 20, True, "output dtype differs from eager",

@@ -28,6 +28,7 @@ from parity_gate.model.outcomes import Outcome
 from parity_gate.model.performance import Performance
 from parity_gate.model.precision import ExportCause, Reexport, Reference
 from parity_gate.model.record import CONFIG, Record, adapter
+from parity_gate.model.task import TaskResult
 from parity_gate.model.upstream import UpstreamReport
 
 SCHEMA_VERSION: Literal[2] = 2
@@ -94,6 +95,7 @@ class CaseResult(Record):
     generation: Generation | None = None  # generation cases: N greedy steps, step by step
     checks: list[CheckRun] = field(default_factory=list)  # follow-up checks run, in order
     probe: str = ""  # `shapes: auto`: the probe's sizes and the assumption it tests
+    task: TaskResult | None = None  # task-metric cases: the paired metric on the slice
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -137,6 +137,13 @@ def is_generation(key: CaseKey) -> bool:
     return GENERATE in key.inputs
 
 
+TASK = "@task"  # marks a task-metric case's fixture id: `digits@task`
+
+
+def is_task(key: CaseKey) -> bool:
+    return key.inputs.endswith(TASK)
+
+
 def _with_dims(fixture: Any, **dims: int) -> Any:
     if not hasattr(fixture, "dims"):
         return fixture  # a file set: the worker reads its past length from the id
@@ -154,6 +161,10 @@ def all_case_keys(manifest: Manifest, module: ModuleSpec, settings: Settings) ->
             for batch in sizes:
                 for provider in settings.providers or []:
                     keys.append(CaseKey(module.name, dtype, fixture_name, batch, provider))
+        if module.task is not None:
+            keys += [CaseKey(module.name, dtype, f"{module.task.name}{TASK}",
+                             module.task.batch_size, provider)
+                     for provider in settings.providers or []]
     return keys
 
 
@@ -209,7 +220,7 @@ def _add_helpers(job: ModuleJob, keys: list[CaseKey], select: list[str],
     helpers: dict[CaseKey, None] = {}
     probing: set[str] = set()
     for dtype in dict.fromkeys(k.dtype for k in keys):
-        mine = [k for k in keys if k.dtype == dtype and not is_generation(k)
+        mine = [k for k in keys if k.dtype == dtype and not is_generation(k) and not is_task(k)
                 and not _skip_reason(job.module, k.provider, available)]
         # A probe's id starts with the name of the set it resizes (its sizes may differ).
         sets = dict.fromkeys(k.inputs.split("@")[0] for k in mine)

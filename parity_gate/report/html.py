@@ -478,6 +478,47 @@ def _generation(run: RunResult) -> str:
     return "".join(out)
 
 
+def _tasks(run: RunResult) -> str:
+    """Task metrics: per case the paired figures, then the flips per true class as a bar
+    pair (eager-only right, ONNX-only right), the samples that flipped listed."""
+    cases = [c for c in run.cases if c.task is not None]
+    if not cases:
+        return ""
+    out = ['<section id="tasks"><h2>Task metrics</h2><table><tr><th>case</th><th>metric</th>'
+           "<th>eager</th><th>onnx</th><th>Δ (interval)</th><th>eager-only / onnx-only right"
+           "</th><th>verdict</th></tr>"]
+    details = []
+    for c in cases:
+        t = c.task
+        assert t is not None
+        disc = f"{t.eager_only} / {t.onnx_only} (McNemar p={t.p_value:.2g})" \
+            if t.p_value is not None else "—"
+        out.append(f"<tr><td><code>{esc(c.id)}</code></td><td>{esc(t.metric)}</td>"
+                   f"<td>{t.eager:.4g}</td><td>{t.onnx:.4g}</td><td>{t.delta:+.3g} "
+                   f"({t.low:+.3g} to {t.high:+.3g}, {t.level:.0%})</td><td>{esc(disc)}</td>"
+                   f'<td style="color:{colour(c.outcome)}"><b>{esc(t.verdict)}</b></td></tr>')
+        if t.flips:
+            top = max(max(f.eager_only, f.onnx_only) for f in t.flips) or 1
+            bars = "".join(
+                f'<text x="0" y="{14 + 16 * i}" class="t">class {f.label}</text>'
+                f'<rect x="60" y="{5 + 16 * i}" width="{120 * f.eager_only / top:.1f}" '
+                f'height="6" fill="#c63"><title>eager right, ONNX wrong: {f.eager_only}'
+                f'</title></rect><rect x="60" y="{11 + 16 * i}" '
+                f'width="{120 * f.onnx_only / top:.1f}" height="6" fill="#6a8"><title>ONNX '
+                f"right, eager wrong: {f.onnx_only}</title></rect>"
+                for i, f in enumerate(t.flips[:20]))
+            chart = _svg(bars, f"flips per class of {c.id}", width=200,
+                         height=16 * min(len(t.flips), 20) + 8)
+            ids = ", ".join(str(i) for i in t.flipped[:100])
+            details.append(f"<h3><code>{esc(c.id)}</code>: flips per true class</h3>"
+                           f'<p class="legend"><span style="color:#c63">eager right, ONNX '
+                           f'wrong</span> · <span style="color:#6a8">ONNX right, eager '
+                           f"wrong</span></p>{chart}<p>{esc(t.summary)}</p>"
+                           f"<p>flipped samples: {esc(ids)}</p>")
+    out.append("</table>")
+    return "".join([*out, *details, "</section>"])
+
+
 def _findings(run: RunResult) -> str:
     if not run.findings:
         return ""
@@ -549,7 +590,8 @@ def render(run: RunResult, where: Located | None = None) -> str:
     decision = decision_of(run)
     body = "".join([_verdict(run, views), _causes(run, views, anchors),
                     _grid(run, views, anchors, decision),
-                    _module_table(views, where, decision), _performance(run, decision),
+                    _module_table(views, where, decision), _tasks(run),
+                    _performance(run, decision),
                     _failures(views, anchors),
                     _generation(run), _findings(run), _run_details(run)])
     # The whole page once more: no bidi override or line separator from any text reaches

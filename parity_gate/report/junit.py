@@ -102,6 +102,13 @@ def to_xml(run: RunResult, where: Located | None = None) -> bytes:
         for key, value in sorted(run.versions.items()):
             if isinstance(value, (str, int, float)):
                 ET.SubElement(props, "property", name=key, value=str(value))
+        for case in cases:  # task metrics as properties a dashboard can chart
+            if case.task is not None:
+                for name in ("eager", "onnx", "delta", "low", "high"):
+                    ET.SubElement(props, "property", name=f"task.{case.key.junit_name}.{name}",
+                                  value=f"{getattr(case.task, name):.6g}")
+                ET.SubElement(props, "property", name=f"task.{case.key.junit_name}.verdict",
+                              value=case.task.verdict)
         line = where.line(module)
         for case in cases:
             tc = ET.SubElement(suite, "testcase", classname=module, name=case.key.junit_name,

@@ -210,6 +210,42 @@ def _module_table(views: list[ModuleView], decision: GateDecision, cap: int) -> 
     return text
 
 
+def task_table(run: RunResult) -> str:
+    """Task metrics beside the tensor checks: per task case, both sides' metric, the
+    paired delta with its interval, the discordant samples and the verdict; and whether
+    the same module's tensors matched, since a model whose tensors differ while its task
+    holds (float16, quantized) is judged by this table."""
+    cases = [c for c in run.cases if c.task is not None]
+    if not cases:
+        return ""
+    rows = ["### Task metrics", "",
+            "| case | metric | eager | onnx | Δ (interval) | discordant | tensors | verdict |",
+            "|---|---|---|---|---|---|---|---|"]
+    for c in cases[:CASE_ROWS]:
+        t = c.task
+        assert t is not None
+        unit = " pt" if t.metric in ("top1", "topk", "f1_macro", "f1_micro") else ""
+        tensors = [o for o in run.cases if o.task is None and o.key.module == c.key.module
+                   and o.key.dtype == c.key.dtype and o.key.provider == c.key.provider
+                   and o.outcome is not Outcome.SKIPPED]
+        bad = [o for o in tensors if o.failed]
+        said = "—" if not tensors else f"{len(bad)}/{len(tensors)} fail" if bad else "match"
+        if bad and t.verdict == "pass":
+            said += " (the task holds)"
+        disc = (f"{t.eager_only} / {t.onnx_only} (p={t.p_value:.2g})"
+                if t.p_value is not None else "—")
+        verdict = {"pass": "pass", "drop": "**drop**", "inconclusive": "**inconclusive**"}
+        rows.append(f"| {md_code(c.id)} | {md_text(t.metric)} | {t.eager:.4g} | {t.onnx:.4g} | "
+                    f"{t.delta:+.3g}{unit} ({t.low:+.3g} to {t.high:+.3g}, "
+                    f"{t.level:.0%}) | {disc} | {md_text(said)} | "
+                    f"{verdict.get(t.verdict, t.verdict)} (budget {t.budget:g}{unit}) |")
+    notes = [f"- {md_code(c.id)}: {md_cell(c.task.summary, 400)}"
+             + (f"; flipped samples: {', '.join(str(i) for i in c.task.flipped[:30])}"
+                + (" …" if len(c.task.flipped) > 30 else "") if c.task.flipped else "")
+             for c in cases[:CASE_ROWS] if c.task is not None and c.task.verdict != "pass"]
+    return "\n".join([*rows, "", *notes, ""]) + "\n"
+
+
 def _time_cell(lat: Latency | None) -> str:
     """The module's time ratio where it was measured well enough to read, else why not."""
     return perf.ratio_text(lat) if lat is None or lat.stable else "not stable"
@@ -565,7 +601,7 @@ def render(run: RunResult, limit: int = STEP_SUMMARY_LIMIT, run_url: str | None 
     def essential(cap: int) -> list[str]:
         return [headline(run, views) + "\n", _verdict(run) + "\n",
                 _causes(run, views, decision, run_url),
-                _module_table(views, decision, cap), _gate_sections(decision),
+                _module_table(views, decision, cap), task_table(run), _gate_sections(decision),
                 _delta_section(decision.compare_to), perf.markdown(run, run.gate),
                 bisect_md.markdown(run.bisect)]  # `parity-gate bisect`: which version broke it
 
