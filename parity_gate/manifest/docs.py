@@ -28,6 +28,7 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("`modules[].outputs[]`", m.OutputSpec),
     ("`modules[].cache`", m.CacheSpec),
     ("`modules[].generation`", m.GenerationSpec),
+    ("`modules[].task`", m.TaskSpec),
     ("`modules[].detections`", m.DetectionSpec),
     ("`export`", m.ExportSettings),
     ("`performance`", m.PerformanceSettings),
