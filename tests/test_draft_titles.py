@@ -37,7 +37,29 @@ def test_a_keyword_the_repro_fails_without_is_not_named_as_the_trigger() -> None
                                                  "computes [('node_Celu_1', 'float32')]"})
     assert drafts.title(celu, None, printed, needless=["alpha"]) == \
         "[torchlib] celu computes float64 in float32"
-    assert drafts.title(celu, None, printed).endswith("in float32 with alpha")
+    # a keyword by its name alone is no trigger a reader can act on: no dangling "with alpha"
+    assert drafts.title(celu, None, printed) == "[torchlib] celu computes float64 in float32"
+    gelu = _sig("torch.nn.functional.gelu", Symptom.LOW_PRECISION, ["float64"], ["normal"],
+                ["approximate='tanh'"])
+    assert drafts.title(gelu, None, printed).endswith("in float32 with approximate=tanh")
+    assert drafts.title(gelu, None, printed, needless=["approximate"]).endswith("float32")
+
+
+def test_no_title_ends_in_a_dangling_keyword_name() -> None:
+    """"with reduce", "with attn_mask": a keyword named without its value is left to the
+    body; a value every call passes is the trigger ("with reduce=mean")."""
+    run = make_run(
+        op_case("scatter_reduce.mean", "aten.scatter_reduce.two", cls="normal",
+                call="torch.scatter_reduce(x, 0, i, s, reduce='mean', include_self=False)",
+                example=("1.0", "2.0")),
+        op_case("sdpa.mask", "aten._scaled_dot_product_flash_attention.default",
+                cls="normal", call="F.scaled_dot_product_attention(q, k, v, attn_mask=m)",
+                example=("1.0", "2.0")))
+    found = signatures.group(run)
+    titles = [drafts.title(c.lead, c, None) for c in causes.group(found)]
+    assert titles[0].endswith("with reduce=mean"), titles
+    assert not any(t.endswith(("with include_self", "with attn_mask", "with reduce"))
+                   for t in titles), titles
 
 
 def test_a_value_title_names_the_notable_input_and_the_one_dtype() -> None:

@@ -26,7 +26,7 @@ from parity_gate.model.upstream import (
     UpstreamMatch,
     UpstreamReport,
 )
-from parity_gate.ops import signatures
+from parity_gate.ops import causes, signatures
 
 TOKEN = "ghp_UPSTREAMsecret9876543210zyxwvuZYXWVU"
 ONNXSCRIPT, PYTORCH = "microsoft/onnxscript", "pytorch/pytorch"
@@ -133,18 +133,20 @@ def test_symptom_of(example: tuple[str, str], outcome: Outcome, symptom: Symptom
                                          example=example)) is symptom
 
 
-def test_queries_carry_the_op_and_the_symptom() -> None:
+def test_queries_name_the_code_in_its_owners_words_and_the_trigger() -> None:
     run = make_run(op_case("atan2", "aten.atan2.default", example=("nan", "0.0")),
                    op_case("atan2", "aten.atan2.default", Outcome.NO_KERNEL, "float64",
                            reason=NO_KERNEL))
-    found = {s.symptom: s for s, _ in signatures.group(run)}
+    found = {c.lead.symptom: c for c in causes.group(signatures.group(run))}
     kernel, nan = found[Symptom.MISSING_KERNEL], found[Symptom.NAN_DROPPED]
-    # one search per defect: issues and pull requests of every place it may be filed
-    assert [q for _, _, q in upstream.queries(nan)] == [
-        "repo:microsoft/onnxscript repo:pytorch/pytorch atan2 (nan OR fix OR implement OR add)"]
-    assert [q for _, _, q in upstream.queries(kernel)] == [
-        "repo:microsoft/onnxruntime repo:microsoft/onnxscript Atan (not_implemented OR "
-        "implementation OR kernel OR fix OR implement OR add)"]
+    # one search per defect, open and closed, issues and pull requests of every place it
+    # may be filed: the torchlib function and the trigger (a NaN input) or a change to it
+    assert [q for _, _, q in upstream.cause_queries(nan)] == [
+        "repo:microsoft/onnxscript repo:pytorch/pytorch (atan2 OR aten_atan2) "
+        "(nan OR fix OR implement OR add)"]
+    # a dtype gap: the node and its dtype
+    assert [q for _, _, q in upstream.cause_queries(kernel)] == [
+        "repo:microsoft/onnxruntime repo:microsoft/onnxscript (float64 OR double)"]
 
 
 # Near misses for `torch.mean` returning a number where eager returns NaN (the mean over an

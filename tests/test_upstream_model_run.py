@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -123,16 +124,28 @@ def test_each_localised_failure_is_a_signature_searched_and_shown_beside_its_cas
 
     draft = Path(float_r.draft)
     text = draft.read_text(encoding="utf-8")
-    # the title quotes what the node repro prints for its worst element
+    # the title quotes what the repro prints for its worst element (special values, not the
+    # model's data) and names the option by its kind, never a dangling "with attn_mask"
     assert text.splitlines()[1] == ("# [torchlib] scaled_dot_product_attention returns NaN "
-                                    "instead of 0 with attn_mask")
-    attached = draft.with_suffix(".repro")
-    assert (attached / "repro.py").read_text(encoding="utf-8") in text  # the node repro
-    assert "attn\\_mask: float32 tensor" in text and "eager np.float32(0.0) onnxruntime " \
-        "np.float32(nan)" in text
-    again = subprocess.run([sys.executable, "repro.py"], cwd=attached, capture_output=True,
+                                    "instead of 0 with a float32 attn_mask")
+    # the repro stands alone: torchlib's defect as the one eager call in a module, its
+    # arguments written out and renamed; no file attached, no case id or tool name
+    assert not draft.with_suffix(".repro").exists()
+    script = text.split("```python\n", 1)[1].split("```", 1)[0]
+    assert "return torch.ops.aten.scaled_dot_product_attention.default(x0, x0, x0, x1)" \
+        in script and "np.load" not in script and "mask" not in script
+    assert len(script.splitlines()) <= 30
+    visible = re.sub(r"<!--.*?-->", "", text)  # the fingerprint is an HTML comment
+    assert not any(w in visible for w in ("float_mask_row", "parity-gate", "parity_gate",
+                                          "b2/cpu")), visible
+    assert "attn\\_mask: float32 tensor" in text
+    alone = draft.parent / "alone"
+    alone.mkdir()
+    (alone / "repro.py").write_text(script, encoding="utf-8")
+    again = subprocess.run([sys.executable, "repro.py"], cwd=alone, capture_output=True,
                            text=True, timeout=300, check=False)
-    assert again.returncode == 1 and "onnxruntime np.float32(nan)" in again.stdout
+    assert again.returncode == 1 and "AssertionError" in again.stderr
+    assert "| onnxruntime: nan" in again.stdout and "| onnxruntime: nan" in text
 
     summary = cause_items((run_copy / "summary.md").read_text(encoding="utf-8"))
     posted = cause_items(comment.body(run, "k", None, {}))

@@ -12,6 +12,7 @@ neutraliser (model.text) on its way in; the fingerprint is an HTML comment.
 
 from __future__ import annotations
 
+import ast
 import platform
 import re
 from collections.abc import Mapping, Sequence
@@ -125,7 +126,8 @@ def _dtypes_of(sig: Signature, cause: causes.Cause | None) -> list[str]:
 
 
 def trigger_words(sig: Signature, cause: causes.Cause | None, example: Example | None,
-                  needless: Sequence[str] = ()) -> list[str]:
+                  needless: Sequence[str] = (), kinds: Mapping[str, str] | None = None
+                  ) -> list[str]:
     """What it takes to show the defect, as a title says it: the input class ("on an empty
     input"), the notable input value, the one dtype a value defect shows on or the dtypes
     an error alone shows on ("on bfloat16"), the keyword arguments every call of it
@@ -146,9 +148,49 @@ def trigger_words(sig: Signature, cause: causes.Cause | None, example: Example |
         ["integer inputs"] if phrase and cause is not None and len(dtypes) > 1 \
         and all(d.startswith(("int", "uint")) for d in dtypes) else []
     words.append(f"on {_and(on)}" if on else "")
-    args = [a for a in (cause.args if cause is not None else [a.split("=")[0] for a in sig.args])
-            if a not in needless]
-    return [w for w in (*words, f"with {', '.join(args)}" if args else "") if w]
+    return [w for w in (*words, _with(sig, cause, needless, kinds)) if w]
+
+
+def _with(sig: Signature, cause: causes.Cause | None, needless: Sequence[str],
+          kinds: Mapping[str, str] | None = None) -> str:
+    """The keyword arguments a title names as the trigger, each as a reader can act on it:
+    a string every call passes with its value (`with reduce=mean`), a tensor option with
+    its kind (`with a float32 attn_mask`, `kinds`), any other by name; a string argument
+    whose value differs between the calls ("with reduce" alone) is left to the body, and
+    one the repro fails without (`needless`) is no trigger."""
+    names = set(cause.args) if cause is not None else {a.split("=")[0] for a in sig.args}
+    members = [s for s, _ in cause.members] if cause is not None else [sig]
+    valued = {a.split("=")[0] for s in members for a in s.args if "=" in a}
+    shared = set.intersection(*({a for a in s.args if "=" in a} for s in members))
+    said = []
+    for arg in sig.args:
+        name = arg.split("=")[0]
+        if name not in names or name in needless or (name in valued and arg not in shared):
+            continue
+        kind = (kinds or {}).get(name, "")
+        if kind.endswith(" tensor"):
+            said.append(f"a {kind.removesuffix(' tensor')} {name}")
+        elif "=" in arg or _numeric(name, [c for s in members for c in s.calls]):
+            said.append(arg)  # a flag or a tensor by its name alone says nothing
+    return f"with {', '.join(said)}" if said else ""
+
+
+def _numeric(name: str, calls: Sequence[str]) -> bool:
+    """Whether a call passes `name` a number (`divisor_override=3`, `alpha=0.5`): then its
+    name alone is the trigger; a flag (`include_self=False`) or a tensor (`attn_mask=m`)
+    is not one by name."""
+    for call in calls:
+        try:
+            tree = ast.parse(call, mode="eval")
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.keyword) and node.arg == name:
+                value = node.value.operand if isinstance(node.value, ast.UnaryOp) \
+                    else node.value
+                if isinstance(value, ast.Constant) and type(value.value) in (int, float):
+                    return True
+    return False
 
 
 def _and(words: Sequence[str]) -> str:
@@ -168,7 +210,7 @@ def raised_title(sig: Signature, cause: causes.Cause | None, status: str) -> str
 
 def title(sig: Signature, cause: causes.Cause | None = None,
           example: Example | None = None, ignored: Sequence[str] = (), status: str = "",
-          needless: Sequence[str] = ()) -> str:
+          needless: Sequence[str] = (), kinds: Mapping[str, str] | None = None) -> str:
     """A title as a user writes it, raw text to paste: the repository's prefix (onnxscript
     `[torchlib]`, pytorch `[ONNX]`), the op the user calls, the symptom with the values
     seen, and the trigger ("on an empty input", "with divisor_override"); a keyword
@@ -190,11 +232,14 @@ def title(sig: Signature, cause: causes.Cause | None = None,
         what = info.phrase.format(**_values(example)) \
             if info.phrase and example is not None and \
             (typed or causes.family(sig.symptom) != "types") else info.title
-        words = trigger_words(sig, cause, example, needless)
+        words = trigger_words(sig, cause, example, needless, kinds)
         if ignored:  # the values stay in the body
             what = f"ignores {' and '.join(ignored)}"
             words = [w for w in words if not w.startswith("with ")]
-        text = " ".join([sig.op_name, what, *words])
+        # a kernel's wrong value is its ONNX op's, as ONNX Runtime's reports name it
+        named = sig.kernel.split("(")[0].split(" ")[0] if sig.owner is Owner.KERNEL \
+            and sig.kernel and sig.kernel[:1].isupper() else sig.op_name
+        text = " ".join([named, what, *words])
         if sig.owner is Owner.KERNEL:
             text = f"CPUExecutionProvider: {text}"
     return one_line(f"{sig.owner.route.prefix} {_plain(text)}".strip())[:TITLE_LIMIT]

@@ -11,11 +11,16 @@ report says why. Every value from the run passes the neutraliser on its way in.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from parity_gate.engine import sandbox
 from parity_gate.github import drafts
@@ -26,11 +31,16 @@ from parity_gate.model.localisation import Culprit
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.model.text import code_block, code_span, md_link, md_text, one_line
 from parity_gate.model.upstream import OpRef, Owner, Signature, UpstreamReport
+from parity_gate.ops import localised
 
 FILES = ("model.onnx", "inputs.npz", "args.npz", "expected.npz", "reference.npz", "case.json",
          "repro.py")
 CLASSES = {"normal": "ordinary values", "specials": "NaN or ±inf among them",
            "empty": "an empty tensor among them"}
+# An export failure's repro re-exports the user's model: searched and given a status, but a
+# report needs the failing call cut out of it, which only its owner can do.
+EXPORT_NOT_DRAFTED = ("an export failure's repro re-exports your model: reduce it to the "
+                      "failing call before filing")
 HOW_FOUND = ("Found by exporting a model with `torch.onnx.export(..., dynamo=True)`, "
              "comparing ONNX Runtime with eager, and localising the difference to the first "
              "node whose inputs agree with eager and whose output does not; its ONNX nodes "
@@ -51,15 +61,67 @@ def prepare(run: RunResult, reports: list[UpstreamReport],
             out.append(r)
             continue
         lead = cases[sig.key][0]
+        if lead.localisation is None or lead.localisation.culprit is None:
+            out.append(_replace(r, not_drafted=EXPORT_NOT_DRAFTED))
+            continue
         folder, output, why = _checked(lead, options.verify, options.results_dir)
-        if folder is None:
+        if folder is None or lead.localisation.culprit is None:
             out.append(_replace(r, not_drafted=why))
             continue
-        assert lead.localisation is not None and lead.localisation.culprit is not None
-        drafted[sig.key] = (sig.owner.route.repo, drafts.title(sig, example=printed(output)),
-                            body(sig, run, lead.localisation.culprit, folder, output, r))
+        culprit = lead.localisation.culprit
+        level = localised.optimizer_level(lead) if sig.owner is Owner.KERNEL else ""
+        # a translation or capture defect: the eager call as a module, exported; a kernel
+        # (or an optimizer) defect, or a call with no literal form: the ONNX nodes inline
+        script = (module_script(folder) if sig.owner is not Owner.KERNEL else None) \
+            or standalone(folder, level)
+        alone = ""
+        if script is not None and options.verify:
+            shows, alone = _verified(script)
+            script = script if shows else None
+        example = stable(printed_alone(alone) if script else printed(output))
+        drafted[sig.key] = (sig.owner.route.repo, title_of(sig, culprit, example, level),
+                            body(sig, run, culprit, folder, output, r, script, alone))
         out.append(r)
     return out, drafted
+
+
+def title_of(sig: Signature, culprit: Culprit, example: Example | None, level: str = "") -> str:
+    """The draft's title: the sweep's wording (`drafts.title`) with a tensor option named
+    by its kind ("with a float32 attn_mask"); a difference that needs an ORT optimization
+    level names ORT's optimizer and the level, not a kernel."""
+    if level and sig.owner is Owner.KERNEL:
+        op = sig.kernel.rsplit(": ", 1)[-1] if ": " in sig.kernel else sig.op_name
+        dtypes = f" on {', '.join(sig.dtypes)}" if sig.dtypes else ""
+        return one_line(f"CPUExecutionProvider: graph optimizations at {level} make {op} "
+                        f"{sig.symptom.info.title.replace('returns', 'return')}{dtypes} "
+                        "(correct with ORT_DISABLE_ALL)")[:drafts.TITLE_LIMIT]
+    return drafts.title(sig, example=example, kinds=culprit.options)
+
+
+_ALONE = re.compile(r"expected: (\S+) \| onnxruntime: (\S+)")
+
+
+def printed_alone(output: str) -> Example | None:
+    """The element a standalone script printed: "expected: 0.0 | onnxruntime: nan"."""
+    found = _ALONE.search(output)
+    return Example("o0", [], found.group(1), found.group(2)) if found else None
+
+
+def stable(example: Example | None) -> Example | None:
+    """An example a title may quote: both values special (NaN, ±inf), zero, a whole number
+    or a boolean; a value of the model's own data (-0.3896) is left to the body."""
+    def plain(text: str) -> bool:
+        if text in ("True", "False"):
+            return True
+        try:
+            v = float(text)
+        except ValueError:
+            return False
+        return v != v or v in (float("inf"), -float("inf")) or (v == int(v) and abs(v) <= 1e6)
+
+    if example is None or not (plain(example.eager) and plain(example.onnx)):
+        return None
+    return example
 
 
 # The node repro's line for its worst element: "worst at (0, 1): eager np.float32(0.0)
@@ -125,6 +187,204 @@ def repro_folder(recorded: str, results_dir: Path | None) -> Path | None:
     return None
 
 
+# What a standalone script may hold and still read as one: the culprit's nodes written out,
+# every array's values inline.
+MAX_NODES = 12
+MAX_ELEMENTS = 256
+_NP = {"float32": "np.float32", "float64": "np.float64", "float16": "np.float16",
+       "int64": "np.int64", "int32": "np.int32", "int16": "np.int16", "int8": "np.int8",
+       "uint8": "np.uint8", "bool": "np.bool_"}
+_LEVEL_ENUM = {"ORT_ENABLE_BASIC", "ORT_ENABLE_EXTENDED", "ORT_ENABLE_ALL"}
+
+
+def _num(x: object) -> str:
+    """One value as Python source: NaN and ±inf by numpy's names, -0.0 kept, a float in
+    the fewest digits that read back as its own dtype (-0.76779914, not 17 digits)."""
+    if isinstance(x, np.bool_ | bool):
+        return repr(bool(x))
+    if isinstance(x, np.integer):
+        return repr(int(x))
+    if isinstance(x, np.floating | float):
+        v = float(x)
+        return "np.nan" if v != v else "np.inf" if v == float("inf") else \
+            "-np.inf" if v == -float("inf") else repr(float(str(x)))
+    return repr(x)
+
+
+def _array(a: Any) -> str:
+    values = ", ".join(_num(v) for v in a.ravel())
+    shape = f".reshape({tuple(a.shape)!r})" if a.ndim != 1 else ""
+    return f"np.array([{values}], dtype={_NP[str(a.dtype)]}){shape}"
+
+
+def _attribute(attr: Any) -> str | None:
+    """An ONNX attribute as `helper.make_node` keyword source; None for one a script
+    cannot spell briefly (a subgraph, a sparse tensor)."""
+    import onnx
+    from onnx import numpy_helper
+
+    if attr.type == onnx.AttributeProto.TENSOR:
+        array = numpy_helper.to_array(attr.t)
+        if str(array.dtype) not in _NP or array.size > 16:
+            return None
+        return f"numpy_helper.from_array({_array(array)})"
+    if attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS,
+                     onnx.AttributeProto.SPARSE_TENSOR, onnx.AttributeProto.TENSORS):
+        return None
+    value = onnx.helper.get_attribute_value(attr)
+    if isinstance(value, bytes):
+        return repr(value.decode())
+    if isinstance(value, list):
+        return "[" + ", ".join(repr(v.decode()) if isinstance(v, bytes) else _num(v)
+                               for v in value) + "]"
+    return _num(value)
+
+
+def standalone(folder: Path, level: str = "") -> str | None:
+    """A script that stands alone: the culprit's ONNX nodes built inline with
+    `onnx.helper` (tensors renamed x0.., t0.., y: no name from the model), the values they
+    were fed and eager's output written out (deterministic: what showed the defect), run in
+    ONNX Runtime's CPUExecutionProvider at `level` ("": its default; an optimizer's defect:
+    the level it first shows at, beside the run with optimizations off), and an assertion
+    that fails where the defect shows. Needs numpy, onnx and onnxruntime only. None where
+    the cut cannot be written briefly (functions, subgraphs, more than MAX_NODES nodes or
+    MAX_ELEMENTS values, a dtype numpy lacks)."""
+    try:
+        import onnx
+        from onnx import numpy_helper
+    except ImportError:
+        return None
+    try:
+        model = onnx.load(str(folder / "model.onnx"))
+        with np.load(folder / "inputs.npz") as data:
+            feeds = {k: data[k] for k in data.files}
+        with np.load(folder / "expected.npz") as data:
+            expected = data[data.files[0]]
+    except (OSError, ValueError, onnx.onnx_cpp2py_export.checker.ValidationError):
+        return None
+    graph = model.graph
+    nodes = [n for n in graph.node]
+    arrays = [*feeds.values(), expected, *(numpy_helper.to_array(t) for t in graph.initializer)]
+    if model.functions or len(nodes) > MAX_NODES or not graph.output \
+            or sum(a.size for a in arrays) > MAX_ELEMENTS \
+            or any(str(a.dtype) not in _NP for a in arrays):
+        return None
+    inputs = [i.name for i in graph.input if i.name in feeds]
+    names = {n: f"x{i}" for i, n in enumerate(inputs)}
+    names |= {t.name: f"c{i}" for i, t in enumerate(graph.initializer)}
+    out = graph.output[0].name
+    made: list[str] = []
+    for node in nodes:
+        for o in node.output:
+            if o and o not in names:
+                names[o] = "y" if o == out else f"t{len(names)}"
+        attrs = []
+        for a in node.attribute:
+            text = _attribute(a)
+            if text is None:
+                return None
+            attrs.append(f", {a.name}={text}")
+        domain = f", domain={node.domain!r}" if node.domain else ""
+        made.append(f"    helper.make_node({node.op_type!r}, "
+                    f"{[names.get(i, '') for i in node.input]!r}, "
+                    f"{[names[o] if o else '' for o in node.output]!r}{''.join(attrs)}"
+                    f"{domain}),")
+    if out not in names or any(i and i not in names for n in nodes for i in n.input):
+        return None
+    opsets = ", ".join(f"helper.make_opsetid({o.domain!r}, {o.version})"
+                       for o in model.opset_import)
+    elem = {i.name: i.type.tensor_type.elem_type for i in graph.input}
+    declared = ", ".join(f"helper.make_tensor_value_info({names[n]!r}, {elem.get(n, 1)}, "
+                         f"{list(feeds[n].shape)!r})" for n in inputs)
+    consts = "".join(f"\n    numpy_helper.from_array({_array(numpy_helper.to_array(t))}, "
+                     f"{names[t.name]!r})," for t in graph.initializer)
+    fed = ", ".join(f"{names[n]!r}: {_array(feeds[n])}" for n in inputs)
+    optimized = f"ort.GraphOptimizationLevel.{level}" if level in _LEVEL_ENUM else ""
+    run = ("def run(level):\n    options = ort.SessionOptions()\n"
+           "    options.graph_optimization_level = level\n"
+           "    return ort.InferenceSession(model.SerializeToString(), options, providers=["
+           "'CPUExecutionProvider']).run(None, feeds)[0]\n\n\n"
+           "off = run(ort.GraphOptimizationLevel.ORT_DISABLE_ALL)\n"
+           f"got = run({optimized})\n" if optimized else
+           "got = ort.InferenceSession(model.SerializeToString(), providers=["
+           "'CPUExecutionProvider']).run(None, feeds)[0]\n")
+    shown = ("print('optimizations off:', off.ravel()[i], '| on:', got.ravel()[i])\n"
+             if optimized else "")
+    return (
+        "import numpy as np\nimport onnxruntime as ort\nfrom onnx import helper, numpy_helper"
+        "\n\nnodes = [\n" + "\n".join(made) + "\n]\n"
+        f"graph = helper.make_graph(nodes, 'repro', [{declared}], "
+        f"[helper.make_tensor_value_info('y', {graph.output[0].type.tensor_type.elem_type}, "
+        f"None)], [{consts}])\n"
+        f"model = helper.make_model(graph, opset_imports=[{opsets}])\n"
+        f"feeds = {{{fed}}}\n"
+        f"expected = {_array(expected)}  # what eager (PyTorch) returns\n"
+        f"{run}"
+        "bad = ~np.isclose(got, expected, rtol=1e-3, atol=1e-5, equal_nan=True)\n"
+        "i = int(np.argmax(bad.ravel())) if bad.any() else 0\n"
+        "print('expected:', expected.ravel()[i], '| onnxruntime:', got.ravel()[i])\n"
+        f"{shown}"
+        "assert not bad.any(), 'ONNX Runtime differs from eager'\n")
+
+
+_ARG = re.compile(r"A\['([^']+)'\]")
+_CHECK = (
+    "bad = ~np.isclose(got, expected, rtol=1e-3, atol=1e-5, equal_nan=True)\n"
+    "i = int(np.argmax(bad.ravel())) if bad.any() else 0\n"
+    "print('expected:', expected.ravel()[i], '| onnxruntime:', got.ravel()[i])\n")
+
+
+def module_script(folder: Path) -> str | None:
+    """A script that stands alone for a translation's or capture's defect: a one-line
+    module making the culprit's eager call (`torch.ops.aten...`, arguments renamed x0..:
+    no name from the model), its arguments written out, exported with
+    `torch.onnx.export(..., dynamo=True)`, run in ONNX Runtime and compared with eager; the
+    assertion fails where the defect shows. None without a literal call, or arguments too
+    large to write out (MAX_ELEMENTS) or of a dtype numpy lacks."""
+    try:
+        meta = json.loads((folder / "case.json").read_text(encoding="utf-8"))
+        with np.load(folder / "args.npz") as data:
+            args = {k: data[k] for k in data.files}
+    except (OSError, ValueError):
+        return None
+    call = str(meta.get("call") or "")
+    used = list(dict.fromkeys(_ARG.findall(call)))
+    if not call.startswith("torch.ops.") or not used or any(u not in args for u in used) \
+            or sum(args[u].size for u in used) > MAX_ELEMENTS \
+            or any(str(args[u].dtype) not in _NP for u in used):
+        return None
+    names = {u: f"x{i}" for i, u in enumerate(used)}
+    body = _ARG.sub(lambda m: names[m.group(1)], call)
+    params = ", ".join(names.values())
+    values = "".join(f"\n    torch.from_numpy({_array(args[u])})," for u in used)
+    return (
+        "import numpy as np\nimport onnxruntime as ort\nimport torch\n\n\n"
+        "class M(torch.nn.Module):\n"
+        f"    def forward(self, {params}):\n        return {body}\n\n\n"
+        f"A = ({values}\n)\n"
+        "expected = M()(*A).numpy()\n"
+        "program = torch.onnx.export(M().eval(), A, dynamo=True)\n"
+        "session = ort.InferenceSession(program.model_proto.SerializeToString(), "
+        "providers=['CPUExecutionProvider'])\n"
+        f"feeds = dict(zip({list(names.values())!r}, (a.numpy() for a in A)))\n"
+        "got = session.run(None, {i.name: feeds[i.name] for i in session.get_inputs()})[0]\n"
+        + _CHECK + "assert not bad.any(), 'ONNX Runtime differs from eager'\n")
+
+
+def _verified(script: str) -> tuple[bool, str]:
+    """Run a standalone script as a reader would, in an empty folder, in the sandbox with
+    no credential: (whether it failed with the assertion, what it printed)."""
+    with tempfile.TemporaryDirectory(prefix="parity-gate-standalone-") as where:
+        (Path(where) / "repro.py").write_text(script, encoding="utf-8")
+        done = sandbox.run([sys.executable, "repro.py"], Path(where), 120, None, stdout=True)
+    printed = done.stderr.strip()
+    # what a reader needs of it: the values it printed and the assertion, not the
+    # exporter's progress lines and warnings
+    shown = "\n".join(line for line in printed.splitlines()
+                      if line.startswith(("expected:", "optimizations off:", "AssertionError")))
+    return done.returncode == 1 and "AssertionError" in printed, shown
+
+
 def _what(sig: Signature, culprit: Culprit) -> str:
     op = sig.user_op or sig.overload
     options = ", ".join(f"{k}: {v}" for k, v in culprit.options.items())
@@ -140,15 +400,27 @@ def _what(sig: Signature, culprit: Culprit) -> str:
             + f" Affected dtypes: {md_text(', '.join(sig.dtypes))}.")
 
 
+# Said by a draft whose repro needs the node repro's files beside it (`attach` copies them).
+ATTACHED = "exits 1 when it reproduces"
+
+
 def body(sig: Signature, run: RunResult, culprit: Culprit, folder: Path, output: str,
-         report: UpstreamReport) -> str:
-    """The report: what, the repro (its script; the folder is attached), expected vs
-    actual with the repro's output, the nodes, whose code, versions, related."""
-    files = ", ".join(code_span(f) for f in FILES if (folder / f).is_file() and f != "repro.py")
-    repro = (f"The ONNX nodes {code_span(culprit.aten)} became, cut out of the exported model "
-             f"and fed the values they saw, beside the one eager call (attached: {files}). "
-             f"{code_span('python repro.py')} exits 1 when it reproduces.\n\n"
-             f"{code_block((folder / 'repro.py').read_text(encoding='utf-8'), 'python')}")
+         report: UpstreamReport, script: str | None = None, alone: str = "") -> str:
+    """The report: what, the repro (a standalone script where one could be written and
+    verified; else the node repro's, its folder attached), expected vs actual with the
+    repro's output, the nodes, whose code, versions, related."""
+    if script is not None:
+        repro = (f"The ONNX nodes {code_span(culprit.aten)} became, built inline and fed the "
+                 "values they saw; it needs numpy, onnx and onnxruntime only and fails its "
+                 f"assertion where the defect shows.\n\n{code_block(script, 'python')}")
+        output = alone
+    else:
+        files = ", ".join(code_span(f) for f in FILES
+                          if (folder / f).is_file() and f != "repro.py")
+        repro = (f"The ONNX nodes {code_span(culprit.aten)} became, cut out of the exported "
+                 f"model and fed the values they saw, beside the one eager call (attached: "
+                 f"{files}). {code_span('python repro.py')} {ATTACHED}.\n\n"
+                 f"{code_block((folder / 'repro.py').read_text(encoding='utf-8'), 'python')}")
     actual = (f"Expected: ONNX Runtime returns what eager returns; actual: it "
               f"{md_text(sig.symptom.info.title)}.\n\nOutput of the repro:\n\n"
               f"{code_block(output or '(not run)')}")
@@ -179,8 +451,9 @@ def attach(reports: list[UpstreamReport], found: list[tuple[Signature, list[Case
         sig = r.signature
         lead = leads.get(sig.key) if sig is not None else None
         loc = lead.localisation if lead is not None else None
-        if r.draft is None or loc is None or not loc.node_repro:
-            continue
+        if r.draft is None or loc is None or not loc.node_repro \
+                or ATTACHED not in Path(r.draft).read_text(encoding="utf-8"):
+            continue  # a standalone repro needs no file beside it
         folder = repro_folder(loc.node_repro, results_dir)
         if folder is None:
             continue

@@ -32,7 +32,6 @@ from parity_gate.model.text import code_span, github_url, md_cell, md_link
 from parity_gate.model.upstream import (
     OPPOSITE,
     ROUTES,
-    TRIGGER_PHRASE,
     TRIGGER_WORDS,
     MatchKind,
     OpRef,
@@ -97,45 +96,183 @@ def own_fingerprint(text: str) -> str | None:
 # ---- searching
 
 
-def op_terms(sig: Signature) -> list[str]:
-    """How reports name the op: its name, a name of several words also as plain words
-    ("take along dim"), and `aten::name` (the exporter's spelling)."""
+def kernel_op(sig: Signature) -> str:
+    """The ONNX op a kernel defect is in, as ONNX Runtime's reports name it: `Atan` of
+    "Atan(7)", `ReduceMax` of "ReduceMax on CPUExecutionProvider"; "" for an optimizer's
+    defect or none."""
+    if sig.owner is not Owner.KERNEL or not sig.kernel or sig.kernel.startswith(OPTIMIZER):
+        return ""
+    return sig.kernel.split("(")[0].split(" ")[0]
+
+
+def op_terms(sig: Signature, function: str = "") -> list[str]:
+    """How the owner's reports name the defect's code, most specific first: a kernel by its
+    ONNX op (then the op users call); a translation by the op, its torchlib function
+    (`aten_mean`, the cause's `function`) and `aten::name`; a capture by the op and
+    `aten::name`; a name of several words also as plain words ("take along dim")."""
     name = sig.op_name
-    if sig.symptom is Symptom.MISSING_KERNEL and sig.kernel:
-        return [sig.kernel.split("(")[0]]
-    out = [name]
-    if "_" in name.strip("_"):
+    kernel = kernel_op(sig)
+    if sig.symptom is Symptom.MISSING_KERNEL and kernel:
+        return [kernel]
+    out = [kernel] if kernel else []
+    out.append(name)
+    if sig.owner is Owner.TRANSLATION:
+        out.append(function if function.startswith("aten_") else
+                   sig.lowering or f"aten_{OpRef(sig.overload).name}")
+    if "_" in name.strip("_") and sig.owner is not Owner.TRANSLATION:
         out.append(f'"{name.strip("_").replace("_", " ")}"')
     if OpRef(sig.overload).name != name:
         out.append(f'"aten::{OpRef(sig.overload).name}"')
-    return out
+    return list(dict.fromkeys(out))
 
 
-# Words that find the pull requests about an op whatever they say of the symptom: the one
-# that introduced the behaviour ("Implement ...", "Add op ...") and the one that fixed it.
-CHANGE_WORDS = ("fix", "implement", "add")
 MAX_OPERATORS = 5  # GitHub's search takes at most five AND/OR/NOT operators
+# Words that find the pull requests about the code whatever they say of the trigger: the
+# one that introduced the behaviour ("Implement ...", "Add ...") and the one that fixed it.
+CHANGE_WORDS = ("fix", "implement", "add")
 # How reports name a dtype a node lacks (a dtype gap is searched by its dtype).
 DTYPE_TERMS = {"float64": ["float64", "double"], "float16": ["float16", "half"],
                "bfloat16": ["bfloat16", "bf16"], "float32": ["float32", "float"]}
+OPTIMIZER = localised.OPTIMIZER  # a `Signature.kernel` that is ORT's optimizer, not a kernel
+# Exception types that say nothing of the defect: an export error of one is searched by
+# its message's words.
+_GENERIC = frozenset({"Exception", "RuntimeError", "ValueError", "TypeError", "AssertionError",
+                      "KeyError", "IndexError", "AttributeError", "NotImplementedError",
+                      "Error", "UserError", "InternalTorchDynamoError", "TorchRuntimeError"})
+_WORDS = re.compile(r"[A-Za-z][A-Za-z_]+")
+# How a report names the special value a defect needs: (query terms, regexes).
+SPECIAL_TERMS = {
+    "NaN": (("nan",), (r"\bnan\b", r"not a number")),
+    "inf": (("inf", "infinity"), (r"\binf\b", r"infinity", r"\binfinite")),
+    "-0": (('"negative zero"', '"signed zero"', '"-0.0"'),
+           (r"negative zero", r"signed zero", r"sign of (the )?zero", r"(?<![\w.])-0(\.0)?\b")),
+}
+_NEEDS = {Symptom.NAN_DROPPED: "NaN", Symptom.SIGNED_ZERO_LOST: "-0", Symptom.INF_LOST: "inf"}
+_EMPTY = (("empty", "zero-size", '"size 0"'), tuple(TRIGGER_WORDS["empty"]))
+_DTYPE_SAID = re.compile(r"\b(b?float16|float(?:32|64)|bf16|fp16|fp64|half|double|u?int(?:8|16|32|"
+                         r"64))\b", re.IGNORECASE)
+_DTYPE_ALIAS = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp64": "float64",
+                "double": "float64"}
 
 
-def queries(sig: Signature, symptoms: Sequence[Symptom] = (), about: Sequence[str] = ()
+@dataclass(frozen=True)
+class Trigger:
+    """What a defect needs beyond its function, as its owner's reports say it: the words a
+    search ORs (`terms`), the regexes a report must match to be about it (`patterns`), the
+    string arguments every call passes (`values`, each a term of its own) and the dtypes
+    it shows on (a report about another dtype is another defect)."""
+
+    what: str = ""
+    terms: tuple[str, ...] = ()
+    patterns: tuple[str, ...] = ()
+    values: tuple[str, ...] = ()
+    dtypes: tuple[str, ...] = ()
+
+
+def _specials(cause: causes.Cause) -> list[str]:
+    """The special inputs a value defect needs: the one its symptom names (a NaN dropped
+    needs a NaN), else those the lead case's differing element was fed."""
+    sig = cause.lead
+    if sig.symptom in _NEEDS:
+        return [_NEEDS[sig.symptom]]
+    cases = cause.members[0][1]
+    example = cases[0].op.example if cases and cases[0].op is not None else None
+    seen: list[str] = []
+    for text in example.inputs.values() if example is not None else ():
+        try:
+            v = float(text)
+        except ValueError:
+            continue
+        said = "NaN" if v != v else "inf" if v in (float("inf"), -float("inf")) else \
+            "-0" if v == 0 and str(text).strip().startswith("-") else ""
+        if said and said not in seen:
+            seen.append(said)
+    return seen or ["NaN", "inf"]
+
+
+def trigger_of(cause: causes.Cause) -> Trigger:
+    """A cause's trigger in its owner's words: an empty input, the special value it needs
+    (NaN, inf, -0: not any special), the dtypes an error alone shows on (a dtype gap: its
+    dtype), and the string arguments every call passes (`reduce='mean'` → `mean`); a
+    keyword passed by name only is never a trigger a report must repeat."""
+    dtypes = tuple(dict.fromkeys(d for s, _ in cause.members for d in s.dtypes))
+    args = [set(a for a in s.args if "=" in a) for s, _ in cause.members]
+    values = tuple(sorted(a.split("=", 1)[1].strip("'\"") for a in set.intersection(*args))) \
+        if args and not cause.listing else ()
+    said = cause.trigger
+    if said == "empty":
+        return Trigger("an empty input", *_EMPTY, values, dtypes)
+    if said == "specials" and causes.family(cause.lead.symptom) == "values":
+        needs = _specials(cause)
+        terms = tuple(t for n in needs for t in SPECIAL_TERMS[n][0])
+        return Trigger(" or ".join(needs), terms[:3],
+                       tuple(p for n in needs for p in SPECIAL_TERMS[n][1]), values, dtypes)
+    named = [d for d in said.split(",") if d in TRIGGER_WORDS] if said else []
+    if named:
+        terms = tuple(t for d in named for t in DTYPE_TERMS.get(d, [d]))
+        return Trigger(", ".join(named), terms[:3],
+                       tuple(p for d in named for p in TRIGGER_WORDS[d]), values,
+                       tuple(named))
+    return Trigger("", (), (), values, dtypes)
+
+
+def export_terms(cause: causes.Cause) -> list[str]:
+    """How an exporter's report names a model's export failure: the op it stopped at, the
+    error's type where it says something (`GuardOnDataDependentSymNode`), and its message's
+    first words as a phrase (numbers, names and sizes left out); [] for no export error."""
+    cases = cause.members[0][1]
+    export = localised.exported(cases[0]) if cases else None
+    if export is None:
+        return []
+    words = _WORDS.findall(re.sub(r"'[^']*'|\"[^\"]*\"|`[^`]*`|\S*\d\S*", " ",
+                                  export.message))
+    phrase = " ".join(words[:6])
+    op = OpRef(export.op).name if export.op.startswith(localised.OP_NAMESPACES) else ""
+    kind = export.kind.rsplit(".", 1)[-1]
+    return [t for t in (op, kind if kind not in _GENERIC else "",
+                        f'"{phrase}"' if len(words) >= 3 else "") if t][:2]
+
+
+def cause_queries(cause: causes.Cause) -> list[tuple[str, str, str]]:
+    """The searches of one root cause: its lead's code in the owner's words, its function
+    and its trigger (a dtype gap: its dtype; an export error: its op, type and words)."""
+    about = DTYPE_TERMS.get(cause.trigger, [cause.trigger]) if cause.listing else \
+        export_terms(cause)
+    kernel = kernel_op(cause.lead)
+    if not about and kernel and cause.lead.symptom is not Symptom.MISSING_KERNEL:
+        # one kernel reached by several calls (max_pool1d..3d → MaxPool): a report names
+        # the ONNX op or any one of them
+        about = list(dict.fromkeys([kernel, *(s.op_name for s, _ in cause.members)]))[:3]
+    return queries(cause.lead, (), about, trigger_of(cause), cause.function)
+
+
+def _grouped(terms: Sequence[str]) -> str:
+    return f"({' OR '.join(terms)})" if len(terms) > 1 else terms[0]
+
+
+def queries(sig: Signature, symptoms: Sequence[Symptom] = (), about: Sequence[str] = (),
+            trigger: Trigger | None = None, function: str = ""
             ) -> list[tuple[str, str, str]]:
-    """(repos, kinds, q): one search per defect, issues and pull requests of every place
-    its owner's defects are filed at once: the op (or the words of `about`: a dtype gap's
-    dtype, whatever its node), and the symptom (any of the cause's `symptoms`) or a change
-    to it; within GitHub's limit of five operators."""
-    ops = list(about[:2]) or op_terms(sig)[:2]
-    kinds = list(dict.fromkeys((sig.symptom, *symptoms)))
-    said = dict.fromkeys(w.lower() for i in range(3) for s in kinds  # each symptom's first
-                         for w in s.info.words[i:i + 1])
-    room = MAX_OPERATORS - (len(ops) - 1) + 1 - len(CHANGE_WORDS)
-    words = [f'"{w}"' if " " in w else w for w in [*list(said)[:room], *CHANGE_WORDS]]
-    terms = (f"({' OR '.join(ops)})" if len(ops) > 1 else ops[0]) + \
-        f" ({' OR '.join(words)})"
+    """(repos, kinds, q): one search per defect, issues and pull requests, open and closed,
+    of every place its owner's defects are filed at once: the code in its owner's words
+    (`op_terms`; a dtype gap by its dtype, `about`) and the trigger (its words ORed, each
+    string argument a term), never a required symptom word: a report says "ReduceMax
+    ignores NaN" or "any is True for an empty tensor" in words no list foresees. Within
+    GitHub's limit of five operators. `symptoms` is kept for callers; it no longer narrows."""
+    del symptoms
+    trig = trigger or Trigger()
+    names = list(about[:3]) or op_terms(sig, function)[:3 if not trig.terms else 2]
+    room = min(MAX_OPERATORS + 1 - (len(names) - 1), 5)  # the terms one OR group holds
+    words = [] if (about and not kernel_op(sig)) or sig.symptom is Symptom.MISSING_KERNEL \
+        or not trig.terms else list(trig.terms[:room])
+    # a change to the code (the pull request that introduced it or fixed it) need not say
+    # the trigger: its words are alternatives to it, never a required symptom word
+    words += list(CHANGE_WORDS[:max(0, room - len(words))]) if words else []
+    parts = [_grouped(names), *([_grouped(words)] if words else []),
+             *(f'"{v}"' if " " in v else v for v in trig.values[:2] if v.isascii()
+               and re.fullmatch(r"[\w .-]+", v))]
     repos = [route.repo for route, _ in SEARCHED[sig.owner]]
-    return [(",".join(repos), "issue,pr", " ".join([*(f"repo:{r}" for r in repos), terms]))]
+    return [(",".join(repos), "issue,pr", " ".join([*(f"repo:{r}" for r in repos), *parts]))]
 
 
 def kind_of(item: Mapping[str, Any]) -> MatchKind:
@@ -186,55 +323,79 @@ def _also(cause: causes.Cause | None) -> list[str]:
             *(f".{o.op_name}(" for o in cause.also)]
 
 
-def _reading(sig: Signature, text: str, trigger: str) -> tuple[bool, bool, bool]:
-    """(symptom described, the opposite one described instead, trigger named): a NaN where
-    eager gives a number is not a number where eager gives NaN; a value defect that needs
-    an input class (an empty input) is that one only where the text says so."""
+def _reading(sig: Signature, text: str) -> tuple[bool, bool]:
+    """(symptom described, the opposite one described instead): a NaN where eager gives a
+    number is not a number where eager gives NaN."""
     info = sig.symptom.info
     symptom = _any(info.evidence, text)
     contrary = any(_any(other.info.says, text) for other in OPPOSITE.get(sig.symptom, ())) \
         and not (info.says and _any(info.says, text))
-    words = TRIGGER_WORDS.get(trigger)
-    return symptom and not contrary, contrary, words is None or _any(words, text)
+    return symptom and not contrary, contrary
+
+
+def same_trigger(trigger: Trigger, title: str, text: str) -> str:
+    """"" where a candidate describes the defect's trigger; else what it is about instead:
+    the trigger not named (a report of NaN is not one of -0.0), or a title about dtypes
+    the defect does not show on (a bfloat16 report is another defect)."""
+    if trigger.patterns and not _any(trigger.patterns, text):
+        return f"does not say {trigger.what}"
+    said = {_DTYPE_ALIAS.get(d.lower(), d.lower()) for d in _DTYPE_SAID.findall(title)}
+    if said and trigger.dtypes and not said & set(trigger.dtypes):
+        return f"about {', '.join(sorted(said))}, not {', '.join(trigger.dtypes)}"
+    missing = [v for v in trigger.values if not _said(v, text)]
+    return f"does not say {missing[0]}" if missing else ""
+
+
+def _kernel_named(op: str, text: str) -> bool:
+    """An ONNX op named as one: case kept, and a one-word name (`Add`, `Where`) only as an
+    op ("Add node", "Where(", "Where op"), never as an English word."""
+    if not op:
+        return False
+    if sum(c.isupper() for c in op) > 1:
+        return re.search(rf"(?<!\w){re.escape(op)}(?!\w)", text) is not None
+    return re.search(rf"(?<!\w){re.escape(op)}(?:\(| (?:op|node|kernel|operator)\b)",
+                     text) is not None
 
 
 def assess(sig: Signature, repo: str, item: Mapping[str, Any],
            installed: Mapping[str, str], now: datetime | None = None,
            cause: causes.Cause | None = None) -> UpstreamMatch | None:
-    """One candidate read against a signature: None when it is not about this op (or the
-    function or another call of its `cause`); else a match, confident only when it names the
-    op as code
-    or in plain words, describes the symptom (not the opposite one), names the trigger
-    (its input class and the arguments every call of the cause passes, `needs`), carries
-    the arguments that matter and is not a pull request that introduces the op; a
-    merged fix only when its release is newer than the installed one (`fixed_in`)."""
+    """One candidate read against a signature: None when it is not about this op (or its
+    ONNX op, the function or another call of its `cause`); else a match, confident only
+    when it names the code, describes the symptom (not the opposite one) on the same
+    trigger (`same_trigger`: the special value, the empty input, the dtypes, the string
+    arguments) and is not a pull request that introduces the op; a merged fix only when
+    its release is newer than the installed one (`fixed_in`). A merged change to the op
+    that fixes nothing is listed as what likely introduced it."""
     title, body = str(item.get("title") or ""), str(item.get("body") or "")
     text = f"{title}\n{body}"
     why: list[str] = []
-    trigger, needs = (cause.trigger, cause.args) if cause is not None else ("", [])
-    named = [n for n in _names(sig, _also(cause)) if _said(n, text)]
+    trig = trigger_of(cause) if cause is not None else Trigger()
+    said_as = [t.strip('"') for t in export_terms(cause)] if cause is not None else []
+    named = [n for n in [*_names(sig, _also(cause)), *said_as] if _said(n, text)]
+    if _kernel_named(kernel_op(sig), text):
+        named.insert(0, kernel_op(sig))
     if not named:
         return None
     why.append(f"names {named[0]}")
-    symptom, contrary, triggered = _reading(sig, text, trigger)
+    symptom, contrary = _reading(sig, text)
     if symptom:
         why.append(f"describes: {sig.symptom.info.title}")
     if contrary:
         said = next(o for o in OPPOSITE[sig.symptom] if _any(o.info.says, text))
         why.append(f"describes another symptom: {said.info.title}")
-    if not triggered:
-        why.append(f"not about {TRIGGER_PHRASE.get(trigger) or trigger} inputs")
+    other = same_trigger(trig, title, text)
+    if other:
+        why.append(f"another trigger: {other}")
     args = [a for a in sig.args if _said(a.split("=")[-1].strip("'\""), text)]
-    # a value the call passes (reduce='mean') must be there; a flag's name need not be
-    all_args = all(a in args for a in sig.args if "=" in a) and all(
-        _said(n, text) for n in needs)
     if sig.args and args:
         why.append(f"arguments {', '.join(args)}")
     kind = kind_of(item)
+    fixes = bool(_FIXES.search(text))
     introduces = bool(_INTRODUCES.search(title)) and not _FIXES.search(title)
-    confident = symptom and triggered and all_args and not introduces
+    confident = symptom and not other and not introduces
     if kind in (MatchKind.OPEN_PR, MatchKind.MERGED_PR, MatchKind.CLOSED_PR):
-        confident = confident and bool(_FIXES.search(text))
+        confident = confident and fixes
     fixed_in = None
     if kind is MatchKind.MERGED_PR and confident:
         fixed_in = _release(item, repo, installed)
@@ -243,8 +404,10 @@ def assess(sig: Signature, repo: str, item: Mapping[str, Any],
         confident = False  # closed unmerged: an attempt, not a fix
     if introduces:
         why.append("introduces the op (not a fix)")
+    if kind is MatchKind.MERGED_PR and (introduces or not fixes):
+        why.append("likely introduced by: a merged change to it that fixes nothing")
     score = 3.0 * len(named) ** 0.5 + 2.0 * symptom + len(args) + STATE_SCORE[kind] + \
-        _recency(item, now) - 3.0 * contrary
+        _recency(item, now) - 3.0 * contrary - 2.0 * bool(other)
     return UpstreamMatch(repo=repo, number=int(item["number"]), title=title,
                          url=str(item.get("html_url") or ""), kind=kind,
                          updated_at=str(item.get("updated_at") or ""),
@@ -293,11 +456,9 @@ def _search_cause(client: GitHubClient, cause: causes.Cause, installed: Mapping[
                   ) -> list[UpstreamMatch]:
     """Every candidate of one root cause, ranked: one search, each hit read against the
     cause's lead signature, its function and the other calls it shows in."""
-    sig = cause.lead
     readers = list({s.symptom: s for s, _ in reversed(cause.members)}.values())[::-1]
-    about = DTYPE_TERMS.get(cause.trigger, [cause.trigger]) if cause.listing else []
     matches: dict[tuple[str, int], UpstreamMatch] = {}
-    for repos, _kinds, q in queries(sig, [r.symptom for r in readers], about):
+    for repos, _kinds, q in cause_queries(cause):
         for item in client.search_issues(q).body.get("items") or []:
             repo = _repo_of(item, repos.split(",")[0])
             if not _in_scope(repo, item):

@@ -129,8 +129,10 @@ class SymptomInfo(Record):
 _VALUES = ["wrong", "different", "incorrect", "mismatch", "differ"]
 # How a report states which side has the NaN: "returns 0 instead of NaN" is a NaN
 # dropped; "returns NaN where eager gives 0" is one introduced (the opposite defect).
-_NAN_DROPPED = [r"instead of (a )?nan", r"(eager|torch|pytorch|expected)\W+(returns?|gives?|"
-                r"is|outputs?)?\W*nan\b", r"nan (is |gets? )?(dropped|lost|ignored|swallowed)",
+_NAN_DROPPED = [r"instead of (a )?nan", r"(eager|torch|pytorch|numpy|expected)\W+(returns?|"
+                r"gives?|is|outputs?)?\W*nan\b",
+                r"nan (is |gets? )?(dropped|lost|ignored|swallowed)",
+                r"(ignores?|ignoring|drops?|skips?) nans?\b",
                 r"(doesn't|does not|not|never) propagates? nan", r"nan propagation"]
 _NAN_INTRODUCED = [r"(returns?|returned|gives?|gave|produces?|outputs?|yields?|becomes?|"
                    r"results? in) (a |all )?nans?\b",
@@ -207,7 +209,9 @@ OPPOSITE = {Symptom.NAN_DROPPED: (Symptom.NAN_INTRODUCED,),
             Symptom.NAN_INTRODUCED: (Symptom.NAN_DROPPED,),
             Symptom.OVERFLOW_TO_INF: (Symptom.INF_LOST,),
             Symptom.INF_LOST: (Symptom.OVERFLOW_TO_INF,),
-            Symptom.WRONG_VALUES: _SPECIAL_VALUES}
+            Symptom.WRONG_VALUES: _SPECIAL_VALUES,
+            # a NaN or an inf from a narrow dtype's overflow is not a computation done narrow
+            Symptom.LOW_PRECISION: _SPECIAL_VALUES}
 # The words a report uses for the input class a value defect needs (its trigger).
 TRIGGER_WORDS = {"empty": [r"\bempty\b", r"zero[- ]size", r"size[- ]?0\b", r"0[- ]size",
                            r"numel\(\)\s*==\s*0", r"no elements", r"shape \(\w*,?\s*0"],
@@ -239,7 +243,9 @@ class Signature(Record):
     args: list[str] = field(default_factory=list)  # the keyword arguments that matter
     kernel: str = ""             # the ONNX node that lacks the dtype: "Cast(19)" (no kernel),
     #                              "Acos" (its type constraints exclude it); the node type
-    #                              whose kernel raised ("Pad"); else ""
+    #                              whose kernel raised or computes a wrong value ("Pad",
+    #                              "ReduceMax"); "graph optimizer at ORT_ENABLE_BASIC: Mul"
+    #                              (ORT's optimizer, not a kernel); else ""
     lowering: str = ""           # the torchlib function (filled where onnxscript is importable)
     lowering_at: str = ""        # its file:line in the installed package
     variants: list[str] = field(default_factory=list)

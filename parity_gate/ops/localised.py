@@ -22,6 +22,7 @@ import numpy as np
 from parity_gate.model.comparison import Verdict
 from parity_gate.model.localisation import Culprit
 from parity_gate.model.outcomes import Outcome
+from parity_gate.model.precision import ExportCause, ExportStage
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.model.upstream import Owner, Signature, Symptom
 from parity_gate.ops.records import user_op
@@ -32,6 +33,19 @@ from parity_gate.ops.signatures import CLASS_ORDER, DTYPE_ORDER, value_symptom
 OP_NAMESPACES = ("aten.", "prims.")
 # torch submodules whose functions ATen names with the submodule as prefix.
 _PREFIXED = ("special", "linalg", "fft")
+# Whose code an export failure is, by the step of `torch.onnx.export` it stopped in: a
+# capture or decomposition failure is torch's, a translation's torchlib's. A capture that
+# stops in the model's own line is the model's (`export_owner`): never filed upstream.
+EXPORT_OWNERS = {ExportStage.CAPTURE: Owner.CAPTURE, ExportStage.DECOMPOSE: Owner.CAPTURE,
+                 ExportStage.TORCHSCRIPT: Owner.CAPTURE,
+                 ExportStage.TRANSLATE: Owner.TRANSLATION}
+EXPORT_FAILURES = {Outcome.EXPORT_ERROR: Symptom.EXPORT_FAILS,
+                   Outcome.UNSUPPORTED_OP: Symptom.UNSUPPORTED}
+# An ONNX Runtime difference that first shows at one of its graph-optimization levels is
+# its optimizer's (a rewrite), not a kernel's: `Signature.kernel` says so in these words.
+OPTIMIZER = "graph optimizer"
+_LEVEL_NAMES = {"basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
+                "all": "ORT_ENABLE_ALL"}
 _BY_VERDICT = {Verdict.SHAPE: Symptom.WRONG_SHAPE, Verdict.DTYPE: Symptom.WRONG_DTYPE,
                Verdict.SIGNED_ZERO: Symptom.SIGNED_ZERO_LOST}
 
@@ -120,6 +134,51 @@ def input_class(node_repro: str | None) -> str:
     return ""
 
 
+def export_owner(case: CaseResult) -> Owner | None:
+    """Whose code a model's export failure is, by the step it stopped in (`EXPORT_OWNERS`):
+    no translation for an op is torchlib's; a capture that stopped in the model's own
+    frame is the model's (torch.export cannot trace that line: the report's owner too);
+    None for a step not known."""
+    cause = case.cause
+    if case.outcome is Outcome.UNSUPPORTED_OP:
+        return Owner.TRANSLATION
+    if cause is None:
+        return None
+    if cause.stage is ExportStage.CAPTURE and (cause.source or cause.where):
+        return Owner.MODEL
+    return EXPORT_OWNERS.get(cause.stage)
+
+
+def exported(case: CaseResult) -> ExportCause | None:
+    """The cause of a model case that failed to export, where one was recorded."""
+    if case.op is not None or case.outcome not in EXPORT_FAILURES or case.cause is None:
+        return None
+    return case.cause
+
+
+def export_signature(case: CaseResult) -> Signature | None:
+    """A model's export failure as a defect: the op the exporter named (else the error's
+    type), the symptom by outcome, the owner by step; None when the model owns it or the
+    step is not known (nothing to route it to)."""
+    cause = exported(case)
+    owner = export_owner(case) if cause is not None else None
+    if cause is None or owner is None or not owner.upstream:
+        return None
+    op = cause.op if cause.op.startswith(OP_NAMESPACES) else ""
+    return Signature(
+        user_op=_catalogued().get(op.split(".")[1], "") if op else "",
+        overload=op or cause.kind, symptom=EXPORT_FAILURES[case.outcome], owner=owner,
+        calls=[cause.where or cause.message], dtypes=[case.key.dtype], lead=case.id)
+
+
+def optimizer_level(case: CaseResult) -> str:
+    """The ORT graph-optimization level a localised difference first shows at, where it
+    vanishes with optimizations off ("ORT_ENABLE_BASIC"); "" for a kernel's."""
+    loc = case.localisation
+    first = loc.first_level if loc is not None else None
+    return _LEVEL_NAMES.get(first or "", "")
+
+
 def signature_of(case: CaseResult, culprit: Culprit) -> Signature | None:
     """The one-case signature (scope filled in by `group`); None when the owner check
     could not say whose code it is (nothing to route it to)."""
@@ -129,7 +188,12 @@ def signature_of(case: CaseResult, culprit: Culprit) -> Signature | None:
     cls = input_class(loc.node_repro if loc is not None else None)
     lowering = culprit.owned_by.rsplit(".", 1)[-1] if culprit.owner is Owner.TRANSLATION \
         and culprit.owned_by.startswith("onnxscript ") else ""
-    kernel = culprit.owned_by if culprit.owner is Owner.KERNEL else ""
+    level = optimizer_level(case) if culprit.owner is Owner.KERNEL else ""
+    # the ONNX op type alone ("Mul" of "Mul on CPUExecutionProvider"); a difference that
+    # needs an optimization level is the optimizer's, named with the op it rewrote
+    kernel = (f"{OPTIMIZER} at {level}: {culprit.onnx_nodes[0] if culprit.onnx_nodes else ''}"
+              .rstrip(": ") if level else culprit.owned_by.split(" ")[0]) \
+        if culprit.owner is Owner.KERNEL else ""
     return Signature(
         user_op=user_op_of(culprit), overload=culprit.aten, symptom=symptom_of(case),
         owner=culprit.owner, args=option_args(culprit), kernel=kernel, lowering=lowering,
@@ -143,7 +207,7 @@ def group(run: RunResult) -> list[tuple[Signature, list[CaseResult]]]:
     groups: dict[str, list[tuple[CaseResult, Signature]]] = {}
     for case in sorted(run.cases, key=lambda c: c.key.sort_key):
         culprit = localised(case)
-        sig = signature_of(case, culprit) if culprit is not None else None
+        sig = signature_of(case, culprit) if culprit is not None else export_signature(case)
         if sig is not None:
             groups.setdefault(sig.key, []).append((case, sig))
     out = []

@@ -18,7 +18,7 @@ from parity_gate.engine.runtime import failing_node
 from parity_gate.model.findings import FindingClass, Stage
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, RunResult
-from parity_gate.model.upstream import Owner, Signature, Symptom
+from parity_gate.model.upstream import OpRef, Owner, Signature, Symptom
 from parity_gate.ops.findings import finding_class
 
 # The lead case is the most ordinary one: ordinary values before edge cases, float32 first.
@@ -40,6 +40,40 @@ _KERNEL = re.compile(r"implementation for (\w+\(\d+\))")
 _EXCLUDED = re.compile(r"op_type:(\w+), node name: [^)]*\): \w+ typestr: \w+, has unsupported "
                        r"type: tensor\((\w+)\)")
 _ONNX_TYPE = {"float": "float32", "double": "float64"}  # ONNX's names that torch spells apart
+# The ONNX op an ATen op's translation runs its work in: how ONNX Runtime's maintainers name
+# a kernel defect (a NaN `amax` is ReduceMax's; `max_pool1d..3d` are one MaxPool kernel).
+ONNX_OPS = {
+    "amax": "ReduceMax", "amin": "ReduceMin", "max": "ReduceMax", "min": "ReduceMin",
+    "sum": "ReduceSum", "mean": "ReduceMean", "prod": "ReduceProd",
+    "logsumexp": "ReduceLogSumExp", "max_pool1d": "MaxPool", "max_pool2d": "MaxPool",
+    "max_pool3d": "MaxPool", "max_pool2d_with_indices": "MaxPool",
+    "max_pool3d_with_indices": "MaxPool", "avg_pool1d": "AveragePool",
+    "avg_pool2d": "AveragePool", "avg_pool3d": "AveragePool", "upsample_nearest1d": "Resize",
+    "upsample_nearest2d": "Resize", "upsample_nearest3d": "Resize",
+    "upsample_bilinear2d": "Resize", "upsample_bicubic2d": "Resize",
+    "upsample_trilinear3d": "Resize", "upsample_linear1d": "Resize", "interpolate": "Resize",
+    "pow": "Pow", "scatter_reduce": "ScatterElements", "scatter_add": "ScatterElements",
+    "scatter": "ScatterElements", "index_put": "ScatterND", "gather": "GatherElements",
+    "cumsum": "CumSum", "softmax": "Softmax", "_softmax": "Softmax",
+    "log_softmax": "LogSoftmax", "_log_softmax": "LogSoftmax",
+    "layer_norm": "LayerNormalization", "native_layer_norm": "LayerNormalization",
+    "group_norm": "GroupNormalization", "native_group_norm": "GroupNormalization",
+    "sigmoid": "Sigmoid", "tanh": "Tanh", "exp": "Exp", "log": "Log", "sqrt": "Sqrt",
+    "rsqrt": "Sqrt", "erf": "Erf", "div": "Div", "floor_divide": "Div", "mul": "Mul",
+    "add": "Add", "sub": "Sub", "remainder": "Mod", "fmod": "Mod", "clamp": "Clip",
+    "clip": "Clip", "relu": "Relu", "gelu": "Gelu", "topk": "TopK", "sort": "TopK",
+    "argmax": "ArgMax", "argmin": "ArgMin", "matmul": "MatMul", "mm": "MatMul",
+    "bmm": "MatMul", "addmm": "Gemm", "convolution": "Conv", "conv2d": "Conv",
+    "isnan": "IsNaN", "isinf": "IsInf", "where": "Where", "round": "Round",
+    "floor": "Floor", "ceil": "Ceil", "abs": "Abs", "neg": "Neg", "sign": "Sign",
+    "reciprocal": "Reciprocal", "maximum": "Max", "minimum": "Min", "einsum": "Einsum",
+    "pad": "Pad", "constant_pad_nd": "Pad", "linalg_vector_norm": "ReduceL2",
+    "cos": "Cos", "sin": "Sin", "tan": "Tan", "atan": "Atan", "acos": "Acos",
+    "asin": "Asin", "cosh": "Cosh", "sinh": "Sinh", "softplus": "Softplus",
+    "elu": "Elu", "celu": "Celu", "selu": "Selu", "hardsigmoid": "HardSigmoid",
+    "leaky_relu": "LeakyRelu", "prelu": "PRelu", "trunc": "Trunc"}
+# "the definition of MaxPool": the op a value defect was judged against (compare.spec).
+_DEFINED = re.compile(r"definition of (\w+)")
 
 
 def lead_order(case: CaseResult) -> tuple[int, int, str]:
@@ -210,6 +244,17 @@ def error_triggers(run: RunResult) -> dict[str, str]:
     return out
 
 
+def onnx_op(case: CaseResult) -> str:
+    """The ONNX op whose kernel computes a value defect: the one its definition was judged
+    by, else the op the call's ATen op translates to (`ONNX_OPS`); "" when unknown."""
+    definition = case.recheck.definition if case.recheck is not None else None
+    judged = _DEFINED.search(definition.oracle) if definition is not None else None
+    if judged is not None:
+        return judged.group(1)
+    ops = [case.op.op, *case.op.aten_ops] if case.op is not None else []
+    return next((ONNX_OPS[n] for n in (OpRef(o).name for o in ops) if n in ONNX_OPS), "")
+
+
 def signature_of(case: CaseResult, trigger: str = "") -> Signature:
     """The one-case signature (scope filled in by `group`); a dtype gap is one per dtype;
     an error of ONNX Runtime's kernel names the node type it raised in (`Pad`); an error
@@ -220,10 +265,13 @@ def signature_of(case: CaseResult, trigger: str = "") -> Signature:
     owner = owner_of(case, symptom)
     raised = failing_node(f"{case.reason}\n{case.detail}") \
         if symptom is Symptom.RUN_FAILS and owner is Owner.KERNEL else None
+    # a kernel's wrong value is named by its ONNX op, as its maintainers file it
+    computes = onnx_op(case) if owner is Owner.KERNEL and not node and not raised \
+        and symptom not in ERRORS else ""
     return Signature(
         user_op=case.op.user_op, overload=case.op.op, symptom=symptom,
         owner=owner, args=args_that_matter(case.op.call),
-        kernel=node or (raised[0] if raised else ""), dtypes=[case.key.dtype] if node else [],
+        kernel=node or (raised[0] if raised else computes), dtypes=[case.key.dtype] if node else [],
         trigger="" if node or owner is Owner.KERNEL or symptom not in ERRORS else trigger)
 
 
