@@ -28,10 +28,12 @@ class Net(torch.nn.Module):
 '''
 
 
-def load(tmp: Path, name: str = "cached_net", extra: str = "") -> torch.nn.Module:
-    """A fresh import of the module file (rewritten with `extra`), seeded identically."""
+def load(tmp: Path, name: str = "cached_net", extra: str = "", head: str = ""
+         ) -> torch.nn.Module:
+    """A fresh import of the module file (rewritten with `extra`, after `head`), seeded
+    identically."""
     path = tmp / f"{name}.py"
-    path.write_text(SOURCE.format(extra=extra))
+    path.write_text(head + SOURCE.format(extra=extra))
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -72,6 +74,37 @@ def test_the_program_digest_changes_with_what_the_translation_reads(tmp_path: Pa
     assert digest(net) != loose
     assert digest(load(tmp_path), dynamic=False) != base
     assert digest(load(tmp_path), low=2) != base
+
+
+def test_the_digest_carries_its_parts_and_a_miss_names_what_changed(tmp_path: Path) -> None:
+    """Issue 48: the digest's parts (only for explaining a miss) follow the part that
+    changed, on real captures; the key is the digest's alone, parts or not."""
+    from parity_gate.engine.cached import WorkerCache, stack
+    from parity_gate.engine.changes import explain, record
+    from parity_gate.engine.programs import ProgramDigest
+
+    def parts(net: torch.nn.Module) -> tuple[ProgramDigest, dict[str, object]]:
+        d = digest(net)
+        assert isinstance(d, ProgramDigest)
+        return d, record("k", d, {"opset_version": 18}, stack()[0], "1.0", "e" * 64)
+
+    net = load(tmp_path)
+    base, before = parts(net)
+    worker = WorkerCache(c.ExportCache(tmp_path / "cache"))
+    assert worker.key(base, {"o": 1}) == worker.key(str(base), {"o": 1})  # parts are no key
+    assert {"graph", "weight:fc.weight", "weight:fc.bias", "signature"} <= set(base.parts)
+    with torch.no_grad():
+        net.fc.weight[0, 0] += 1e-6
+    changed, after = parts(net)
+    assert [k for k in base.parts if base.parts[k] != changed.parts[k]] == ["weight:fc.weight"]
+    assert explain(before, after) == "translation not reused: the weights changed (fc.weight)"
+    _, added = parts(load(tmp_path, extra=" + 0"))
+    assert "the graph changed" in explain(before, added) and "aten.add.Tensor" in explain(
+        before, added)
+    _, moved = parts(load(tmp_path, head="# a comment above moves every line\n"))
+    said = explain(before, moved)
+    assert said.startswith("translation not reused: the code the graph was traced from "
+                           "changed (node ") and "its source lines" in said
 
 
 def test_the_translation_key_covers_the_export_call_and_the_exporter_stack() -> None:

@@ -207,3 +207,40 @@ def test_two_jobs_give_the_same_results_as_one(tmp_path: Path) -> None:
     parallel = gate(manifest, None, tmp_path / "parallel", jobs=2)
     assert len(serial.cases) == 6
     assert comparable(parallel) == comparable(serial)
+
+
+def test_a_miss_says_what_changed_since_the_modules_last_export(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 48: a module whose export misses the cache where its previous run had an entry
+    says what changed, in the run's output, results.json and the summary; a first export
+    (no earlier record) says nothing."""
+    import re
+
+    from parity_gate.cli import main
+
+    root, cache = tmp_path / "p", tmp_path / "cache"
+
+    def run(n: int, **change: Any) -> tuple[str, list[str], str]:
+        out = tmp_path / f"o{n}"
+        code = main(["run", str(project(root, **change)), "--out", str(out),
+                     "--cache-dir", str(cache)])
+        output = capsys.readouterr().err
+        assert code == 0, output
+        doc = json.loads((out / "results.json").read_text())
+        notes = [f"{f['module']} {f['message']}" for f in doc["findings"]
+                 if f["kind"] == "cache"]
+        return output, notes, (out / "summary.md").read_text()
+
+    _, notes, _ = run(0)
+    assert notes == []
+    output, notes, summary = run(1, seed=1)  # the weights' initialisation
+    said = "float32: translation not reused: the weights changed (fc.bias, fc.weight)"
+    assert notes == [f"net {said}"]
+    assert f"[net] cache: {said}" in output and said in summary
+    (root / "helpers.py").write_text(
+        HELPERS.replace("torch.relu(x)", "torch.nn.functional.gelu(x)"))
+    output, notes, summary = run(2, seed=1)  # one op
+    graph = re.compile(r"float32: translation not reused: the graph changed \(node \d+ "
+                       r"\(gelu\): aten\.relu → aten\.gelu\)")
+    assert len(notes) == 1 and graph.search(notes[0]), notes
+    assert graph.search(output) and graph.search(summary)

@@ -237,7 +237,14 @@ def _export_and_check(ctx: JobContext, mod: TypedModule, refs: Refs,
     export_batch = choose_export_batch(job.export.batch_size, job.settings.batch_sizes or [])
     ctx.step(Stage.EXPORTING, mod.dtype)
     t0 = time.perf_counter()
-    got = export_from_good_set(ctx, mod, refs, names, export_batch)
+    if ctx.cache is not None:
+        ctx.cache.begin(mod.dtype)
+    try:
+        got = export_from_good_set(ctx, mod, refs, names, export_batch)
+    finally:
+        missed = ctx.cache.end() if ctx.cache is not None else ""
+        if missed:  # what changed since this module's last export (engine.changes)
+            ctx.note("cache", f"{mod.dtype}: {missed}")
     if got is None:
         return None
     exported, example, cached = got

@@ -23,41 +23,79 @@ from typing import Any
 # provenance bookkeeping) describe how the graph was built, not what it computes.
 _META = ("val", "tensor_meta", "stack_trace", "nn_module_stack", "source_fn_stack",
          "torch_fn", "custom", "unbacked_bindings", "example_value")
+# Of those, where a node was traced from (for explaining a miss: code that moved).
+_WHERE = ("stack_trace", "nn_module_stack", "source_fn_stack", "torch_fn")
 
 
-def program_digest(program: Any) -> str:
-    """SHA-256 of an ExportedProgram (see the module docstring)."""
+class ProgramDigest(str):
+    """The program's digest, the very string the key is made of, carrying what explains a
+    miss (engine.changes): `parts`, a short digest of each part by name (`graph`,
+    `weight:<name>`, `buffer:<name>`, `constant:<name>`, `signature`, `ranges`, `calls`),
+    and `nodes`, each node's [name, op, call, values' metadata, where it was traced from]
+    (those three as short digests). They are never part of a key."""
+
+    parts: dict[str, str]
+    nodes: list[list[str]]
+
+
+def program_digest(program: Any) -> ProgramDigest:
+    """SHA-256 of an ExportedProgram (see the module docstring), with its parts' digests."""
     h = hashlib.sha256()
+    sections: dict[str, Any] = {}
+    node_parts: list[tuple[str, str, dict[str, Any]]] = []
 
-    def put(*parts: Any) -> None:
+    def put(section: str, *parts: Any, into: Any = None) -> None:
+        mine = sections.setdefault(section, hashlib.sha256())
         for part in parts:
-            h.update(part if isinstance(part, bytes) else _text(part).encode())
-            h.update(b"\x1f")
+            data = part if isinstance(part, bytes) else _text(part).encode()
+            for sink in (h, mine, into):
+                if sink is not None:
+                    sink.update(data)
+                    sink.update(b"\x1f")
 
     root = program.graph_module
     for name, module in sorted(root.named_modules(), key=lambda nm: nm[0]):
         graph = getattr(module, "graph", None)
         if graph is None:
             continue
-        put("module", name)
+        put("graph", "module", name)
         for node in graph.nodes:
-            put("node", node.op, node.name, _target(node.target), node.args, node.kwargs)
+            mine = {"call": hashlib.sha256(), "meta": hashlib.sha256(),
+                    "trace": hashlib.sha256()}
+            op = str(node.target) if node.op.startswith("call") else node.op
+            node_parts.append((f"{name}.{node.name}" if name else node.name, op, mine))
+            put("graph", "node", node.op, node.name, _target(node.target), node.args,
+                node.kwargs, into=mine["call"])
             for key in _META:
                 if key in node.meta:
-                    put(key, node.meta[key])
+                    put("graph", key, node.meta[key],
+                        into=mine["trace" if key in _WHERE else "meta"])
         for attr, value in sorted(vars(module).items()):  # get_attr tensors of a subgraph
             if _is_tensor(value):
-                put("attr", attr, value)
-    put("signature", [(s.kind.name, _text(s.arg), s.target, getattr(s, "persistent", None))
-                      for s in program.graph_signature.input_specs],
-        [(s.kind.name, _text(s.arg), s.target) for s in program.graph_signature.output_specs])
+                put("graph", "attr", attr, value)
+    signature = program.graph_signature
+    put("signature", "signature",
+        [(s.kind.name, _text(s.arg), s.target, getattr(s, "persistent", None))
+         for s in signature.input_specs],
+        [(s.kind.name, _text(s.arg), s.target) for s in signature.output_specs])
+    weights = set(signature.parameters)
     for name, tensor in sorted(program.state_dict.items()):
-        put("state", name, tensor)
+        put(f"{'weight' if name in weights else 'buffer'}:{name}", "state", name, tensor)
     for name, value in sorted(program.constants.items()):
-        put("constant", name, value)
-    put("ranges", sorted((str(sym), str(rng)) for sym, rng in program.range_constraints.items()))
-    put("calls", [(entry.fqn, _text(entry.signature)) for entry in program.module_call_graph])
-    return h.hexdigest()
+        put(f"constant:{name}", "constant", name, value)
+    put("ranges", "ranges",
+        sorted((str(sym), str(rng)) for sym, rng in program.range_constraints.items()))
+    put("calls", "calls", [(entry.fqn, _text(entry.signature))
+                           for entry in program.module_call_graph])
+    digest = ProgramDigest(h.hexdigest())
+    digest.parts = {name: _short(mine) for name, mine in sections.items()}
+    digest.nodes = [[name, op, *(_short(mine[k]) for k in ("call", "meta", "trace"))]
+                    for name, op, mine in node_parts]
+    return digest
+
+
+def _short(h: Any) -> str:
+    return str(h.hexdigest()[:16])
 
 
 def _is_tensor(value: Any) -> bool:
