@@ -428,3 +428,17 @@ def test_the_action_reads_every_changed_requirements_file(
     assert f"bisect: --bad {ws / 'constraints.txt'} (pins): onnxruntime==9.9.9 is not a " \
         "release on" in err, err
     assert not (tmp_path / "cache").exists()
+
+
+def test_an_own_model_change_from_the_command(tmp_path: Path, bad_run: Path, index_url: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from parity_gate.cli import main
+
+    manifest = tmp_path / "parity.yml"
+    manifest.write_text("version: 1\nmodules: []\n")
+    code = main(["bisect", str(manifest), "--good", "onnxscript==0.6.1", "--bad",
+                 "onnxscript==0.6.1", "--from", str(bad_run), "--index", index_url, "--out",
+                 str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache"), "--no-write"])
+    err = capsys.readouterr().err
+    assert code == 1 and f"parity-gate bisect: {OWN_MODEL} (0 probes" in err, err
+    assert not (tmp_path / "cache").exists()

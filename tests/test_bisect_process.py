@@ -32,7 +32,10 @@ MANIFEST = Path(__file__).parent / "data" / "bisect" / "parity.yml"
 GOOD, FIRST_BAD, BAD = "0.6.0", "0.6.1", "0.6.2"
 ROOT = Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.process
+# Slow: each bisect now probes the bad set twice and the boundary a second time (2 to 4
+# minutes a test); tests/test_bisect_wheels.py and test_bisect_checks.py keep the default
+# suite's share.
+pytestmark = [pytest.mark.process, pytest.mark.slow]
 
 
 def _index_reachable() -> str:
