@@ -91,6 +91,13 @@ def test_the_torch_pin_users_write_probes_with_the_running_torch() -> None:
                    {"torch": ["2.12.1", "2.13.0"], "onnxruntime": ["1.21.1", "1.22.0"]},
                    refuse=lambda pins: refusal(pins, base, allow_heavy=False))
     assert b.culprit is None and "torch's move is the suspect" in b.answer()
+    # torch alone: nothing is probed, and the answer says why
+    b, installer = _bisect(_broken_from("torch", "2.13.0"), {"torch": "2.12.0"},
+                           {"torch": "2.13.0"}, {"torch": ["2.13.0"]},
+                           refuse=lambda pins: refusal(pins, base, allow_heavy=False))
+    assert not installer.asked and b.answer().startswith(
+        "nothing else differs between the sets: no probe can tell; not probed: torch (held "
+        "at 2.13.0")
 
 
 # ---------------------------------------------------------------------------- flaky cases

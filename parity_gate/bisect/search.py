@@ -113,7 +113,7 @@ def search(good: Mapping[str, str], bad: Mapping[str, str],
         return out
 
     if not differing:
-        return finish(f"only {', '.join(stuck)} differ, and cannot be probed here" if stuck
+        return finish("nothing else differs between the sets: no probe can tell" if stuck
                       else OWN_MODEL)
     try:
         out.repeat = _repeat(run, {p: bad[p] for p in differing}, repeats)
