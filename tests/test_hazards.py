@@ -239,6 +239,16 @@ def test_eager_mismatch_names_what_the_captured_program_took(
     assert said.format(n=n) in h.message, h.message
 
 
+def test_eager_mismatch_in_a_helper_method_is_decided_by_the_code(exported: Any) -> None:
+    """torch.export records only `forward` frames' lines: a branch in a helper method is
+    reported when the probe alone flips it (as before issue 48), not dropped."""
+    ctx = exported("ExportHelperBranch")
+    assert _onnx_off_eager(ctx) > 1e-2
+    (h,) = _by_design(ctx)
+    assert h.severity is Severity.WARNING
+    assert "records the lines of `forward` methods only" in h.message
+
+
 def test_eager_mismatch_fires_on_the_faulty_export_only_approximation() -> None:
     """tests/data/faulty's module takes a tanh-GELU under torch.onnx.is_in_onnx_export():
     the program holds that side's operations, and the ONNX really differs from eager."""

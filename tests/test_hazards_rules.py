@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -229,7 +230,7 @@ def _site(eager: bool | None, export: bool | None, true: set[int], false: set[in
           computes: bool = True, sets: frozenset[str] = frozenset()) -> ProbeSite:
     return ProbeSite("m.py", 1, "if p():", "p", "p()", eager, export,
                      Side(frozenset(true), computes, sets), Side(frozenset(false), computes),
-                     function=frozenset(range(1, 20)))
+                     function=frozenset(range(1, 20)), forward=True)
 
 
 def test_verdict_claims_only_what_the_program_shows() -> None:
@@ -258,3 +259,7 @@ def test_verdict_claims_only_what_the_program_shows() -> None:
     v = verdict(unknown, frozenset({2}))
     assert not v.certain and "depends on the rest of the condition" in v.message
     assert verdict(unknown, frozenset()).message == ""  # a function the capture never ran
+    # outside `forward` the program records no line of the branch: the code decides
+    helper = replace(plain, forward=False)
+    assert "records the lines of `forward` methods only" in said(helper, set())
+    assert verdict(replace(flag, forward=False), frozenset()).certain is False

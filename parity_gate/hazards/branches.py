@@ -50,7 +50,8 @@ class ProbeSite:
     (the exporter's capture); None where the rest of the condition decides it, or the
     call decides no branch the code shows (then `when_true`/`when_false` are None).
     `function`: the lines of the function that holds the call (a side that ran leaves no
-    operation when the function never ran in the capture)."""
+    operation when the function never ran in the capture); `forward`: that function is a
+    `forward`, the only frames whose lines torch.export records in a node's stack trace."""
 
     file: str
     line: int
@@ -86,7 +87,10 @@ def verdict(site: ProbeSite, ran: frozenset[int], reached: bool = False) -> Verd
 
     Claimed only where the program shows it: it holds operations of the side eager does not
     take, or it provably took that side and lacks the operations of eager's side, or that
-    side sets values eager's does not (they flow into later operations unseen)."""
+    side sets values eager's does not (they flow into later operations unseen). Outside
+    a `forward` method the program cannot show it (`_unrecorded`)."""
+    if not site.forward:
+        return _unrecorded(site)
     sides = (site.when_true.lines | site.when_false.lines
              if site.when_true is not None and site.when_false is not None else frozenset())
     if not (reached or (site.function | sides) & ran):
@@ -122,6 +126,22 @@ def verdict(site: ProbeSite, ran: frozenset[int], reached: bool = False) -> Verd
                        f"operation, but it sets {', '.join(sorted(other.sets))}, which later "
                        "operations read")
     return Verdict()  # the export's side computes nothing the program shows, nor skips any
+
+
+def _unrecorded(site: ProbeSite) -> Verdict:
+    """A probe in a helper (a method other than `forward`, a nested function): torch.export
+    records the lines of `forward` frames only, so the program cannot show which side ran,
+    and the code decides: a condition the probe alone flips is reported, as before."""
+    if site.when_true is None or site.eager is None or site.export is None:
+        why = ("its value decides no branch the code shows" if site.when_true is None else
+               f"the rest of the condition decides it ({site.condition})")
+        return Verdict(f"which side the export took could not be told: {why}, and the "
+                       "program records the lines of `forward` methods only", certain=False)
+    if site.same or site.export == site.eager:
+        return Verdict()
+    return Verdict(f"the export takes the side of `{site.condition}` eager does not; the "
+                   "program records the lines of `forward` methods only, so it cannot show "
+                   "what that side computes")
 
 
 def _lines(lines: Iterable[int]) -> str:

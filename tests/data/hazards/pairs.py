@@ -227,6 +227,19 @@ class ExportSkipsEager(nn.Module):
         return self.lin(h)
 
 
+class ExportHelperBranch(nn.Module):
+    """The branch in a helper method: torch.export records the lines of `forward` frames
+    only, so the program cannot show the side; the probe alone flips it, so it is said."""
+
+    def _act(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.compiler.is_exporting():
+            return torch.clamp(x, 0, 6)
+        return F.gelu(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self._act(x)
+
+
 class ExportScale(nn.Module):
     """The export-only side sets a Python number: no operation of its own, but the
     multiplication after it reads it."""
@@ -409,6 +422,7 @@ PAIRS: dict[str, Case] = {
     "ExportNoOp": Case(_eval(ExportNoOp), [(4, 8)]),
     "ExportSkipsEager": Case(_eval(ExportSkipsEager), [(4, 8)]),
     "ExportScale": Case(_eval(ExportScale), [(4, 8)]),
+    "ExportHelperBranch": Case(_eval(ExportHelperBranch), [(4, 8)]),
     "SpecialisedDim": Case(_eval(SpecialisedDim), [(4, 8)]),
     "AdaptivePool": Case(_eval(AdaptivePool), [(4, 3, 8, 8)], inputs=SPATIAL),
     "AdaptivePoolGlobal": Case(_eval(AdaptivePoolGlobal), [(4, 3, 8, 8)], inputs=SPATIAL),
