@@ -136,6 +136,32 @@ def test_a_boundary_that_does_not_repeat_names_no_culprit() -> None:
     assert b.probes[-1].phase is Phase.RECHECK
 
 
+def test_a_last_good_release_that_fails_on_its_second_probe_names_the_failing_cases() -> None:
+    other = "cnn/float32/img/b2/cpu"
+    other_key = replace(BAD.key, module="cnn", inputs="img")
+    calls: dict[str, int] = {}
+
+    class Two(FakeRunner):
+        def run(self, python: Path, name: str,
+                cases: list[str]) -> tuple[dict[str, CaseResult] | None, str]:
+            pins = dict(json.loads(python.name))
+            key = json.dumps(sorted(pins.items()))
+            calls[key] = calls.get(key, 0) + 1
+            first = BAD if pins["onnxscript"] >= "0.5.6" else PASS
+            second = first
+            if pins["onnxscript"] == "0.5.4" and calls[key] > 1:
+                second = BAD  # the other case fails on 0.5.4's second probe
+            return {CASE: first, other: replace(second, key=other_key)}, ""
+
+    world = _broken_from("onnxscript", "0.5.6")
+    prober = Prober(FakeInstaller(world), Two(world),
+                    {CASE: failure_signature(BAD), other: failure_signature(BAD)})
+    b = search({"onnxscript": "0.5.3"}, {"onnxscript": "0.6.0"}, {"onnxscript": OS}, prober,
+               cases=[CASE, other])
+    assert b.culprit is None
+    assert b.flaky == {other: "onnxscript 0.5.4 was good in one probe and bad in another"}
+
+
 @pytest.mark.parametrize("seed", range(200))
 def test_a_coin_flip_model_is_never_given_a_culprit(seed: int) -> None:
     """Each run of the case fails with probability one half, whatever is installed (and

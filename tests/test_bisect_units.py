@@ -185,7 +185,8 @@ def test_a_good_set_that_fails_in_a_probe_is_a_contradiction() -> None:
     assert b.culprit is None and [p.phase for p in b.probes] == \
         [Phase.REPEAT, Phase.REPEAT, Phase.CONFIRM, Phase.CONFIRM]
     assert b.answer().startswith("contradiction: the good set passed these cases, but a "
-                                 "probe of it fails them as the bad run did (mismatch)")
+                                 "probe of it fails them as the bad run did (mismatch): the "
+                                 "failure does not come from the packages that differ")
     b, _ = _bisect(lambda pins: "cannot install x" if pins == GOOD else BAD, GOOD, BAD_SET,
                    CANDS)
     assert "do not pass in a probe of the good set (skip: cannot install x)" in b.answer()

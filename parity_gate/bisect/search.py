@@ -129,8 +129,9 @@ def search(good: Mapping[str, str], bad: Mapping[str, str],
             _again(run, confirm, out)
             return finish(f"contradiction: the good set passed these cases, but a probe of "
                           f"it fails them as the bad run did ({confirm.signature}): the "
-                          "failure does not come from the packages that differ, or it does "
-                          "not repeat; nothing is bisected")
+                          "failure does not come from the packages that differ (a package "
+                          "not bisected, or the machine, differs from the good run's); "
+                          "nothing is bisected")
         if confirm.verdict is not Verdict.GOOD:
             return finish("the selected cases do not pass in a probe of the good set "
                           f"({confirm.verdict.value}: {confirm.why}); no version can be "
@@ -204,7 +205,7 @@ def _recheck(rec: PackageBisection, run: Callable[..., Probe | str],
                            f"could not be judged ({result.why})")
         if result.verdict is not want:
             moved = [c for c, sig in result.seen.items()
-                     if (sig == "pass") != (want is Verdict.BAD)] or list(result.seen) \
+                     if (sig == "pass") == (want is Verdict.BAD)] or list(result.seen) \
                 or list(out.cases)
             out.flaky.update({c: f"{rec.package} {version} was {want.value} in one probe "
                               f"and {result.verdict.value} in another" for c in moved})
