@@ -225,3 +225,65 @@ def test_a_model_run_repro_stands_alone_built_inline_and_fails_where_the_defect_
     assert run_drafts._verified(level)[0]
     assert run_drafts.stable(run_drafts.printed_alone(printed)) is None  # 0.3333: not a title's
     assert run_drafts.stable(run_drafts.printed_alone("expected: 0.0 | onnxruntime: nan"))
+
+
+# Open ONNX Runtime reports as that repository titles them, one per kernel defect of the
+# bundled sweep: each names the ONNX op and says the trigger in its own words.
+ORT_REPORTS = [
+    Item(ORT, 21001, "Resize with mode='cubic' fails on uint8 input",
+         body="Bicubic upsampling of a uint8 image: [ONNXRuntimeError] : 1 : FAIL : Non-zero "
+         "status code returned while running Resize node."),
+    Item(ORT, 21002, "Pad with mode='circular' fails on an empty input",
+         body="[ONNXRuntimeError] : 1 : FAIL : Non-zero status code returned while running "
+         "Pad node: a zero-size input with circular padding."),
+    Item(ORT, 21003, "Div node crashes the process for int64 division by zero",
+         body="floor_divide exported to a Div node with int64 inputs and a zero divisor: "
+         "Floating point exception (SIGFPE), core dumped."),
+    Item(ORT, 21004, "ScatterND fails on float16 and bfloat16",
+         body="[ONNXRuntimeError] : 1 : FAIL : Non-zero status code returned while running "
+         "ScatterND node (index_put)."),
+    Item(ORT, 21005, "MaxPool does not propagate NaN",
+         body="MaxPool on CPU returns the max of the other values of a window that holds a "
+         "NaN."),
+    Item(ORT, 21006, "ReduceL2 gives a wrong result for rows holding inf",
+         body="ReduceL2 over a row with an inf value is different from numpy's norm on CPU."),
+    Item(ORT, 21007, "Pow ignores NaN in the base",
+         body="Pow(x, 2.5) with x = nan returns 0 on CPU; numpy gives nan."),
+    Item(ORT, 21008, "ScatterElements with reduction fails on float16, bfloat16 and bool",
+         body="[ONNXRuntimeError] : 1 : FAIL : Non-zero status code returned while running "
+         "ScatterElements node (scatter_add)."),
+    Item(ORT, 21009, "ReduceSum returns wrong values for int64 inputs near the maximum",
+         body="ReduceSum of int64 values near iinfo(int64).max is incorrect on CPU."),
+]
+
+
+@pytest.fixture(scope="module")
+def bundled() -> RunResult:
+    import gzip
+    import json
+
+    path = Path(__file__).parent / "data" / "upstream" / "bundled-findings.json.gz"
+    return RunResult.from_dict(json.loads(gzip.decompress(path.read_bytes())))
+
+
+def test_closing_note_no_kernel_defect_is_refiled_and_one_draft_per_cause(
+        gh: FakeGitHub, bundled: RunResult, tmp_path: Path) -> None:
+    """The bundled sweep against a server holding an open report per kernel defect: every
+    kernel cause is known (none drafted again), and the drafts are one per cause."""
+    gh.items += ORT_REPORTS
+    got, warnings = upstream_pass.attach(bundled, client(gh), upstream.UpstreamOptions(
+        mode="draft", drafts=tmp_path / "d", verify=False))
+    assert warnings == []
+    grouped = causes.group(signatures.group(bundled))
+    kernels = [c for c in grouped if c.owner is Owner.KERNEL and not c.listing]
+    cause_of = causes.of(grouped)
+    known = {cause_of[r.signature.key].key: r.match.number for r in got.upstream
+             if r.signature is not None and r.match is not None}
+    assert {c.function: known.get(c.key) for c in kernels} == {
+        "Resize": 21001, "Pad": 21002, "Div": 21003, "ScatterND": 21004, "MaxPool": 21005,
+        "ReduceL2": 21006, "Pow": 21007, "ScatterElements": 21008, "ReduceSum": 21009}
+    drafted = sorted((tmp_path / "d").iterdir())
+    heads = [f.read_text(encoding="utf-8").splitlines()[1] for f in drafted]
+    assert not any(h.startswith("# CPUExecutionProvider:") for h in heads), heads
+    assert len(drafted) / len({c.key for c in grouped if c.key not in known}) <= 1.2
+    assert len(drafted) == len(grouped) - len(kernels)

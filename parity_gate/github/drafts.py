@@ -170,15 +170,21 @@ def _with(sig: Signature, cause: causes.Cause | None, needless: Sequence[str],
         kind = (kinds or {}).get(name, "")
         if kind.endswith(" tensor"):
             said.append(f"a {kind.removesuffix(' tensor')} {name}")
-        elif "=" in arg or _numeric(name, [c for s in members for c in s.calls]):
-            said.append(arg)  # a flag or a tensor by its name alone says nothing
+        elif "=" in arg:
+            said.append(arg)
+        else:  # a number with its value where every call passes the same one
+            value = _numeric(name, [c for s in members for c in s.calls])
+            if value is not None:
+                said.append(f"{name}={value}" if value else name)
     return f"with {', '.join(said)}" if said else ""
 
 
-def _numeric(name: str, calls: Sequence[str]) -> bool:
-    """Whether a call passes `name` a number (`divisor_override=3`, `alpha=0.5`): then its
-    name alone is the trigger; a flag (`include_self=False`) or a tensor (`attn_mask=m`)
-    is not one by name."""
+def _numeric(name: str, calls: Sequence[str]) -> str | None:
+    """What the calls pass `name` where it is a number: its value where every call passes
+    the same one (`p=2`), "" where they differ (`divisor_override`: the name alone is the
+    trigger); None for a flag (`include_self=False`) or a tensor (`attn_mask=m`), which
+    is no trigger by its name."""
+    values: set[str] = set()
     for call in calls:
         try:
             tree = ast.parse(call, mode="eval")
@@ -186,11 +192,12 @@ def _numeric(name: str, calls: Sequence[str]) -> bool:
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.keyword) and node.arg == name:
-                value = node.value.operand if isinstance(node.value, ast.UnaryOp) \
+                inner = node.value.operand if isinstance(node.value, ast.UnaryOp) \
                     else node.value
-                if isinstance(value, ast.Constant) and type(value.value) in (int, float):
-                    return True
-    return False
+                if not (isinstance(inner, ast.Constant) and type(inner.value) in (int, float)):
+                    return None
+                values.add(ast.unparse(node.value))
+    return None if not values else values.pop() if len(values) == 1 else ""
 
 
 def _and(words: Sequence[str]) -> str:

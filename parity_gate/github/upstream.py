@@ -147,6 +147,9 @@ SPECIAL_TERMS = {
     "-0": (('"negative zero"', '"signed zero"', '"-0.0"'),
            (r"negative zero", r"signed zero", r"sign of (the )?zero", r"(?<![\w.])-0(\.0)?\b")),
 }
+# An integer's special inputs are its extremes (no NaN, no inf).
+_EXTREMES = (("maximum", "minimum", "extreme"),
+             (r"\bmax(imum)?\b", r"\bmin(imum)?\b", r"\bextreme", r"iinfo", r"large"))
 _NEEDS = {Symptom.NAN_DROPPED: "NaN", Symptom.SIGNED_ZERO_LOST: "-0", Symptom.INF_LOST: "inf"}
 _EMPTY = (("empty", "zero-size", '"size 0"'), tuple(TRIGGER_WORDS["empty"]))
 _DTYPE_SAID = re.compile(r"\b(b?float16|float(?:32|64)|bf16|fp16|fp64|half|double|u?int(?:8|16|32|"
@@ -200,8 +203,11 @@ def trigger_of(cause: causes.Cause) -> Trigger:
     values = tuple(sorted(a.split("=", 1)[1].strip("'\"") for a in set.intersection(*args))) \
         if args and not cause.listing else ()
     said = cause.trigger
-    if said == "empty":
+    if said == "empty" or all(s.input_classes == ["empty"] for s, _ in cause.members):
         return Trigger("an empty input", *_EMPTY, values, dtypes)
+    if said == "specials" and causes.family(cause.lead.symptom) == "values" and dtypes \
+            and all(d.startswith(("int", "uint")) for d in dtypes):
+        return Trigger("extreme values", _EXTREMES[0], _EXTREMES[1], values, dtypes)
     if said == "specials" and causes.family(cause.lead.symptom) == "values":
         needs = _specials(cause)
         terms = tuple(t for n in needs for t in SPECIAL_TERMS[n][0])
@@ -239,36 +245,45 @@ def cause_queries(cause: causes.Cause) -> list[tuple[str, str, str]]:
     about = DTYPE_TERMS.get(cause.trigger, [cause.trigger]) if cause.listing else \
         export_terms(cause)
     kernel = kernel_op(cause.lead)
+    others = [s.op_name for s, _ in cause.members if s.op_name != cause.lead.op_name]
+    names: list[str] = []
     if not about and kernel and cause.lead.symptom is not Symptom.MISSING_KERNEL:
         # one kernel reached by several calls (max_pool1d..3d → MaxPool): a report names
         # the ONNX op or any one of them
-        about = list(dict.fromkeys([kernel, *(s.op_name for s, _ in cause.members)]))[:3]
-    return queries(cause.lead, (), about, trigger_of(cause), cause.function)
+        names = list(dict.fromkeys([kernel, cause.lead.op_name, *others]))[:3]
+    elif not about and others:
+        # a decomposed call that fails through the function (BCE through log_sigmoid): a
+        # report may name that call alone
+        names = [*op_terms(cause.lead, cause.function)[:2], others[0]]
+    return queries(cause.lead, (), about, trigger_of(cause), cause.function, names)
 
 
 def _grouped(terms: Sequence[str]) -> str:
+    terms = list({t.lower(): t for t in reversed(terms)}.values())[::-1]  # search ignores case
     return f"({' OR '.join(terms)})" if len(terms) > 1 else terms[0]
 
 
 def queries(sig: Signature, symptoms: Sequence[Symptom] = (), about: Sequence[str] = (),
-            trigger: Trigger | None = None, function: str = ""
+            trigger: Trigger | None = None, function: str = "", names: Sequence[str] = ()
             ) -> list[tuple[str, str, str]]:
     """(repos, kinds, q): one search per defect, issues and pull requests, open and closed,
     of every place its owner's defects are filed at once: the code in its owner's words
-    (`op_terms`; a dtype gap by its dtype, `about`) and the trigger (its words ORed, each
-    string argument a term), never a required symptom word: a report says "ReduceMax
-    ignores NaN" or "any is True for an empty tensor" in words no list foresees. Within
-    GitHub's limit of five operators. `symptoms` is kept for callers; it no longer narrows."""
+    (`op_terms`, or `names`; a dtype gap by its dtype, `about`) and the trigger (its words
+    ORed, each string argument a term), never a required symptom word: a report says
+    "ReduceMax ignores NaN" or "any is True for an empty tensor" in words no list foresees.
+    Within GitHub's limit of five operators. `symptoms` is kept for callers; it no longer
+    narrows."""
     del symptoms
     trig = trigger or Trigger()
-    names = list(about[:3]) or op_terms(sig, function)[:3 if not trig.terms else 2]
-    room = min(MAX_OPERATORS + 1 - (len(names) - 1), 5)  # the terms one OR group holds
-    words = [] if (about and not kernel_op(sig)) or sig.symptom is Symptom.MISSING_KERNEL \
+    code = list(about[:3]) or list(names[:3]) or \
+        op_terms(sig, function)[:3 if not trig.terms else 2]
+    room = min(MAX_OPERATORS + 1 - (len(code) - 1), 5)  # the terms one OR group holds
+    words = [] if about or sig.symptom is Symptom.MISSING_KERNEL \
         or not trig.terms else list(trig.terms[:room])
     # a change to the code (the pull request that introduced it or fixed it) need not say
     # the trigger: its words are alternatives to it, never a required symptom word
     words += list(CHANGE_WORDS[:max(0, room - len(words))]) if words else []
-    parts = [_grouped(names), *([_grouped(words)] if words else []),
+    parts = [_grouped(code), *([_grouped(words)] if words else []),
              *(f'"{v}"' if " " in v else v for v in trig.values[:2] if v.isascii()
                and re.fullmatch(r"[\w .-]+", v))]
     repos = [route.repo for route, _ in SEARCHED[sig.owner]]

@@ -97,7 +97,8 @@ def _name(overload: str) -> str:
 def direct(sig: Signature) -> bool:
     """The call is the ATen op itself (`torch.mean` → `aten.mean.dim`), not a
     decomposition whose first node happens to be the signature's overload."""
-    return _name(sig.overload) == sig.op_name or sig.op_name in _name(sig.overload)
+    name, op = _name(sig.overload).replace("_", ""), sig.op_name.replace("_", "")
+    return name == op or op in name  # `F.logsigmoid` is `aten.log_sigmoid`
 
 
 def _aten_names(cases: Sequence[CaseResult]) -> list[str]:

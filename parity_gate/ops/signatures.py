@@ -267,7 +267,7 @@ def signature_of(case: CaseResult, trigger: str = "") -> Signature:
         if symptom is Symptom.RUN_FAILS and owner is Owner.KERNEL else None
     # a kernel's wrong value is named by its ONNX op, as its maintainers file it
     computes = onnx_op(case) if owner is Owner.KERNEL and not node and not raised \
-        and symptom not in ERRORS else ""
+        and (symptom not in ERRORS or symptom is Symptom.CRASH) else ""
     return Signature(
         user_op=case.op.user_op, overload=case.op.op, symptom=symptom,
         owner=owner, args=args_that_matter(case.op.call),
