@@ -228,3 +228,13 @@ def test_each_repro_fails_the_same_way_outside_the_gate(
     assert baked.localisation is not None and baked.localisation.culprit is not None
     assert baked.localisation.culprit.owner is not None
     assert baked.localisation.culprit.owner.value == "model"
+
+
+def test_a_cache_note_is_a_notice_not_a_warning_on_the_diff() -> None:
+    from parity_gate.model.findings import Finding
+
+    run = RunResult(cases=[_case("m", Outcome.PASS)], findings=[
+        Finding("m", "cache", "float32: translation not reused: the weights changed (fc.bias)"),
+        Finding("m", "training-mode", "module m is in training mode")])
+    levels = {a.title: a.level for a in annotate(run, manifest_file="parity.yml")}
+    assert levels == {"parity-gate: m cache": "notice", "parity-gate: m training-mode": "warning"}

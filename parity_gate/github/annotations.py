@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # the entrypoint imports this module before the gate's depend
 
 __all__ = ["OUTPUTS", "annotate", "failing_cases", "module_lines", "outputs"]
 
+NOTICES = ("cache",)  # finding kinds about the run, not the model
 OUTPUTS = ("result", "regressions", "failures", "json_path", "junit_path", "summary_path",
            "out_dir")
 
@@ -127,7 +128,10 @@ def annotate(run: RunResult, *, manifest_file: str | None = None,
         if culprit is not None:
             ranked.append(((*rank[:3], view.name + "\0culprit"), culprit))
     for f in run.findings:
-        level = "error" if f.severity == "error" else "warning"
+        # a note about the run itself (the export cache missed) is a notice: the diff of a
+        # pull request that changes a model would otherwise carry a warning per module
+        level = "error" if f.severity == "error" else "notice" if f.kind in NOTICES \
+            else "warning"
         ranked.append(((level != "error", 1, 0, f.module),
                        Annotation(level, f"parity-gate: {f.module} {f.kind}",
                                   f.message[:MESSAGE_LIMIT], manifest_file,

@@ -24,7 +24,7 @@ def escape_property(text: str) -> str:
 
 @dataclass(frozen=True)
 class Annotation:
-    level: str  # "error" | "warning"
+    level: str  # "error" | "warning" | "notice"
     title: str
     message: str
     file: str | None = None
