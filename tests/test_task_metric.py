@@ -143,7 +143,7 @@ def _case(doc: dict[str, Any], case_id: str) -> dict[str, Any]:
 @pytest.mark.process
 def test_a_lossless_export_holds_the_task_and_a_planted_flip_drops_it(
         digits_run: tuple[int, dict[str, Any], Path]) -> None:
-    code, doc, out = digits_run
+    code, doc, _ = digits_run
     assert code == 1
     clean = _case(doc, "digits/float32/digits@task/b512/cpu")
     assert clean["outcome"] == "pass", clean["reason"]

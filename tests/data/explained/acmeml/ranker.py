@@ -25,9 +25,8 @@ class Ranker(nn.Module):
             pooled = torch.zeros(h.shape[0], 4, dtype=h.dtype).scatter_reduce(  # PLANTED: values
                 1, idx, h, reduce="mean", include_self=False)
             h = h + pooled.repeat(1, h.shape[-1] // 4)
-        elif self.variant == "export":
-            if h.mean() > 0:  # PLANTED: export
-                h = h * 2
+        elif self.variant == "export" and h.mean() > 0:  # PLANTED: export
+            h = h * 2
         return self.head(h)
 
 
