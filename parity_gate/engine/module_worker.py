@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from parity_gate.engine import generation, performance, stages, taskrun
+from parity_gate.engine import generation, performance, quantize, stages, taskrun
 from parity_gate.engine.binding import Binding, bind
 from parity_gate.engine.cached import WorkerCache
 from parity_gate.engine.evidence import evidence_inputs, evidence_model
@@ -45,7 +45,13 @@ from parity_gate.model.findings import Stage
 from parity_gate.model.keys import CaseKey
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.results import CaseResult, Provenance
-from parity_gate.plan.cases import ModuleJob, batch_sizes_for, is_generation, is_task
+from parity_gate.plan.cases import (
+    ModuleJob,
+    batch_sizes_for,
+    is_generation,
+    is_quantized,
+    is_task,
+)
 from parity_gate.plan.probes import Probe
 
 __all__ = ["build_module", "export_batch_size", "run_job", "tolerance_for"]
@@ -149,7 +155,7 @@ def _typed(torch: Any, module: Any, binding: Binding, dtype: str, device: str) -
 
 def _run_dtype(ctx: JobContext, mod: TypedModule, keys: list[CaseKey]) -> None:
     # generation and task-metric cases run on this dtype's export, below
-    gen_keys = [k for k in keys if is_generation(k) or is_task(k)]
+    gen_keys = [k for k in keys if is_generation(k) or is_task(k) or is_quantized(k)]
     keys = [k for k in keys if k not in gen_keys]
     refs = _eager(ctx, mod, keys)
     live = [k for k in keys if k in ctx.pending]
@@ -195,7 +201,10 @@ def _export_and_run(ctx: JobContext, mod: TypedModule, refs: Refs, live: list[Ca
         tasks = [k for k in gen_keys if is_task(k)]
         if tasks:
             taskrun.run_cases(ctx, mod, done.exported, done.cached, tasks, open_session)
-        gen_keys = [k for k in gen_keys if k not in tasks]
+        quantized = [k for k in gen_keys if is_quantized(k)]
+        if quantized:
+            quantize.run_cases(ctx, mod, done.exported, done.cached, quantized, open_session)
+        gen_keys = [k for k in gen_keys if k not in tasks and k not in quantized]
         if gen_keys:
             generation.run_cases(ctx, mod, done.exported, done.cached, gen_keys,
                                  open_session)

@@ -29,6 +29,7 @@ SECTIONS: list[tuple[str, type[BaseModel]]] = [
     ("`modules[].cache`", m.CacheSpec),
     ("`modules[].generation`", m.GenerationSpec),
     ("`modules[].task`", m.TaskSpec),
+    ("`modules[].quantize`", m.QuantizeSpec),
     ("`modules[].detections`", m.DetectionSpec),
     ("`export`", m.ExportSettings),
     ("`performance`", m.PerformanceSettings),

@@ -324,6 +324,7 @@ def _check_references(data: dict[str, Any], base: Path, problems: Problems,
         _check_structure(input_names, (*mloc, "inputs"), problems)
         _unique_names(module.get("outputs"), (*mloc, "outputs"), "output", problems)
         _check_generation(module, mloc, fixtures, problems)
+        _check_quantize(module, mloc, fixtures, problems)
         for j, fname in enumerate(_as_list(module.get("fixtures"))):
             if not isinstance(fname, str):
                 continue
@@ -465,6 +466,17 @@ def _check_generation(module: dict[str, Any], mloc: Loc, fixtures: dict[Any, Any
     if isinstance(prompt, str) and prompt not in fixtures:
         problems.add((*mloc, "generation", "prompt"), f"unknown fixture set {prompt!r}"
                      f"{_did_you_mean(prompt, list(fixtures))} (expected one of: "
+                     f"{', '.join(fixtures) or 'none defined'})")
+
+
+def _check_quantize(module: dict[str, Any], mloc: Loc, fixtures: dict[Any, Any],
+                    problems: Problems) -> None:
+    """A quantized check calibrates on a declared fixture set."""
+    quant = module.get("quantize")
+    name = quant.get("calibration") if isinstance(quant, dict) else None
+    if isinstance(name, str) and name not in fixtures:
+        problems.add((*mloc, "quantize", "calibration"), f"unknown fixture set {name!r}"
+                     f"{_did_you_mean(name, list(fixtures))} (expected one of: "
                      f"{', '.join(fixtures) or 'none defined'})")
 
 

@@ -434,6 +434,39 @@ class TaskSpec(_Strict):
         return self
 
 
+def _one_step() -> dict[Literal["int8", "uint8"], float]:
+    return {"int8": 1.0, "uint8": 1.0}
+
+
+class QuantizeSpec(_Strict):
+    """Quantized parity (docs/how-to/quantized-models.md): the module quantized to int8
+    and checked as a QDQ graph, in float32, on each fixture set and provider."""
+
+    flow: Literal["pt2e", "runtime"] = Field(
+        description="pt2e: quantized in PyTorch (torchao's prepare_pt2e/convert_pt2e, X86 "
+        "quantizer, outputs quantized too), exported to a QDQ graph, compared with the "
+        "converted model in eager in quantization steps; runtime: the float export "
+        "quantized by ONNX Runtime's quantize_static (QDQ), compared with the float model "
+        "by SQNR per output and per node")
+    calibration: Name = Field(description="the fixture set that calibrates the activation "
+                              "ranges")
+    calibration_batches: int = Field(4, ge=1, le=256, description="calibration batches "
+                                     "(samples of the set)")
+    batch_size: int = Field(8, ge=1, le=4096, description="rows per calibration batch and "
+                            "per checked batch (case id `<set>@quant=<flow>/b<batch_size>`)")
+    reduce_range: bool = Field(
+        True, description="weights on 7 bits: ONNX Runtime's uint8 x int8 kernels on x86 "
+        "CPUs without VNNI add products in pairs into int16 and saturate with full-range "
+        "weights (false: full range, as an AVX512-VNNI or ARM target runs it)")
+    max_steps: dict[Literal["int8", "uint8"], Annotated[float, Field(ge=1)]] = Field(
+        default_factory=_one_step, description="pt2e flow: the "
+        "tolerance of an output on an int8 / uint8 grid, in steps of its scale (1: a tie or "
+        "rounding-mode difference passes, more fails; never below 1)")
+    min_sqnr_db: float = Field(20.0, description="runtime flow: the least SQNR (dB) of each "
+                               "output against the float model")
+    per_channel: bool = Field(True, description="runtime flow: per-channel weight scales")
+
+
 class ModuleSpec(Settings):
     name: Name = Field(description="unique; the first part of every case id")
     factory: str = Field(
@@ -465,6 +498,9 @@ class ModuleSpec(Settings):
         None, description="also check the task metric on a labelled slice, eager against "
         "each exported run on the same samples (case id `<module>/<dtype>/<name>@task/"
         "b<batch_size>/<provider>`)")
+    quantize: QuantizeSpec | None = Field(
+        None, description="also check the module quantized to int8 (case id `<module>/"
+        "float32/<set>@quant=<flow>/b<batch_size>/<provider>`; needs float32 in `dtypes`)")
     skip: str | None = Field(None, description="skip every case of this module, with this reason")
     # "inputs[1].name" -> "parity.yml:31:9: modules[2].inputs[1].name", filled by the loader so
     # that problems only the worker can see (forward()'s signature) are reported where to edit.

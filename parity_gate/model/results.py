@@ -27,6 +27,7 @@ from parity_gate.model.localisation import Localisation
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.performance import Performance
 from parity_gate.model.precision import ExportCause, Reexport, Reference
+from parity_gate.model.quantized import QuantizedResult
 from parity_gate.model.record import CONFIG, Record, adapter
 from parity_gate.model.task import TaskResult
 from parity_gate.model.upstream import UpstreamReport
@@ -96,6 +97,7 @@ class CaseResult(Record):
     checks: list[CheckRun] = field(default_factory=list)  # follow-up checks run, in order
     probe: str = ""  # `shapes: auto`: the probe's sizes and the assumption it tests
     task: TaskResult | None = None  # task-metric cases: the paired metric on the slice
+    quantized: QuantizedResult | None = None  # quantized cases: steps, SQNR, the bad node
 
     @computed_field  # type: ignore[prop-decorator]
     @property

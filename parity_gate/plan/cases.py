@@ -121,6 +121,8 @@ def module_fixtures(manifest: Manifest, module: ModuleSpec) -> dict[str, Any]:
                for label, variant in out.items() for past in module.cache.past_lengths}
     if module.generation is not None and module.generation.prompt in manifest.fixtures:
         out[generation_id(module)] = manifest.fixtures[module.generation.prompt]
+    if module.quantize is not None and module.quantize.calibration in manifest.fixtures:
+        out[calibration_id(module)] = manifest.fixtures[module.quantize.calibration]
     return out
 
 
@@ -144,6 +146,18 @@ def is_task(key: CaseKey) -> bool:
     return key.inputs.endswith(TASK)
 
 
+QUANT = "@quant="  # marks a quantized case's fixture id: `rand@quant=pt2e`
+
+
+def is_quantized(key: CaseKey) -> bool:
+    return QUANT in key.inputs
+
+
+def calibration_id(module: ModuleSpec) -> str:
+    """The fixture id of a module's calibration set (no cases of its own)."""
+    return f"{module.quantize.calibration}@calibration" if module.quantize else ""
+
+
 def _with_dims(fixture: Any, **dims: int) -> Any:
     if not hasattr(fixture, "dims"):
         return fixture  # a file set: the worker reads its past length from the id
@@ -156,6 +170,8 @@ def all_case_keys(manifest: Manifest, module: ModuleSpec, settings: Settings) ->
     gen = generation_id(module)
     for dtype in settings.dtypes or []:
         for fixture_name, fixture in fixtures.items():
+            if fixture_name == calibration_id(module):
+                continue
             sizes = [module.generation.batch_size] if fixture_name == gen and \
                 module.generation else batch_sizes_for(fixture, settings.batch_sizes or [])
             for batch in sizes:
@@ -164,6 +180,11 @@ def all_case_keys(manifest: Manifest, module: ModuleSpec, settings: Settings) ->
         if module.task is not None:
             keys += [CaseKey(module.name, dtype, f"{module.task.name}{TASK}",
                              module.task.batch_size, provider)
+                     for provider in settings.providers or []]
+        q = module.quantize
+        if q is not None and dtype == "float32":
+            keys += [CaseKey(module.name, dtype, f"{name}{QUANT}{q.flow}", q.batch_size,
+                             provider) for name in module.fixtures
                      for provider in settings.providers or []]
     return keys
 
@@ -221,6 +242,7 @@ def _add_helpers(job: ModuleJob, keys: list[CaseKey], select: list[str],
     probing: set[str] = set()
     for dtype in dict.fromkeys(k.dtype for k in keys):
         mine = [k for k in keys if k.dtype == dtype and not is_generation(k) and not is_task(k)
+                and not is_quantized(k)
                 and not _skip_reason(job.module, k.provider, available)]
         # A probe's id starts with the name of the set it resizes (its sizes may differ).
         sets = dict.fromkeys(k.inputs.split("@")[0] for k in mine)

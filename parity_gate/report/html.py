@@ -19,6 +19,7 @@ from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.model.text import escape_html as esc
 from parity_gate.model.text import html_code_ticks, strip_control
 from parity_gate.report import performance as perf
+from parity_gate.report import quantized as quant_report
 from parity_gate.report.fmt import num, seconds
 from parity_gate.report.locate import Located
 from parity_gate.report.markdown import decision_of, headline
@@ -591,6 +592,7 @@ def render(run: RunResult, where: Located | None = None) -> str:
     body = "".join([_verdict(run, views), _causes(run, views, anchors),
                     _grid(run, views, anchors, decision),
                     _module_table(views, where, decision), _tasks(run),
+                    quant_report.html(run),
                     _performance(run, decision),
                     _failures(views, anchors),
                     _generation(run), _findings(run), _run_details(run)])

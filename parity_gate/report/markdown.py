@@ -33,6 +33,7 @@ from parity_gate.model.text import (
 )
 from parity_gate.report import bisect as bisect_md
 from parity_gate.report import performance as perf
+from parity_gate.report import quantized as quant_report
 from parity_gate.report.fmt import num, plural, seconds
 from parity_gate.report.modules import (
     Cause,
@@ -601,7 +602,8 @@ def render(run: RunResult, limit: int = STEP_SUMMARY_LIMIT, run_url: str | None 
     def essential(cap: int) -> list[str]:
         return [headline(run, views) + "\n", _verdict(run) + "\n",
                 _causes(run, views, decision, run_url),
-                _module_table(views, decision, cap), task_table(run), _gate_sections(decision),
+                _module_table(views, decision, cap), task_table(run),
+                quant_report.markdown(run), _gate_sections(decision),
                 _delta_section(decision.compare_to), perf.markdown(run, run.gate),
                 bisect_md.markdown(run.bisect)]  # `parity-gate bisect`: which version broke it
 

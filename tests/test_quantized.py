@@ -1,0 +1,219 @@
+"""Quantized models (issue 52): outputs and quantize nodes in quantization steps (pt2e),
+SQNR per output and per node (runtime), the first bad node and its owner. Real PT2E
+quantization (torchao), real torch.onnx.export and real ONNX Runtime; the defects are
+planted in the exported graph, and ONNX Runtime's u8s8 saturation is its own."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from parity_gate.compare import steps
+from parity_gate.compare.steps import NodeSteps, blame, in_steps, int_steps, sqnr_db
+
+DATA = Path(__file__).parent / "data" / "quantized"
+
+
+# ------------------------------------------------------------------- the maths
+
+
+def test_rounding_only_and_a_tie_named_half_even_vs_away() -> None:
+    pre = np.array([2.5, 3.5, 1.2, -0.5])          # eager's values before rounding
+    eager = np.array([2.0, 4.0, 1.0, -0.0])        # half to even
+    away = np.array([3.0, 4.0, 1.0, -1.0])         # half away from zero
+    s = in_steps(eager, away, 1.0, pre)
+    assert s.verdict == "one_step" and s.ties == 2 and s.tie_rule == "half_even_vs_away"
+    assert "round-half-even vs half away from zero" in s.describe()
+    assert in_steps(eager, eager + 0.3, 1.0, pre).verdict == "rounding"
+
+
+def test_a_floor_is_a_rounding_mode_defect_and_two_steps_a_defect() -> None:
+    rng = np.random.default_rng(0)
+    pre = rng.uniform(0, 100, 1000)
+    nearest, floor = np.rint(pre), np.floor(pre)
+    s = int_steps(nearest, floor, pre)
+    assert s.verdict == "rounding_mode" and s.failed and s.off_tie > 300
+    two = nearest.copy()
+    two[7] += 2
+    d = int_steps(nearest, two, pre)
+    assert d.verdict == "defect" and d.first == (7,) and d.histogram["2"] == 1
+
+
+def test_sqnr_in_db() -> None:
+    x = np.ones(100)
+    assert sqnr_db(x, x) == float("inf")
+    assert sqnr_db(x, x + 0.1) == pytest.approx(20.0)
+    assert sqnr_db(x, np.full(100, np.nan)) == float("-inf")
+
+
+def test_blame_names_the_first_failing_node_and_its_owner() -> None:
+    ok = int_steps(np.zeros(4), np.zeros(4))
+    bad = int_steps(np.zeros(4), np.array([0, 0, 3, 0]))
+    assert blame([NodeSteps("a", ok, ok)]) is None
+    node, owner, _ = blame([NodeSteps("a", ok, ok), NodeSteps("b", bad, ok),
+                            NodeSteps("c", bad, bad)]) or (None, "", "")
+    assert node is not None and node.name == "b" and owner == "onnxruntime"
+    assert blame([NodeSteps("c", bad, bad)])[1] == "exporter"  # type: ignore[index]
+    assert blame([NodeSteps("d", bad, bad, params_match=False)])[1] == "exporter"  # type: ignore[index]
+    assert blame([NodeSteps("e", bad, ok, representable=False)])[1] == "quantizer"  # type: ignore[index]
+    assert steps.STEP_BINS[0] == "0"
+
+
+# ------------------------------------------------------------------- real PT2E graphs
+
+
+def _cnn_twin(reduce_range: bool = True) -> dict[str, Any]:
+    """The test CNN quantized by PT2E (calibrated on generated data) and exported."""
+    import onnx
+    import torch
+
+    from parity_gate.engine import qdq
+    from parity_gate.engine.exporting import export_module
+    from parity_gate.manifest.models import ExportSettings, InputSpec
+
+    sys.path.insert(0, str(DATA))
+    try:
+        import quant_models
+        module = quant_models.cnn().eval()
+    finally:
+        sys.path.remove(str(DATA))
+    g = torch.Generator().manual_seed(1)
+    calibration = [{"x": torch.randn(8, 3, 8, 8, generator=g)} for _ in range(4)]
+    x = {"x": torch.randn(8, 3, 8, 8, generator=g)}
+    converted = qdq.pt2e_convert(torch, module, x, calibration,
+                                 {"x": {0: torch.export.Dim("batch")}}, reduce_range)
+    twin = export_module(converted, x, [InputSpec(name="x")], ["logits"], ExportSettings())
+    with torch.no_grad():
+        out = [converted(**x).numpy()]
+        eager = qdq.eager_nodes(torch, twin.program, [x["x"]])
+    return {"model": onnx.load_from_string(twin.model), "out": out, "eager": eager,
+            "feeds": {"x": x["x"].numpy()}}
+
+
+def _judge(twin: dict[str, Any], model: Any = None) -> Any:
+    from parity_gate.engine import qdq
+    from parity_gate.engine.quantize import judge_pt2e, run_values
+
+    model = model if model is not None else twin["model"]
+    data = qdq.with_outputs(model, list(qdq.q_params(model)))
+    fused_out, fused = run_values(data, "cpu", {}, twin["feeds"])
+    _, literal = run_values(data, "cpu", {}, twin["feeds"], "disabled")
+    return judge_pt2e(model, twin["out"], ["logits"], twin["eager"], fused, literal,
+                      fused_out[:1])
+
+
+@pytest.fixture(scope="module")
+def cnn() -> dict[str, Any]:
+    return _cnn_twin()
+
+
+def _node(model: Any, output: str) -> Any:
+    return next(n for n in model.graph.node if n.output[0] == output)
+
+
+def test_the_pt2e_cnn_passes_within_one_step_with_its_histogram(cnn: dict[str, Any]) -> None:
+    got = _judge(cnn)
+    out = got.outputs[0]
+    assert out.verdict in ("rounding", "one_step"), out.summary
+    assert out.max_steps is not None and out.max_steps <= 1.0 + 1e-6
+    assert sum(out.histogram.values()) == cnn["out"][0].size
+    assert not got.first_bad and next(n.name for n in got.nodes) == "quantize_per_tensor"
+
+
+def test_a_wrong_scale_after_export_is_the_exporters_at_its_node(cnn: dict[str, Any]) -> None:
+    import onnx
+    from onnx import numpy_helper
+
+    from parity_gate.engine import qdq
+
+    model = onnx.ModelProto()
+    model.CopyFrom(cnn["model"])
+    node = _node(model, "quantize_per_tensor_1")
+    scale = qdq.constants(model)[node.input[1]] * np.float32(1.25)
+    model.graph.initializer.append(numpy_helper.from_array(scale, "planted_scale"))
+    node.input[1] = "planted_scale"
+    got = _judge(cnn, model)
+    assert got.first_bad == "quantize_per_tensor_1" and got.owner == "exporter", got.why
+    assert "scale" in got.why
+
+
+def test_a_rounding_mode_change_is_named_and_blamed(cnn: dict[str, Any]) -> None:
+    """Half a step subtracted before the Q node: a floor instead of round-to-nearest."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    from parity_gate.engine import qdq
+
+    model = onnx.ModelProto()
+    model.CopyFrom(cnn["model"])
+    node = _node(model, "quantize_per_tensor_1")
+    half = qdq.constants(model)[node.input[1]] * np.float32(0.5)
+    model.graph.initializer.append(numpy_helper.from_array(half.astype(np.float32), "half"))
+    model.graph.node.insert(list(model.graph.node).index(node),
+                            helper.make_node("Sub", [node.input[0], "half"], ["floored"]))
+    node.input[0] = "floored"
+    got = _judge(cnn, model)
+    assert got.first_bad == "quantize_per_tensor_1" and got.owner == "exporter", got.why
+    bad = next(n for n in got.nodes if n.name == "quantize_per_tensor_1")
+    assert bad.verdict == "rounding_mode"
+
+
+def _vnni() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return True
+    return any(f in flags for f in ("avx512_vnni", "avx_vnni", "amx_int8"))
+
+
+@pytest.mark.skipif(_vnni(), reason="the u8s8 int16 saturation is an x86 CPU without VNNI's")
+def test_full_range_weights_saturate_onnxruntimes_u8s8_kernel() -> None:
+    """Not planted: ONNX Runtime's uint8 x int8 convolution on AVX2 adds products in pairs
+    into int16 and saturates; the graph run op by op agrees with eager."""
+    got = _judge(_cnn_twin(reduce_range=False))
+    assert got.first_bad == "quantize_per_tensor_1" and got.owner == "onnxruntime", got.why
+    node = next(n for n in got.nodes if n.name == got.first_bad)
+    assert node.literal_steps == 0 and (node.max_steps or 0) > 1
+
+
+# ------------------------------------------------------------------- end to end
+
+
+@pytest.fixture(scope="module")
+def quant_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], Path]:
+    from parity_gate.cli import main
+
+    folder = tmp_path_factory.mktemp("quantized")
+    (folder / "quant_models.py").write_text((DATA / "quant_models.py").read_text())
+    (folder / "parity.yml").write_text((DATA / "parity.yml").read_text())
+    out = folder / "out"
+    code = main(["run", str(folder / "parity.yml"), "--out", str(out), "--no-cache", "--quiet",
+                 "--no-localise"])
+    return code, json.loads((out / "results.json").read_text()), out
+
+
+def _case(doc: dict[str, Any], case_id: str) -> dict[str, Any]:
+    return next(c for c in doc["cases"] if c["id"] == case_id)
+
+
+@pytest.mark.process
+@pytest.mark.slow
+def test_both_flows_end_to_end_with_their_reports(
+        quant_run: tuple[int, dict[str, Any], Path]) -> None:
+    code, doc, out = quant_run
+    pt2e = _case(doc, "cnn/float32/img@quant=pt2e/b8/cpu")
+    assert pt2e["outcome"] == "pass", pt2e["reason"]
+    assert pt2e["quantized"]["outputs"][0]["histogram"]
+    runtime = _case(doc, "cnn_ort/float32/img@quant=runtime/b8/cpu")
+    assert runtime["outcome"] == "pass", runtime["reason"]
+    q = runtime["quantized"]
+    assert q["outputs"][0]["sqnr_db"] > 20 and len(q["nodes"]) >= 3
+    summary = (out / "summary.md").read_text().replace("\\_", "_")
+    assert "Quantized" in summary and "quantize_per_tensor" in summary
+    assert "Quantized" in (out / "report.html").read_text()
+    assert code == 0
