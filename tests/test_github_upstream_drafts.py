@@ -28,7 +28,7 @@ from parity_gate.ops import signatures, upstream_check
 
 FIXTURE = Path(__file__).parent / "data" / "upstream" / "bundled-findings.json.gz"
 SIGNATURES = 502  # a dtype gap is one signature per node and dtype
-CAUSES = 140  # ops.causes: the function at fault and the minimal trigger (a dtype gap: the dtype)
+CAUSES = 160  # ops.causes: the function at fault and the minimal trigger (a dtype gap: the dtype)
 RAISES = {Symptom.MISSING_KERNEL: "NOT_IMPLEMENTED", Symptom.INVALID_MODEL: "",
           Symptom.RUN_FAILS: "", Symptom.EXPORT_FAILS: "", Symptom.UNSUPPORTED: "",
           Symptom.CRASH: ""}
@@ -294,18 +294,18 @@ def test_a_title_says_a_keyword_is_ignored_only_where_that_was_measured(
 @pytest.mark.process
 def test_a_dtype_gap_draft_points_at_the_lowering_of_the_op_its_repro_shows(
         gh: FakeGitHub, tmp_path: Path, bundled: RunResult) -> None:
-    """A dtype gap found first on addmm (its node is not its own name) and then on ceil: the
-    draft leads with ceil, whose node is Ceil, and "Where the lowering lives" names
-    `aten_ceil`, the function the repro exercises, not the first member's."""
+    """A dtype gap found first on atan2 (its node, Atan, is not its own name) and then on
+    tan: the draft leads with tan, whose node is Tan, and "Where the lowering lives" names
+    `aten_tan`, the function the repro exercises, not the first member's."""
     found = signatures.group(bundled)
     invalid = Symptom.INVALID_MODEL
-    cases = [c for op in ("addmm", "ceil") for s, cs in found if s.op_name == op
-             and s.symptom is invalid and s.dtypes == ["uint8"] for c in cs[:1]]
+    cases = [c for op in ("atan2", "tan") for s, cs in found if s.op_name == op
+             and s.symptom is invalid and s.dtypes == ["bfloat16"] for c in cs[:1]]
     assert len(cases) == 2
     upstream_pass.attach(make_run(*cases), client(gh), upstream.UpstreamOptions(
         mode="draft", drafts=tmp_path / "d", check_cache=tmp_path / "checks.json"))
     (draft,) = list((tmp_path / "d").iterdir())
     text = draft.read_text(encoding="utf-8")
-    assert "return torch.ceil(x)" in text
+    assert "return torch.tan(x)" in text
     where = text.split("### Where the lowering lives")[1].split("###")[0]
-    assert "`aten_ceil`" in where and "addmm" not in where, where
+    assert "`aten_tan`" in where and "atan2" not in where, where

@@ -142,13 +142,25 @@ def trigger_words(sig: Signature, cause: causes.Cause | None, example: Example |
              else ""]
     # a sweep's value defect on one of the dtypes swept, or on its integer dtypes alone (a
     # model run has one dtype: no cause); float32 is what a reader assumes
-    on = sig.trigger.split(",") if sig.trigger and sig.trigger != "empty" else \
+    said = sig.trigger or (cause.trigger if cause is not None and not phrase
+                           and cause.trigger not in TRIGGER_PHRASE else "")
+    on = _dtype_words(said.split(",")) if said and said != "empty" else \
         dtypes if phrase and len(dtypes) == 1 and cause is not None \
         and dtypes != ["float32"] else \
         ["integer inputs"] if phrase and cause is not None and len(dtypes) > 1 \
         and all(d.startswith(("int", "uint")) for d in dtypes) else []
     words.append(f"on {_and(on)}" if on else "")
     return [w for w in (*words, _with(sig, cause, needless, kinds)) if w]
+
+
+def _dtype_words(dtypes: list[str]) -> list[str]:
+    """Dtypes as a title says them: three or more integer dtypes (and bool) are "integer
+    inputs" ("integer and bool inputs")."""
+    ints = [d for d in dtypes if d.startswith(("int", "uint"))]
+    rest = [d for d in dtypes if d not in ints]
+    if len(ints) >= 3 and set(rest) <= {"bool"}:
+        return ["integer and bool inputs" if rest else "integer inputs"]
+    return dtypes
 
 
 def _with(sig: Signature, cause: causes.Cause | None, needless: Sequence[str],

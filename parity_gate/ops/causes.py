@@ -9,16 +9,20 @@ of its own ATen ops fails when swept alone, on the same input class, is that
 op's defect; the cause is the function that owns it (the torchlib function of
 that op, or the ONNX Runtime kernel) and the minimal trigger (the input class
 for a wrong value; none for an error, which shows on any input). Arguments and
-symptom wording never split a cause. A node that does not take a dtype (ONNX Runtime has
-no kernel for it; its type constraints at the exported opset exclude it) is one cause per
-dtype and owner, whatever the node: its maintainer fixes the dtype's support, and one
-report lists the nodes that lack it (`listing`). Pure: signatures in, records out.
+symptom wording never split a cause. A node ONNX Runtime has no kernel for is one cause per
+execution provider and dtype, whatever the node: its maintainer adds the dtype's kernels,
+and one report lists the nodes that lack it (`listing`). A torchlib function that emits a
+ONNX node torchlib emits for an integer or bool dtype its type constraints (at the exported
+opset) exclude is one cause per node, those dtypes its trigger (isnan on every integer dtype
+is one IsNaN fix); one excluded on a float dtype alone stays in that dtype's listing (a
+cast fixes them all). Pure:
+signatures in, records out.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from parity_gate.model.results import CaseResult
 from parity_gate.model.upstream import GAPS, PROVIDERS, OpRef, Owner, Signature, Symptom
@@ -35,6 +39,13 @@ PLUMBING = frozenset({
     "unsqueeze", "squeeze", "scalar_tensor", "clone", "zeros_like", "empty_like", "ones_like",
     "new_full", "full", "zeros", "t", "transpose", "permute", "alias", "detach", "copy",
     "slice", "select", "lift_fresh_copy"})
+
+
+# An ONNX node torchlib emits for integer or bool dtypes its type constraints exclude: one
+# cause per node (isnan on every integer dtype is one fix), its trigger those dtypes.
+EXCLUDED = "type_constraints"
+DTYPE_ORDER = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16",
+               "int8", "uint8", "bool")
 
 
 # Keyword arguments that only choose the part of the input a call works on, never what it
@@ -178,21 +189,47 @@ def group(found: Sequence[Found]) -> list[Cause]:
     cause the direct calls lead (the minimal trigger), then the order found."""
     causes: dict[str, Cause] = {}
     wrong = wrong_inputs(found)
+    own = _own_nodes(found, wrong)
     for sig, cases in found:
         blame = culprit(sig, cases, found)
-        listing = bool(gap(sig)) and (sig.user_op, sig.kernel) not in wrong
-        key, function = cause_key(sig, blame, (cases[0].key.provider if cases else "cpu")
-                                  if listing else "")
+        excluded = bool(gap(sig)) and (sig.user_op, sig.kernel) not in wrong
+        listing = excluded and (sig.symptom is Symptom.MISSING_KERNEL or sig.kernel not in own)
+        if excluded and not listing:  # one node torchlib emits for dtypes it excludes
+            function = f"aten_{_name(blame or sig.overload)}"
+            key = "|".join((sig.owner.value, sig.kernel, EXCLUDED))
+        else:
+            key, function = cause_key(sig, blame, (cases[0].key.provider if cases else "cpu")
+                                      if listing else "")
         cause = causes.setdefault(key, Cause(key, sig.owner, function, blame,
                                              gap(sig) if listing else trigger(sig),
                                              listing=listing))
         cause.members.append((sig, cases))
+    for key, cause in causes.items():
+        if key.endswith(f"|{EXCLUDED}"):  # its trigger: every dtype its nodes exclude
+            dtypes = {d for s, _ in cause.members for d in s.dtypes}
+            causes[key] = replace(cause, trigger=",".join(sorted(dtypes, key=_dtype_rank)))
     for cause in causes.values():
         first = cause.members[0][0].symptom
         cause.members.sort(key=lambda m: (not direct(m[0]), m[0].symptom is not first,
                                           cause.listing and not _own_node(m[0]),
                                           _ordinary(m[0])))
     return list(causes.values())
+
+
+def _own_nodes(found: Sequence[Found], wrong: set[tuple[str, str]]) -> set[str]:
+    """The ONNX nodes whose type-constraint gaps are a cause of their own: those torchlib
+    emits for an integer or bool dtype they exclude (what IsNaN or Ceil means on integers
+    is the lowering's to decide, for every op that emits it). A node excluded only on a
+    float dtype (bfloat16 at the exported opset) stays in that dtype's listing: one fix, a
+    cast, serves every op listed."""
+    return {sig.kernel for sig, _ in found
+            if gap(sig) and sig.symptom is Symptom.INVALID_MODEL
+            and (sig.user_op, sig.kernel) not in wrong
+            and gap(sig).startswith(("int", "uint", "bool"))}
+
+
+def _dtype_rank(dtype: str) -> tuple[int, str]:
+    return (DTYPE_ORDER.index(dtype) if dtype in DTYPE_ORDER else len(DTYPE_ORDER), dtype)
 
 
 def _ordinary(sig: Signature) -> int:
