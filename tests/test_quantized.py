@@ -213,7 +213,76 @@ def test_both_flows_end_to_end_with_their_reports(
     assert runtime["outcome"] == "pass", runtime["reason"]
     q = runtime["quantized"]
     assert q["outputs"][0]["sqnr_db"] > 20 and len(q["nodes"]) >= 3
+    block = _case(doc, "block/float32/seq@quant=pt2e/b4/cpu")  # the transformer block
+    assert block["outcome"] == "pass", block["reason"]
+    assert any("in float between Q/DQ pairs" in h for h in block["quantized"]["hazards"])
     summary = (out / "summary.md").read_text().replace("\\_", "_")
     assert "Quantized" in summary and "quantize_per_tensor" in summary
     assert "Quantized" in (out / "report.html").read_text()
     assert code == 0
+
+
+# ------------------------------------------------------------------- the runtime flow
+
+
+@pytest.fixture(scope="module")
+def float_cnn() -> dict[str, Any]:
+    """The test CNN's float export and eager outputs, for ONNX Runtime's quantizer."""
+    import onnx
+    import torch
+
+    from parity_gate.engine.exporting import export_module
+    from parity_gate.manifest.models import ExportSettings, InputSpec
+
+    sys.path.insert(0, str(DATA))
+    try:
+        import quant_models
+        module = quant_models.cnn().eval()
+    finally:
+        sys.path.remove(str(DATA))
+    rng = np.random.default_rng(1)
+    calibration = [{"x": rng.standard_normal((8, 3, 8, 8), dtype=np.float32)} for _ in range(4)]
+    x = rng.standard_normal((8, 3, 8, 8), dtype=np.float32)
+    exported = export_module(module, {"x": torch.from_numpy(x)}, [InputSpec(name="x")],
+                             ["logits"], ExportSettings())
+    with torch.no_grad():
+        out = [module(torch.from_numpy(x)).numpy()]
+    return {"model": exported.model, "calibration": calibration, "feeds": {"x": x}, "out": out}
+
+
+def _runtime(cnn: dict[str, Any], calibration: list[dict[str, np.ndarray]],
+             min_sqnr_db: float = 20.0) -> Any:
+    import onnx
+
+    from parity_gate.engine import qdq
+    from parity_gate.engine.quantize import judge_runtime, run_values
+
+    float_model = onnx.load_from_string(cnn["model"])
+    qdq_model = onnx.load_from_string(qdq.ort_quantize(cnn["model"], calibration))
+    grids = qdq.q_params(qdq_model)
+    known = {v for n in float_model.graph.node for v in n.output} | {"x"}
+    q_out, q_values = run_values(qdq.with_outputs(qdq_model, list(grids)), "cpu", {},
+                                 cnn["feeds"])
+    _, f_values = run_values(qdq.with_outputs(float_model, [
+        n.input[0] for n, _ in grids.values() if n.input[0] in known]), "cpu", {}, cnn["feeds"])
+    return judge_runtime(float_model, qdq_model, cnn["out"], ["logits"], q_out[:1], f_values,
+                         q_values, min_sqnr_db)
+
+
+def test_runtime_flow_reports_sqnr_per_output_and_per_layer(float_cnn: dict[str, Any]) -> None:
+    got = _runtime(float_cnn, float_cnn["calibration"])
+    assert got.outputs[0].verdict == "sqnr_ok" and 20 < got.outputs[0].sqnr_db < 60
+    layers = {n.op for n in got.nodes}
+    assert "Relu" in layers and all(n.sqnr_db is not None for n in got.nodes)
+    assert "worst layer" in got.summary and not got.hazards
+    strict = _runtime(float_cnn, float_cnn["calibration"], min_sqnr_db=60)
+    assert strict.outputs[0].verdict == "sqnr_low"
+
+
+def test_a_calibration_set_that_misses_the_inputs_is_a_hazard(
+        float_cnn: dict[str, Any]) -> None:
+    narrow = [{"x": c["x"] * np.float32(0.05)} for c in float_cnn["calibration"]]
+    got = _runtime(float_cnn, narrow)
+    assert any("calibration set does not cover" in h for h in got.hazards), got.hazards
+    assert got.outputs[0].sqnr_db < _runtime(float_cnn, float_cnn["calibration"]).outputs[
+        0].sqnr_db
