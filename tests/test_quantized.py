@@ -92,6 +92,7 @@ def _cnn_twin(reduce_range: bool = True) -> dict[str, Any]:
         out = [converted(**x).numpy()]
         eager = qdq.eager_nodes(torch, twin.program, [x["x"]])
     return {"model": onnx.load_from_string(twin.model), "out": out, "eager": eager,
+            "program": twin.program,
             "feeds": {"x": x["x"].numpy()}}
 
 
@@ -116,6 +117,7 @@ def _node(model: Any, output: str) -> Any:
     return next(n for n in model.graph.node if n.output[0] == output)
 
 
+@pytest.mark.process
 def test_the_pt2e_cnn_passes_within_one_step_with_its_histogram(cnn: dict[str, Any]) -> None:
     got = _judge(cnn)
     out = got.outputs[0]
@@ -125,6 +127,7 @@ def test_the_pt2e_cnn_passes_within_one_step_with_its_histogram(cnn: dict[str, A
     assert not got.first_bad and next(n.name for n in got.nodes) == "quantize_per_tensor"
 
 
+@pytest.mark.process
 def test_a_wrong_scale_after_export_is_the_exporters_at_its_node(cnn: dict[str, Any]) -> None:
     import onnx
     from onnx import numpy_helper
@@ -142,6 +145,7 @@ def test_a_wrong_scale_after_export_is_the_exporters_at_its_node(cnn: dict[str, 
     assert "scale" in got.why
 
 
+@pytest.mark.process
 def test_a_rounding_mode_change_is_named_and_blamed(cnn: dict[str, Any]) -> None:
     """Half a step subtracted before the Q node: a floor instead of round-to-nearest."""
     import onnx
@@ -171,6 +175,7 @@ def _vnni() -> bool:
     return any(f in flags for f in ("avx512_vnni", "avx_vnni", "amx_int8"))
 
 
+@pytest.mark.process
 @pytest.mark.skipif(_vnni(), reason="the u8s8 int16 saturation is an x86 CPU without VNNI's")
 def test_full_range_weights_saturate_onnxruntimes_u8s8_kernel() -> None:
     """Not planted: ONNX Runtime's uint8 x int8 convolution on AVX2 adds products in pairs
@@ -228,7 +233,6 @@ def test_both_flows_end_to_end_with_their_reports(
 @pytest.fixture(scope="module")
 def float_cnn() -> dict[str, Any]:
     """The test CNN's float export and eager outputs, for ONNX Runtime's quantizer."""
-    import onnx
     import torch
 
     from parity_gate.engine.exporting import export_module
@@ -269,6 +273,7 @@ def _runtime(cnn: dict[str, Any], calibration: list[dict[str, np.ndarray]],
                          q_values, min_sqnr_db)
 
 
+@pytest.mark.process
 def test_runtime_flow_reports_sqnr_per_output_and_per_layer(float_cnn: dict[str, Any]) -> None:
     got = _runtime(float_cnn, float_cnn["calibration"])
     assert got.outputs[0].verdict == "sqnr_ok" and 20 < got.outputs[0].sqnr_db < 60
@@ -279,6 +284,7 @@ def test_runtime_flow_reports_sqnr_per_output_and_per_layer(float_cnn: dict[str,
     assert strict.outputs[0].verdict == "sqnr_low"
 
 
+@pytest.mark.process
 def test_a_calibration_set_that_misses_the_inputs_is_a_hazard(
         float_cnn: dict[str, Any]) -> None:
     narrow = [{"x": c["x"] * np.float32(0.05)} for c in float_cnn["calibration"]]
@@ -286,3 +292,46 @@ def test_a_calibration_set_that_misses_the_inputs_is_a_hazard(
     assert any("calibration set does not cover" in h for h in got.hazards), got.hazards
     assert got.outputs[0].sqnr_db < _runtime(float_cnn, float_cnn["calibration"]).outputs[
         0].sqnr_db
+
+
+# ------------------------------------------------------------------- the manifest
+
+
+def test_quantize_plans_float32_cases_and_checks_its_calibration_set(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from parity_gate.cli import main
+    from parity_gate.manifest.load import load_manifest
+    from parity_gate.manifest.models import resolve_settings
+    from parity_gate.plan.cases import all_case_keys
+
+    (tmp_path / "quant_models.py").write_text((DATA / "quant_models.py").read_text())
+    text = (DATA / "parity.yml").read_text()
+    path = tmp_path / "parity.yml"
+    path.write_text(text.replace("dtypes: [float32]", "").replace(
+        "batch_sizes: [4]", "batch_sizes: [4]\n  dtypes: [float32, float16]"))
+    manifest = load_manifest(path)
+    module = manifest.modules[0]
+    ids = [k.id for k in all_case_keys(manifest, module, resolve_settings(manifest, module))]
+    assert ids == ["cnn/float32/img/b4/cpu", "cnn/float32/img@quant=pt2e/b8/cpu",
+                   "cnn/float16/img/b4/cpu"]
+    path.write_text(text.replace("calibration: calib}", "calibration: calibb}", 1))
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "quantize.calibration: unknown fixture set 'calibb'" in err and "calib" in err
+
+
+@pytest.mark.process
+def test_a_moved_per_channel_axis_is_a_hazard(cnn: dict[str, Any]) -> None:
+    import onnx
+
+    from parity_gate.engine import qdq
+
+    assert qdq.weight_axes(cnn["program"], cnn["model"]) == []
+    model = onnx.ModelProto()
+    model.CopyFrom(cnn["model"])
+    node = _node(model, "dequantize_per_channel")
+    kept = [a for a in node.attribute if a.name != "axis"]
+    del node.attribute[:]
+    node.attribute.extend([*kept, onnx.helper.make_attribute("axis", 1)])
+    found = qdq.weight_axes(cnn["program"], model)
+    assert found and "axis 1 in ONNX, 0 in eager" in found[0], found

@@ -287,3 +287,47 @@ def float_ops(model: bytes, provider_chain: list[Any]) -> list[tuple[str, str]]:
 
 def finite(x: float) -> float | None:
     return x if math.isfinite(x) else None
+
+
+def weight_axes(program: Any, model: Any) -> list[str]:
+    """Per-channel weight grids the export lost or moved: each `dequantize_per_channel` of
+    the program against the DequantizeLinear that keeps its name (axis, scales)."""
+    import torch
+
+    gm = program.module()
+    made = producers(model)
+    values = constants(model)
+    problems: list[str] = []
+
+    def fetch(arg: Any) -> np.ndarray | None:
+        target = getattr(arg, "target", None)
+        if not isinstance(target, str) or getattr(arg, "op", "") != "get_attr":
+            return np.asarray(arg) if isinstance(arg, (int, float)) else None
+        obj: Any = gm
+        for part in target.split("."):
+            obj = getattr(obj, part, None)
+        return obj.detach().numpy() if isinstance(obj, torch.Tensor) else None
+
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or "dequantize_per_channel" not in str(node.target):
+            continue
+        onnx_node = made.get(node.name)
+        if onnx_node is None or onnx_node.op_type != "DequantizeLinear":
+            continue
+        weight = fetch(node.args[0])
+        rank = weight.ndim if weight is not None else 1
+        axis = int(node.args[3]) % max(rank, 1)
+        scale = values.get(onnx_node.input[1])
+        if scale is None or np.asarray(scale).ndim == 0:
+            problems.append(f"{node.name}: per-channel scales (axis {axis}) became one scale "
+                            "in ONNX: the per-channel axis was lost")
+            continue
+        got = next((a.i for a in onnx_node.attribute if a.name == "axis"), 1) % max(rank, 1)
+        eager = fetch(node.args[1])
+        if got != axis:
+            problems.append(f"{node.name}: per-channel axis {got} in ONNX, {axis} in eager "
+                            "(the axis moved)")
+        elif eager is not None and (eager.size != np.asarray(scale).size or not np.allclose(
+                eager.ravel(), np.asarray(scale, np.float64).ravel(), rtol=1e-6, atol=0)):
+            problems.append(f"{node.name}: per-channel scales differ between ONNX and eager")
+    return problems

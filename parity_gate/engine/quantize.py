@@ -278,6 +278,7 @@ def _prepare(ctx: Any, mod: Any, exported: Any, spec: Any) -> Callable[[Any], Qu
         quantize_s = time.perf_counter() - t0
         hazards = [f"{op} {name}: ONNX Runtime runs it in float between Q/DQ pairs"
                    for op, name in qdq.float_ops(data, ["CPUExecutionProvider"])]
+        hazards += qdq.weight_axes(twin.program, model)
 
         def check(key: Any) -> QuantizedResult:
             feeds = inputs_of(key)
