@@ -163,6 +163,8 @@ def _plan_work(manifest: Manifest, manifest_path: Path,
         work = shard_plan(work, options.shard, options.timings)
     for job in work.jobs:
         job.cache_dir = options.cache_dir
+        if options.localise is not None and options.localise.artifacts is not None:
+            job.artifacts = Path(options.localise.artifacts)  # quantized cases' repros
     return work, universe, available
 
 

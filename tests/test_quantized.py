@@ -6,6 +6,7 @@ planted in the exported graph, and ONNX Runtime's u8s8 saturation is its own."""
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -96,16 +97,19 @@ def _cnn_twin(reduce_range: bool = True) -> dict[str, Any]:
             "feeds": {"x": x["x"].numpy()}}
 
 
-def _judge(twin: dict[str, Any], model: Any = None) -> Any:
+def _judge(twin: dict[str, Any], model: Any = None, repro: Path | None = None) -> Any:
     from parity_gate.engine import qdq
-    from parity_gate.engine.quantize import judge_pt2e, run_values
+    from parity_gate.engine.quantize import judge_pt2e, run_values, write_repro
 
     model = model if model is not None else twin["model"]
     data = qdq.with_outputs(model, list(qdq.q_params(model)))
     fused_out, fused = run_values(data, "cpu", {}, twin["feeds"])
     _, literal = run_values(data, "cpu", {}, twin["feeds"], "disabled")
-    return judge_pt2e(model, twin["out"], ["logits"], twin["eager"], fused, literal,
-                      fused_out[:1])
+    got = judge_pt2e(model, twin["out"], ["logits"], twin["eager"], fused, literal,
+                     fused_out[:1])
+    if repro is not None and got.first_bad:
+        write_repro(repro, data, twin["feeds"], twin["eager"], got.first_bad)
+    return got
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +132,8 @@ def test_the_pt2e_cnn_passes_within_one_step_with_its_histogram(cnn: dict[str, A
 
 
 @pytest.mark.process
-def test_a_wrong_scale_after_export_is_the_exporters_at_its_node(cnn: dict[str, Any]) -> None:
+def test_a_wrong_scale_after_export_is_the_exporters_at_its_node(
+        cnn: dict[str, Any], tmp_path: Path) -> None:
     import onnx
     from onnx import numpy_helper
 
@@ -140,9 +145,14 @@ def test_a_wrong_scale_after_export_is_the_exporters_at_its_node(cnn: dict[str, 
     scale = qdq.constants(model)[node.input[1]] * np.float32(1.25)
     model.graph.initializer.append(numpy_helper.from_array(scale, "planted_scale"))
     node.input[1] = "planted_scale"
-    got = _judge(cnn, model)
+    got = _judge(cnn, model, tmp_path / "repro")
     assert got.first_bad == "quantize_per_tensor_1" and got.owner == "exporter", got.why
     assert "scale" in got.why
+    ran = subprocess.run([sys.executable, "repro.py"], cwd=tmp_path / "repro", check=True,
+                         capture_output=True, text=True, timeout=120)
+    lines = ran.stdout.splitlines()  # the graph itself is wrong: both levels show it
+    assert len(lines) == 2 and all("quantize_per_tensor_1 max" in x for x in lines), ran.stdout
+    assert all(int(x.split(" max ")[1].split()[0]) > 1 for x in lines)
 
 
 @pytest.mark.process
@@ -197,8 +207,7 @@ def quant_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, 
     (folder / "quant_models.py").write_text((DATA / "quant_models.py").read_text())
     (folder / "parity.yml").write_text((DATA / "parity.yml").read_text())
     out = folder / "out"
-    code = main(["run", str(folder / "parity.yml"), "--out", str(out), "--no-cache", "--quiet",
-                 "--no-localise"])
+    code = main(["run", str(folder / "parity.yml"), "--out", str(out), "--no-cache", "--quiet"])
     return code, json.loads((out / "results.json").read_text()), out
 
 
@@ -224,7 +233,16 @@ def test_both_flows_end_to_end_with_their_reports(
     summary = (out / "summary.md").read_text().replace("\\_", "_")
     assert "Quantized" in summary and "quantize_per_tensor" in summary
     assert "Quantized" in (out / "report.html").read_text()
-    assert code == 0
+    full = _case(doc, "cnn_full/float32/img@quant=pt2e/b8/cpu")["quantized"]
+    if _vnni():
+        assert code == 0
+        return
+    assert code == 1 and full["first_bad"] == "quantize_per_tensor_1"
+    assert full["owner"] == "onnxruntime" and Path(full["repro"]).parent == out / "artifacts"
+    ran = subprocess.run([sys.executable, "repro.py"], cwd=full["repro"], check=True,
+                         capture_output=True, text=True, timeout=120)
+    assert "ORT_DISABLE_ALL: quantize_per_tensor_1 max 0 step(s)" in ran.stdout, ran.stdout
+    assert "repro folder of `quantize_per_tensor_1`" in summary
 
 
 # ------------------------------------------------------------------- the runtime flow

@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -291,7 +292,14 @@ def _prepare(ctx: Any, mod: Any, exported: Any, spec: Any) -> Callable[[Any], Qu
             _, literal = run_values(data, key.provider, opts, feeds, "disabled")
             got = judge_pt2e(model, out, out_names, eager, fused, literal,
                              fused_out[:len(out)], dict(spec.max_steps))
-            return dataclasses.replace(got, hazards=[*got.hazards, *hazards],
+            repro = ""
+            if got.first_bad and job.artifacts is not None:
+                try:
+                    repro = write_repro(Path(job.artifacts) / key.id.replace("/", "__"),
+                                        data, feeds, eager, got.first_bad)
+                except Exception as exc:  # advisory: the case keeps its verdict
+                    hazards.append(f"repro folder not written: {exc}")
+            return dataclasses.replace(got, hazards=[*got.hazards, *hazards], repro=repro,
                                        quantize_s=round(quantize_s, 3), float_s=round(float_s, 3))
         return check
 
@@ -320,3 +328,45 @@ def _prepare(ctx: Any, mod: Any, exported: Any, spec: Any) -> Callable[[Any], Qu
         return dataclasses.replace(got, quantize_s=round(quantize_s, 3),
                                    float_s=round(float_s, 3))
     return check_runtime
+
+
+REPRO_SCRIPT = '''"""Repro: the quantize node {node} of a QDQ graph against its
+quantized eager twin, in steps. Needs numpy and onnxruntime only: python repro.py"""
+import numpy as np
+import onnxruntime as ort
+
+feeds = dict(np.load("inputs.npz"))
+eager = np.load("eager.npz")
+for level in ("ORT_ENABLE_ALL", "ORT_DISABLE_ALL"):
+    so = ort.SessionOptions()
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
+    session = ort.InferenceSession("model.onnx", so, providers=["CPUExecutionProvider"])
+    got = dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    steps = np.abs(got["{node}"].astype(np.int64) - eager["{node}"].astype(np.int64))
+    print(f"{{level}}: {node} max {{int(steps.max())}} step(s), "
+          f"{{int((steps > 1).sum())}} of {{steps.size}} beyond one")
+'''
+
+
+def write_repro(folder: Path, model: bytes, feeds: dict[str, np.ndarray],
+                eager: dict[str, tuple[np.ndarray, np.ndarray, qdq.QParams]], node: str) -> str:
+    """A folder that replays the first bad node alone: the QDQ graph (its quantize nodes as
+    outputs), the inputs, eager's integer values at every quantize node, and repro.py.
+    Returns the folder's path."""
+    import io
+
+    from parity_gate.model.files import atomic_write, make_folder
+
+    make_folder(folder.parent, folder)
+
+    def npz(arrays: dict[str, np.ndarray]) -> bytes:
+        buffer = io.BytesIO()
+        savez: Any = np.savez
+        savez(buffer, **arrays)
+        return buffer.getvalue()
+
+    atomic_write(folder / "model.onnx", model, binary=True)
+    atomic_write(folder / "inputs.npz", npz(feeds), binary=True)
+    atomic_write(folder / "eager.npz", npz({k: v[0] for k, v in eager.items()}), binary=True)
+    atomic_write(folder / "repro.py", REPRO_SCRIPT.format(node=node))
+    return str(folder)

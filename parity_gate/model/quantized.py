@@ -23,6 +23,7 @@ class QuantOutput(Record):
     max_steps: Real | None = None
     histogram: dict[str, int] = field(default_factory=dict)  # compare.steps.STEP_BINS
     summary: str = ""
+    repro: str = ""                    # the first bad node's repro folder (pt2e), if written
 
 
 @dataclass(frozen=True, config=CONFIG)
@@ -52,3 +53,4 @@ class QuantizedResult(Record):
     quantize_s: Real = 0.0             # quantizing, calibrating and exporting the twin
     float_s: Real = 0.0                # the float export of the same module (for the cost)
     summary: str = ""
+    repro: str = ""                    # the first bad node's repro folder (pt2e), if written

@@ -43,6 +43,7 @@ class ModuleJob:
     python_path: list[Path]
     cases: list[CaseKey] = field(default_factory=list)
     cache_dir: Path | None = None  # the export cache; None: every export is made afresh
+    artifacts: Path | None = None  # repro folders written by the worker (quantized cases)
     # Dtypes whose tolerance the manifest sets (its defaults or the module): a contract the
     # float64 check reports on ("unattainable") but never waives; the built-in starting
     # tolerances are not one. An output's own `tolerances` are a contract for that output.

@@ -78,6 +78,9 @@ def markdown(run: RunResult) -> str:
         if worst:
             lines.append(f"  - {'worst layers (SQNR)' if q.flow == 'runtime' else 'nodes'}: "
                          f"{md_cell('; '.join(worst), 600)}")
+        if q.repro:
+            lines.append(f"  - repro folder of {md_code(q.first_bad)}: {md_code(q.repro)} "
+                         "(`python repro.py`)")
         for h in q.hazards[:5]:
             lines.append(f"  - hazard: {md_cell(h, 300)}")
         lines.append(f"  - cost: {_cost(q)}")
@@ -99,6 +102,8 @@ def html(run: RunResult) -> str:
                            if o.histogram) or "—"
         bad = f"<code>{esc(q.first_bad)}</code> ({esc(q.owner)}): {esc(q.why)}" \
             if q.first_bad else "—"
+        if q.repro:
+            bad += f"<br>repro: <code>{esc(q.repro)}</code>"
         colour = "#b00" if c.failed else "#060"
         out.append(f"<tr><td><code>{esc(c.id)}</code></td><td>{esc(q.flow)}</td>"
                    f'<td style="color:{colour}">{esc(_verdict(q))}</td><td>{hist}</td>'
