@@ -206,6 +206,17 @@ def quant_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, 
     folder = tmp_path_factory.mktemp("quantized")
     (folder / "quant_models.py").write_text((DATA / "quant_models.py").read_text())
     (folder / "parity.yml").write_text((DATA / "parity.yml").read_text())
+    import torch  # a labelled slice: the float CNN's own labels on random images
+
+    sys.path.insert(0, str(DATA))
+    try:
+        import quant_models
+        x = np.random.default_rng(3).standard_normal((256, 3, 8, 8), dtype=np.float32)
+        with torch.no_grad():
+            labels = quant_models.cnn().eval()(torch.from_numpy(x)).argmax(-1).numpy()
+    finally:
+        sys.path.remove(str(DATA))
+    np.savez(folder / "slice.npz", x=x, labels=labels)
     out = folder / "out"
     code = main(["run", str(folder / "parity.yml"), "--out", str(out), "--no-cache", "--quiet"])
     return code, json.loads((out / "results.json").read_text()), out
@@ -233,6 +244,10 @@ def test_both_flows_end_to_end_with_their_reports(
     summary = (out / "summary.md").read_text().replace("\\_", "_")
     assert "Quantized" in summary and "quantize_per_tensor" in summary
     assert "Quantized" in (out / "report.html").read_text()
+    task = _case(doc, "cnn_ort/float32/slice@task@quant=runtime/b128/cpu")
+    assert task["outcome"] == "pass" and task["task"]["eager"] == 100.0, task["reason"]
+    assert task["task"]["onnx"] < 100.0  # quantization error, within the budget
+    assert task["task"]["samples"] == 256
     full = _case(doc, "cnn_full/float32/img@quant=pt2e/b8/cpu")["quantized"]
     if _vnni():
         assert code == 0
@@ -332,6 +347,9 @@ def test_quantize_plans_float32_cases_and_checks_its_calibration_set(
     ids = [k.id for k in all_case_keys(manifest, module, resolve_settings(manifest, module))]
     assert ids == ["cnn/float32/img/b4/cpu", "cnn/float32/img@quant=pt2e/b8/cpu",
                    "cnn/float16/img/b4/cpu"]
+    runtime = manifest.modules[1]  # with a task: its metric on the QDQ graph too
+    assert "cnn_ort/float32/slice@task@quant=runtime/b128/cpu" in [
+        k.id for k in all_case_keys(manifest, runtime, resolve_settings(manifest, runtime))]
     path.write_text(text.replace("calibration: calib}", "calibration: calibb}", 1))
     assert main(["check", str(path)]) == 2
     err = capsys.readouterr().err

@@ -31,6 +31,7 @@ from parity_gate.model.findings import Stage
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.quantized import QuantizedResult, QuantNode, QuantOutput
 from parity_gate.model.results import CaseResult
+from parity_gate.plan.cases import QUANT, TASK
 
 SATURATION_HAZARD = 0.01  # a node whose values clamp more often: calibration misses them
 
@@ -196,17 +197,30 @@ def _dynamic(torch: Any, inputs: Sequence[Any]) -> dict[str, Any]:
 
 def run_cases(ctx: Any, mod: Any, exported: Any, cached: bool, keys: list[Any],
               open_session: Callable[..., Any]) -> None:
-    """Every quantized case of the module (float32 only), flow by the manifest."""
-    del open_session  # sessions here carry extra outputs: opened on the model they need
-    _job, spec = ctx.job, ctx.job.module.quantize
+    """Every quantized case of the module (float32 only), flow by the manifest; the
+    runtime flow's task cases run on the QDQ graph through `taskrun` (`open_session`: the
+    worker's; the other cases open sessions on graphs with extra outputs themselves)."""
+    spec = ctx.job.module.quantize
     provenance = ctx.provenance(mod.device, exported, cached)
+    tasks = [k for k in keys if TASK + QUANT in k.inputs]
+    keys = [k for k in keys if k not in tasks]
     try:
         made = _prepare(ctx, mod, exported, spec)
     except Exception as exc:
-        ctx.fail_all(keys, Outcome.EXPORT_ERROR, f"quantize ({spec.flow}): "
+        ctx.fail_all(keys + tasks, Outcome.EXPORT_ERROR, f"quantize ({spec.flow}): "
                      f"{type(exc).__name__}: {str(exc)[:300]}", traceback.format_exc()[-4000:],
                      provenance=provenance)
         return
+    if tasks:  # the task metric, float eager against the QDQ graph (runtime flow)
+        from parity_gate.engine import taskrun
+        from parity_gate.engine.exporting import ExportedModel
+
+        qdq_model = getattr(made, "qdq_model", None)
+        if qdq_model is None:
+            ctx.fail_all(tasks, Outcome.SKIPPED, "the task metric of a quantized model runs "
+                         "in the runtime flow only")
+        else:
+            taskrun.run_cases(ctx, mod, ExportedModel(qdq_model), False, tasks, open_session)
     for key in keys:
         ctx.step(Stage.RUNNING, key.id, f"quantized ({spec.flow})")
         t0 = time.perf_counter()
@@ -327,6 +341,7 @@ def _prepare(ctx: Any, mod: Any, exported: Any, spec: Any) -> Callable[[Any], Qu
                             f_values, q_values, spec.min_sqnr_db)
         return dataclasses.replace(got, quantize_s=round(quantize_s, 3),
                                    float_s=round(float_s, 3))
+    check_runtime.qdq_model = qdq_bytes  # type: ignore[attr-defined]  # for the task cases
     return check_runtime
 
 

@@ -500,7 +500,9 @@ class ModuleSpec(Settings):
         "b<batch_size>/<provider>`)")
     quantize: QuantizeSpec | None = Field(
         None, description="also check the module quantized to int8 (case id `<module>/"
-        "float32/<set>@quant=<flow>/b<batch_size>/<provider>`; needs float32 in `dtypes`)")
+        "float32/<set>@quant=<flow>/b<batch_size>/<provider>`; needs float32 in `dtypes`); "
+        "with `task` and the runtime flow, the task metric on the QDQ graph too "
+        "(`<name>@task@quant=runtime`)")
     skip: str | None = Field(None, description="skip every case of this module, with this reason")
     # "inputs[1].name" -> "parity.yml:31:9: modules[2].inputs[1].name", filled by the loader so
     # that problems only the worker can see (forward()'s signature) are reported where to edit.

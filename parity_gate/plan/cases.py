@@ -187,6 +187,10 @@ def all_case_keys(manifest: Manifest, module: ModuleSpec, settings: Settings) ->
             keys += [CaseKey(module.name, dtype, f"{name}{QUANT}{q.flow}", q.batch_size,
                              provider) for name in module.fixtures
                      for provider in settings.providers or []]
+            if module.task is not None and q.flow == "runtime":  # the metric on the QDQ graph
+                keys += [CaseKey(module.name, dtype, f"{module.task.name}{TASK}{QUANT}{q.flow}",
+                                 module.task.batch_size, provider)
+                         for provider in settings.providers or []]
     return keys
 
 
