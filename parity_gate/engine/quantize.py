@@ -277,6 +277,9 @@ def _prepare(ctx: Any, mod: Any, exported: Any, spec: Any) -> Callable[[Any], Qu
 
     t0 = time.perf_counter()
     options = {p: job.providers[p].options for p in job.providers}
+    if spec.flow == "pt2e" and any("." in n for n in names):
+        raise ValueError("the pt2e flow takes plain tensor inputs only, not the parts of a "
+                         "structured argument (" + ", ".join(n for n in names if "." in n) + ")")
     if spec.flow == "pt2e":
         converted = qdq.pt2e_convert(torch, mod.typed, torch_in(calibration[0]),
                                      [torch_in(c) for c in calibration],
