@@ -179,8 +179,10 @@ def blame(nodes: list[NodeSteps]) -> tuple[NodeSteps, str, str] | None:
             return node, "quantizer", f"the quantizer's parameters: {node.params_note}"
         if node.literal is not None and node.literal.failed:
             return node, "exporter", ("the exported graph run op by op (no fusion) already "
-                                      f"differs: {node.literal.describe()}")
-        why = "ONNX Runtime's fused QLinear kernel differs where the graph run op by op " \
-              f"agrees: {node.optimized.describe()}"
-        return node, "onnxruntime", why
+                                      f"differs: {node.literal.max_steps:.3g} step(s), "
+                                      f"{node.literal.verdict.replace('_', ' ')}")
+        literal = f"{node.literal.max_steps:.3g}" if node.literal is not None else "not run"
+        return node, "onnxruntime", (
+            f"only ONNX Runtime's fused kernel differs: {node.optimized.max_steps:.3g} step(s) "
+            f"fused, {literal} op by op")
     return None

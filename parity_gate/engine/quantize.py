@@ -100,14 +100,15 @@ def judge_pt2e(model: Any, eager_out: Sequence[np.ndarray], out_names: Sequence[
     first, owner, why = ("", "", "") if found is None else (found[0].name, found[1], found[2])
     failed = [o for o in outputs if o.verdict in ("defect", "rounding_mode")]
     if failed:
-        summary = f"{failed[0].name}: {failed[0].summary}"
+        o = failed[0]
+        summary = (f"{o.name}: {o.max_steps or 0:.3g} step(s) at most "
+                   f"({o.verdict.replace('_', ' ')})")
     elif found is not None:
-        summary = (f"outputs within one step, but inside the graph {first} is not "
-                   f"(owner: {owner}): {why}")
+        summary = "every output within one step, but not every node inside the graph"
     else:
         summary = "every output within one step of the quantized eager model"
-    if found is not None and failed:
-        summary += f"; first node beyond one step: {first} (owner: {owner}: {why})"
+    if found is not None:
+        summary += f"; first node beyond one step: {first}, owner {owner} ({why})"
     return QuantizedResult("pt2e", outputs, records, first, owner, why, hazards,
                            summary=summary)
 
