@@ -371,3 +371,28 @@ def test_a_moved_per_channel_axis_is_a_hazard(cnn: dict[str, Any]) -> None:
     node.attribute.extend([*kept, onnx.helper.make_attribute("axis", 1)])
     found = qdq.weight_axes(cnn["program"], model)
     assert found and "axis 1 in ONNX, 0 in eager" in found[0], found
+
+
+@pytest.mark.process
+def test_a_grid_onnx_cannot_store_is_the_quantizers_before_export() -> None:
+    """A zero point of 300 on a uint8 grid: torch computes with it (clamping), the exporter
+    would fail on it; the gate names the node and the quantizer before exporting."""
+    import torch
+
+    from parity_gate.engine import qdq
+
+    sys.path.insert(0, str(DATA))
+    try:
+        import quant_models
+        module = quant_models.cnn().eval()
+    finally:
+        sys.path.remove(str(DATA))
+    x = {"x": torch.randn(4, 3, 8, 8, generator=torch.Generator().manual_seed(1))}
+    converted = qdq.pt2e_convert(torch, module, x, [x], {"x": {0: torch.export.Dim("batch")}})
+    assert qdq.unrepresentable(torch, converted) == []
+    node = next(n for n in converted.graph.nodes if n.op == "call_function"
+                and getattr(n.target, "__name__", "").startswith("quantize_per_tensor")
+                and n.args[0].op != "placeholder")
+    node.args = (*node.args[:2], 300, *node.args[3:])
+    found = qdq.unrepresentable(torch, converted)
+    assert found == [f"{node.name}: a zero point outside [0, 255]"], found

@@ -331,3 +331,21 @@ def weight_axes(program: Any, model: Any) -> list[str]:
                 eager.ravel(), np.asarray(scale, np.float64).ravel(), rtol=1e-6, atol=0)):
             problems.append(f"{node.name}: per-channel scales differ between ONNX and eager")
     return problems
+
+
+def unrepresentable(torch: Any, gm: Any) -> list[str]:
+    """The converted model's activation grids that ONNX cannot store (the quantizer's
+    choice: a scale that is not a positive normal float32, a zero point outside the
+    integer range), each as `node: why`; read before exporting, which would fail on them."""
+    out: list[str] = []
+    for node in gm.graph.nodes:
+        name = getattr(node.target, "__name__", str(node.target))
+        if node.op != "call_function" or not name.startswith("quantize_per_tensor"):
+            continue
+        args = list(node.args)
+        if any(isinstance(a, torch.fx.Node) for a in args[1:]):
+            continue  # a scale computed in the graph: read at run time only
+        why = _params_of(torch, name, args).representable()
+        if why:
+            out.append(f"{node.name}: {why}")
+    return out

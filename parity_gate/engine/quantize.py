@@ -285,6 +285,10 @@ def _prepare(ctx: Any, mod: Any, exported: Any, spec: Any) -> Callable[[Any], Qu
         converted = qdq.pt2e_convert(torch, mod.typed, torch_in(calibration[0]),
                                      [torch_in(c) for c in calibration],
                                      _dynamic(torch, job.module.inputs), spec.reduce_range)
+        bad = qdq.unrepresentable(torch, converted)
+        if bad:
+            raise ValueError(f"the quantizer's grid cannot be exported (owner: quantizer): "
+                             f"{'; '.join(bad[:3])}")
         with torch.no_grad():
             first = converted(**torch_in(calibration[0]))
         from parity_gate.engine.binding import output_names
