@@ -177,7 +177,7 @@ def test_noise_is_folded_and_unstable_timings_do_not_lead(
     assert fold is not None and "every eager output is NaN" in fold.group(0)
     assert "every eager output is NaN" not in text.replace(fold.group(0), "")
     # Timings that never settled: the performance table is folded, saying why, and the
-    # module table shows no ratio read off noise.
+    # module table has no time column (no figure stable enough to act on).
     timed = [dataclasses.replace(c, performance=dataclasses.replace(
         c.performance, latency=dataclasses.replace(c.performance.latency, stable=False)))
         if c.performance is not None and c.performance.latency is not None else c
@@ -186,9 +186,11 @@ def test_noise_is_folded_and_unstable_timings_do_not_lead(
     assert "### Performance" not in noisy
     assert re.search(r"<details><summary>Performance: no rule broken; \d+ of \d+ modules' "
                      r"timings did not settle", noisy)
-    assert "| not stable |" in noisy
-    if any(c.performance is not None and c.performance.latency is not None
-           and c.performance.latency.stable for c in run.cases):
+    table = noisy[noisy.index("| module | outcome |"):].split("\n\n", 1)[0]
+    assert "onnx/eager time" not in table and "not stable" not in table
+    measured = [c.performance.latency for c in run.cases
+                if c.performance is not None and c.performance.latency is not None]
+    if measured and all(lat.stable for lat in measured):  # settled (a quiet machine): open
         assert "### Performance" in render(run) or "Performance rules broken" in render(run)
 
 
