@@ -377,8 +377,8 @@ def test_dump_parse_round_trip() -> None:
 
 
 OUTCOMES = ("'mismatch', 'metric_drop', 'shape_mismatch', 'dtype_mismatch', 'baked_shape', "
-            "'runtime_error', 'no_kernel', 'invalid_model', 'unsupported_op', 'export_error', 'eager_error', "
-            "'out_of_memory', 'timeout' or 'crash'")
+            "'runtime_error', 'no_kernel', 'invalid_model', 'unsupported_op', 'export_error', "
+            "'eager_error', 'out_of_memory', 'timeout' or 'crash'")
 ENTRY_KEYS = "id, link, max_abs, max_rel, mismatch_fraction, outcome, reason"
 
 # (file text, its one problem in full): located at the value (or key) to edit, worded and
