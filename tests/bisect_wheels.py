@@ -44,14 +44,21 @@ def wheel(folder: Path, name: str, version: str, source: str) -> Path:
 def json_index(releases: Mapping[str, list[str]]) -> Iterator[str]:
     """PyPI's JSON API (`/<name>/json`) for `releases` (name → versions, uploaded a month
     apart in that order) on 127.0.0.1; its URL."""
-    docs = {name: {"info": {"name": name}, "releases": {
-        v: [{"yanked": False, "upload_time_iso_8601": f"2026-{i + 1:02d}-01T00:00:00Z"}]
-        for i, v in enumerate(versions)}} for name, versions in releases.items()}
+    with serve_json({name: {"info": {"name": name}, "releases": {
+            v: [{"yanked": False, "upload_time_iso_8601": f"2026-{i + 1:02d}-01T00:00:00Z"}]
+            for i, v in enumerate(versions)}} for name, versions in releases.items()}) as url:
+        yield url
+
+
+@contextmanager
+def serve_json(docs: Mapping[str, object]) -> Iterator[str]:
+    """PyPI's JSON API on 127.0.0.1 serving `docs[name]` at `/<name>/json` (404 for any other
+    name); its URL."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             name = self.path.strip("/").removesuffix("/json")
-            if name not in docs:
+            if name not in docs or not self.path.rstrip("/").endswith("/json"):
                 self.send_error(404)
                 return
             body = json.dumps(docs[name]).encode()

@@ -7,12 +7,12 @@ an own-model change said in words. On fakes: a fake installer and runner (the re
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from bisect_wheels import serve_json
 from test_bisect_units import (
     BAD,
     BAD_SET,
@@ -316,27 +316,9 @@ RELEASES = {v: [{"yanked": False, "upload_time_iso_8601": f"2025-0{i + 1}-01T00:
 
 @pytest.fixture(scope="module")
 def index_url() -> Iterator[str]:
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            name = self.path.strip("/").split("/")[0]
-            if name not in ("onnxscript", "onnxruntime") or not self.path.endswith("/json"):
-                self.send_error(404)
-                return
-            body = json.dumps({"info": {"name": name}, "releases": RELEASES}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
+    with serve_json({name: {"info": {"name": name}, "releases": RELEASES}
+                     for name in ("onnxscript", "onnxruntime")}) as url:
+        yield url
 
 
 @pytest.fixture

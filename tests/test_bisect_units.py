@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import json
 import math
-import threading
 from collections.abc import Callable, Iterator, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from bisect_wheels import serve_json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from packaging.version import Version
@@ -285,25 +284,9 @@ RELEASES = {
 
 @pytest.fixture(scope="module")
 def local_index() -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            if self.path.rstrip("/") != "/onnxscript/json":
-                self.send_error(404)
-                return
-            body = json.dumps({"info": {"name": "onnxscript"}, "releases": RELEASES}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
+    with serve_json({"onnxscript": {"info": {"name": "onnxscript"}, "releases": RELEASES}}) \
+            as url:
+        yield url
 
 
 def test_versions_between_from_the_index(local_index: str) -> None:
