@@ -70,6 +70,23 @@ def test_the_bootstrap_is_seeded_and_paired() -> None:
     assert s.verdict == "pass" and s.low == s.high == 0
 
 
+def test_the_mean_metrics_are_scikit_learns() -> None:
+    """Accuracy, MAE and MSE are read as per-sample means (fast); they equal sklearn's."""
+    from sklearn import metrics as skm
+
+    rng = np.random.default_rng(2)
+    y, e = _labels(1000, 0.9)
+    o = np.where(rng.random(1000) < 0.9, y, (y + 2) % 10)
+    s = paired_stats("top1", Paired(y, e, o), 0.5)
+    assert s.eager == pytest.approx(100 * skm.accuracy_score(y, e), abs=1e-9)
+    assert s.onnx == pytest.approx(100 * skm.accuracy_score(y, o), abs=1e-9)
+    r = rng.normal(size=1000)
+    a, b = r + rng.normal(scale=0.1, size=1000), r + rng.normal(scale=0.2, size=1000)
+    for metric, fn in (("mae", skm.mean_absolute_error), ("mse", skm.mean_squared_error)):
+        got = paired_stats(metric, Paired(r, a, b), 1.0)
+        assert (got.eager, got.onnx) == (pytest.approx(fn(r, a)), pytest.approx(fn(r, b)))
+
+
 @pytest.mark.parametrize("metric", ["f1_macro", "f1_micro", "topk", "mae", "mse"])
 def test_every_metric_reports_a_drop_the_same_way(metric: str) -> None:
     rng = np.random.default_rng(1)

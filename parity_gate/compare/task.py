@@ -109,8 +109,13 @@ def paired_stats(metric: str, data: Paired, budget: float, *, level: float = 0.9
     n = len(data.labels)
     if n == 0:
         raise ValueError("the slice has no samples")
-    eager = _value(metric, data.labels, data.eager, data.eager_hit)
-    onnx = _value(metric, data.labels, data.onnx, data.onnx_hit)
+    per = _per_sample(metric, data)
+    if per is not None:  # a mean over samples (accuracy, MAE, MSE): the same definition
+        scale = 100.0 if metric in PERCENT else 1.0
+        eager, onnx = (float(np.mean(side)) * scale for side in per)
+    else:
+        eager = _value(metric, data.labels, data.eager, data.eager_hit)
+        onnx = _value(metric, data.labels, data.onnx, data.onnx_hit)
     deltas = _bootstrap(metric, data, resamples, np.random.default_rng(seed))
     alpha = 1 - level
     low, high = (float(x) for x in np.quantile(deltas, [alpha / 2, 1 - alpha / 2]))
