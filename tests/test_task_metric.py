@@ -198,3 +198,21 @@ def test_the_reports_show_the_metric_table_flips_and_properties(
                  if s.name == "planted")
     props = {p.name: p.value for p in suite.properties()}
     assert props["task.float32/digits@task/b512/cpu.verdict"] == "drop"
+
+
+def test_a_check_whose_extra_is_missing_is_one_located_line_at_load() -> None:
+    from parity_gate.manifest import load
+    from parity_gate.manifest.located import Problems, load_document
+
+    text = "modules:\n  - name: m\n    task: {data: d.npz}\n"
+    doc = load_document(text, "p.yml")
+    module = doc.data["modules"][0]
+    problems = Problems(doc)
+    load._check_extras(module, ("modules", 0), problems)  # sklearn and scipy are installed
+    assert not problems
+    load._check_extras(module, ("modules", 0), problems,
+                       (("task", None, "task", ("no_such_module_for_parity_gate",)),))
+    (item,) = problems.items
+    assert item[2] == ("p.yml:3:11: modules[0].task: needs no_such_module_for_parity_gate, "
+                       "which this environment lacks (expected the `task` extra: pip install "
+                       "'parity-gate[task]')")

@@ -325,6 +325,7 @@ def _check_references(data: dict[str, Any], base: Path, problems: Problems,
         _unique_names(module.get("outputs"), (*mloc, "outputs"), "output", problems)
         _check_generation(module, mloc, fixtures, problems)
         _check_quantize(module, mloc, fixtures, problems)
+        _check_extras(module, mloc, problems)
         for j, fname in enumerate(_as_list(module.get("fixtures"))):
             if not isinstance(fname, str):
                 continue
@@ -467,6 +468,33 @@ def _check_generation(module: dict[str, Any], mloc: Loc, fixtures: dict[Any, Any
         problems.add((*mloc, "generation", "prompt"), f"unknown fixture set {prompt!r}"
                      f"{_did_you_mean(prompt, list(fixtures))} (expected one of: "
                      f"{', '.join(fixtures) or 'none defined'})")
+
+
+# A module key whose check needs an optional extra: (key, value that needs it or None for
+# any, the extra, the modules it installs). Said at load, not as a worker's ImportError.
+EXTRAS = (
+    ("task", None, "task", ("sklearn", "scipy")),
+    ("quantize", ("flow", "pt2e"), "quantized", ("torchao",)),
+)
+
+
+def _check_extras(module: dict[str, Any], mloc: Loc, problems: Problems,
+                  table: tuple[tuple[str, tuple[str, str] | None, str, tuple[str, ...]], ...]
+                  = EXTRAS) -> None:
+    """A check whose optional extra is not installed: one located line at load."""
+    import importlib.util
+
+    for key, needs, extra, modules in table:
+        value = module.get(key)
+        if not isinstance(value, dict):
+            continue
+        if needs is not None and value.get(needs[0], needs[1]) != needs[1]:
+            continue
+        missing = [m for m in modules if importlib.util.find_spec(m) is None]
+        if missing:
+            problems.add((*mloc, key), f"needs {', '.join(missing)}, which this environment "
+                         f"lacks (expected the `{extra}` extra: pip install "
+                         f"'parity-gate[{extra}]')")
 
 
 def _check_quantize(module: dict[str, Any], mloc: Loc, fixtures: dict[Any, Any],
