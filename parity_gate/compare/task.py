@@ -24,7 +24,6 @@ test checks it).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,23 +84,13 @@ class Stats:
                 f"{self.budget:g}{unit} from none{more}")
 
 
-def _metric_fn(metric: str) -> Callable[[np.ndarray, np.ndarray], float]:
-    from sklearn import metrics as skm  # type: ignore[import-untyped]
+def _f1(metric: str, labels: np.ndarray, pred: np.ndarray) -> float:
+    """F1 in points (macro or micro), scikit-learn's: the one metric here that is not a
+    mean over samples, so it is recomputed on each resample."""
+    from sklearn.metrics import f1_score  # type: ignore[import-untyped]
 
-    table: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {
-        "top1": lambda y, p: float(skm.accuracy_score(y, p)),
-        "f1_macro": lambda y, p: float(skm.f1_score(y, p, average="macro", zero_division=0)),
-        "f1_micro": lambda y, p: float(skm.f1_score(y, p, average="micro", zero_division=0)),
-        "mae": lambda y, p: float(skm.mean_absolute_error(y, p)),
-        "mse": lambda y, p: float(skm.mean_squared_error(y, p)),
-    }
-    return table[metric]
-
-
-def _value(metric: str, labels: np.ndarray, pred: np.ndarray, hit: np.ndarray | None) -> float:
-    value = float(np.mean(hit)) if metric == "topk" and hit is not None \
-        else _metric_fn(metric)(labels, pred)
-    return value * 100 if metric in PERCENT else value
+    average = metric.removeprefix("f1_")
+    return float(f1_score(labels, pred, average=average, zero_division=0)) * 100
 
 
 def paired_stats(metric: str, data: Paired, budget: float, *, level: float = 0.95,
@@ -115,8 +104,7 @@ def paired_stats(metric: str, data: Paired, budget: float, *, level: float = 0.9
         scale = 100.0 if metric in PERCENT else 1.0
         eager, onnx = (float(np.mean(side)) * scale for side in per)
     else:
-        eager = _value(metric, data.labels, data.eager, data.eager_hit)
-        onnx = _value(metric, data.labels, data.onnx, data.onnx_hit)
+        eager, onnx = _f1(metric, data.labels, data.eager), _f1(metric, data.labels, data.onnx)
     deltas = _bootstrap(metric, data, resamples, np.random.default_rng(seed))
     alpha = 1 - level
     low, high = (float(x) for x in np.quantile(deltas, [alpha / 2, 1 - alpha / 2]))
@@ -139,8 +127,8 @@ def paired_stats(metric: str, data: Paired, budget: float, *, level: float = 0.9
 
 
 def _per_sample(metric: str, data: Paired) -> tuple[np.ndarray, np.ndarray] | None:
-    """Each side's per-sample score where the metric is their mean (None: F1, which is
-    not a mean over samples and is recomputed per resample)."""
+    """Each side's per-sample score where the metric is their mean: accuracy, top-k, MAE
+    and MSE as scikit-learn defines them (None: F1)."""
     if metric == "top1":
         return (data.eager == data.labels).astype(np.float64), \
             (data.onnx == data.labels).astype(np.float64)
@@ -176,8 +164,8 @@ def _bootstrap(metric: str, data: Paired, resamples: int, rng: np.random.Generat
         return out
     for i in range(resamples):
         idx = rng.integers(0, n, n)
-        out[i] = _value(metric, data.labels[idx], data.onnx[idx], None) - \
-            _value(metric, data.labels[idx], data.eager[idx], None)
+        out[i] = _f1(metric, data.labels[idx], data.onnx[idx]) - \
+            _f1(metric, data.labels[idx], data.eager[idx])
     return out
 
 

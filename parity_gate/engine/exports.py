@@ -28,6 +28,7 @@ from parity_gate.engine.tensors import to_torch
 from parity_gate.hazards.context import HazardContext, tf32_switches
 from parity_gate.hazards.run import check_failure, run_checks
 from parity_gate.manifest.models import EdgeFixture
+from parity_gate.model.files import source_from
 from parity_gate.model.findings import Stage
 from parity_gate.model.hazards import Hazard
 from parity_gate.model.outcomes import Outcome
@@ -94,12 +95,7 @@ def _relative(cause: ExportCause | None, job: ModuleJob) -> ExportCause | None:
     checkout has it), or left as recorded when it lies outside that folder."""
     if cause is None or not cause.source:
         return cause
-    path, _, line = cause.source.rpartition(":")
-    try:
-        rel = Path(path).resolve().relative_to(Path(job.base_dir).resolve())
-    except (ValueError, TypeError):
-        return cause
-    return replace(cause, source=f"{rel.as_posix()}:{line}")
+    return replace(cause, source=source_from(cause.source, job.base_dir))
 
 
 def export_examples(job: ModuleJob, refs: dict[tuple[str, int | None], EagerRef], dtype: str,
@@ -200,12 +196,7 @@ def _fixed_at(exported: ExportedModel, specs: list[Any], job: ModuleJob
 
     out: dict[str, tuple[str, str]] = {}
     for a in specialised(exported.guard_sources, specs):
-        path, _, line = a.source.rpartition(":")
-        try:
-            where = f"{Path(path).resolve().relative_to(Path(job.base_dir).resolve())}:{line}"
-        except (ValueError, TypeError):
-            where = a.source
-        out.setdefault(a.symbols[0], (where, a.op))
+        out.setdefault(a.symbols[0], (source_from(a.source, job.base_dir), a.op))
     return out
 
 

@@ -11,7 +11,6 @@ ONNX Runtime on the same recorded inputs to say whose defect it is.
 from __future__ import annotations
 
 import ast
-import contextlib
 import operator
 import re
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from parity_gate.compare.owner import owner_rule
 from parity_gate.compare.tolerance import close
 from parity_gate.engine.runtime import first_line
 from parity_gate.localise import layers
+from parity_gate.model.files import source_from
 from parity_gate.model.upstream import Owner
 
 SCOPES = "pkg.torch.onnx.name_scopes"
@@ -133,12 +133,8 @@ def source_of(node: Any, base: Path | None) -> tuple[str, str]:
         found = _FRAME.search(lines[i])
         if found is None:
             continue
-        path = Path(found["file"])
-        if base is not None:
-            with contextlib.suppress(ValueError):  # outside the manifest's folder: as is
-                path = path.resolve().relative_to(base.resolve())
         code = lines[i + 1].strip() if i + 1 < len(lines) else ""
-        return f"{path}:{found['line']}", code
+        return source_from(f"{found['file']}:{found['line']}", base), code
     return "", ""
 
 

@@ -14,7 +14,6 @@ Pure apart from `write_repro` (files, and running the script as a user would).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import linecache
 import re
@@ -26,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from parity_gate.localise import repro
-from parity_gate.model.files import remove
+from parity_gate.model.files import remove, source_from
 from parity_gate.model.localisation import Culprit
 from parity_gate.model.upstream import Owner
 from parity_gate.plan.probes import Assumption
@@ -158,16 +157,11 @@ def fix_for(b: Broken) -> str:
 def culprit(b: Broken, scope: str, base: Path | None) -> Culprit:
     """The culprit record of a broken size assumption: the model's code owns it."""
     a = b.assumption
-    source = a.source
-    path, _, line = source.rpartition(":")
-    if path and base is not None:
-        with contextlib.suppress(ValueError):  # outside the manifest's folder: as recorded
-            source = f"{Path(path).resolve().relative_to(base.resolve())}:{line}"
     what = (f"the export fixed {b.symbol} to {b.value} here" if b.fixed
             else f"the export assumed {a.text} here")
     return Culprit(scope=scope, kind=a.kind, aten="", call=call_text(a.op, b.code),
-                   source=source,
-                   code=b.code, owner=Owner.MODEL, owned_by=what, fix=fix_for(b))
+                   source=source_from(a.source, base), code=b.code, owner=Owner.MODEL,
+                   owned_by=what, fix=fix_for(b))
 
 
 def scope_of(module: Any, kind: str) -> str:

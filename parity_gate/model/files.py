@@ -28,6 +28,18 @@ NO_LINKS = "parity-gate never follows links in its own folders"
 STEP_SUMMARY = "GITHUB_STEP_SUMMARY"
 
 
+def source_from(source: str, base: Path | str | None) -> str:
+    """A `path:line` named from `base` (the manifest's folder, as a reviewer's checkout has
+    it) when the path lies under it; as recorded otherwise (an installed package's line)."""
+    path, _, line = source.rpartition(":")
+    if not path or base is None:
+        return source
+    try:
+        return f"{Path(path).resolve().relative_to(Path(base).resolve()).as_posix()}:{line}"
+    except (ValueError, TypeError):
+        return source
+
+
 def kind_of(path: Path | str, st: os.stat_result | None = None) -> str:
     """What is at `path`, in words ('a symbolic link', 'a FIFO', ...)."""
     st = st or os.lstat(path)

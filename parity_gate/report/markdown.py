@@ -15,6 +15,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
+from parity_gate.compare.task import PERCENT
 from parity_gate.model.findings import Finding
 from parity_gate.model.gate import FIXED, Deltas, GateDecision, counts_line
 from parity_gate.model.localisation import Localisation
@@ -225,7 +226,7 @@ def task_table(run: RunResult) -> str:
     for c in cases[:CASE_ROWS]:
         t = c.task
         assert t is not None
-        unit = " pt" if t.metric in ("top1", "topk", "f1_macro", "f1_micro") else ""
+        unit = " pt" if t.metric in PERCENT else ""
         tensors = [o for o in run.cases if o.task is None and o.key.module == c.key.module
                    and o.key.dtype == c.key.dtype and o.key.provider == c.key.provider
                    and o.outcome is not Outcome.SKIPPED]
