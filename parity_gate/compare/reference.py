@@ -25,11 +25,52 @@ import numpy as np
 from parity_gate.compare.decide import tie_window
 from parity_gate.compare.ulp import dtype_name, kind_of
 from parity_gate.model.comparison import Comparison, Tolerance, Verdict
-from parity_gate.model.precision import CLEARLY_WORSE, Reference, Ruling
+from parity_gate.model.precision import CLEARLY_WORSE, ROUNDOFF, Reference, Ruling
 
-__all__ = ["OutputRules", "judge_against_float64", "labels_wrong"]
+__all__ = ["ACCUMULATION", "AccumulationRule", "OutputRules", "judge_against_float64",
+           "labels_wrong"]
 
-_ORDER = {Ruling.ONNX_EXACT: 0, Ruling.ONNX_ROUNDING: 1, Ruling.AS_EAGER: 2, Ruling.ONNX_WORSE: 3}
+_ORDER = {Ruling.ONNX_EXACT: 0, Ruling.ONNX_ROUNDING: 1, Ruling.AS_EAGER: 2,
+          Ruling.ONNX_ACCUMULATION: 3, Ruling.ONNX_WORSE: 4}
+
+
+@dataclass(frozen=True)
+class AccumulationRule:
+    """Where a reduction's accumulator may be the narrow dtype itself, and how far that
+    legitimately lands from float64.
+
+    Eager float16 on CUDA runs matmuls and convolutions through cuBLAS and cuDNN, which
+    accumulate in float32 unless told otherwise; ONNX Runtime's CUDA and TensorRT kernels
+    may pick a float16 accumulator (cuBLAS compute-16F, a cuDNN or TensorRT tactic, split-K
+    partial sums stored in float16). Both are correct implementations of a float16 matmul,
+    and the float16 one is further from float64 by the accumulator's rounding alone:
+    summing K products in float16 makes an error of about sqrt(K)·u·Σ|a_i·b_i| in the
+    probabilistic model (Higham & Mary 2019, rounding errors independent and zero-mean),
+    which is about sqrt(K)·u·|the sum's scale| for data without a large common sign. So,
+    for a `dtype` output on one of `providers` that depends on a reduction of length K (the
+    longest MatMul/Gemm inner dimension or Conv C_in/group·kernel area upstream of it), ONNX
+    Runtime is a correct kernel when every element is within
+    `slack`·sqrt(K)·u·max(|float64|, mean|float64|) of float64: eager being closer only
+    says cuBLAS accumulated in float32. `slack` covers the largest of many elements (about
+    4 standard deviations of the accumulated error); above it the kernel lost more than
+    its accumulator explains, and the mismatch stands."""
+
+    dtype: str = "float16"
+    providers: tuple[str, ...] = ("cuda", "tensorrt")
+    slack: float = 4.0
+
+    def applies(self, dtype: str, provider: str) -> bool:
+        return dtype == self.dtype and provider in self.providers
+
+    def bound(self, length: int, truth: np.ndarray) -> np.ndarray:
+        """The per-element bound for a K=`length` reduction, at float64's scale `truth`."""
+        t = np.abs(np.asarray(truth, np.float64))
+        finite = t[np.isfinite(t)]
+        scale = float(finite.mean()) if finite.size else 0.0
+        return self.slack * math.sqrt(length) * ROUNDOFF[self.dtype] * np.maximum(t, scale)
+
+
+ACCUMULATION = AccumulationRule()
 
 # Dtypes whose comparison's rounding bound (ROUNDING_DEPTH units of roundoff at the output's
 # scale) is tight enough to call an ONNX output within it a correct implementation whatever
@@ -62,12 +103,16 @@ class OutputRules:
     """How each output of a case is judged, index for index: its name (for the
     reason), its tolerance, whether it is a classification's logits (wrong labels
     are counted), and whether it is discrete (rounded, compared, an index: never
-    excused by distance to float64); `discrete` may be shorter than the outputs."""
+    excused by distance to float64); `discrete` may be shorter than the outputs.
+    `reductions`: per output, the longest reduction it depends on where the case's dtype
+    and provider may accumulate in the narrow type (ACCUMULATION.applies), else None or
+    absent: the accumulation bound is then not considered."""
 
     names: Sequence[str]
     tolerances: Sequence[Tolerance]
     classify: Sequence[bool]
     discrete: Sequence[bool] = ()
+    reductions: Sequence[int | None] = ()
 
 
 def judge_against_float64(
@@ -115,6 +160,7 @@ def _judge_output(e: np.ndarray, o: np.ndarray, t: np.ndarray, rules: OutputRule
 
     name, tol = rules.names[m], rules.tolerances[m]
     dname = dtype_name(e.dtype)
+    length = rules.reductions[m] if m < len(rules.reductions) else None
     with np.errstate(all="ignore"):
         rounded = t.astype(e.dtype).astype(np.float64)
     ce = compare(rounded, e.astype(np.float64), tol, name=name)
@@ -126,6 +172,8 @@ def _judge_output(e: np.ndarray, o: np.ndarray, t: np.ndarray, rules: OutputRule
         ruling = Ruling.ONNX_ROUNDING
     elif math.isfinite(o_err) and o_err <= CLEARLY_WORSE * e_err:
         ruling = Ruling.AS_EAGER  # never on an infinite distance: inf <= 4 * inf says nothing
+    elif length is not None and _within_accumulation(t, o, length):
+        ruling = Ruling.ONNX_ACCUMULATION
     else:
         ruling = Ruling.ONNX_WORSE
     wrong: tuple[int, int] | None = None
@@ -133,8 +181,10 @@ def _judge_output(e: np.ndarray, o: np.ndarray, t: np.ndarray, rules: OutputRule
         wrong = labels_wrong(e, t, dname), labels_wrong(o, t, dname)
         if wrong[1] > max(CLEARLY_WORSE * wrong[0], wrong[0] + 1):
             ruling = Ruling.ONNX_WORSE
+    accumulated = length is not None and ruling is not Ruling.ONNX_EXACT
     return Reference(ruling, output=name, eager_error=e_err, onnx_error=o_err,
-                     case_dtype=dname,
+                     case_dtype=dname, reduction=length if accumulated else None,
+                     accumulation=_accumulation(t, o, length) if accumulated else None,
                      labels_eager_wrong=wrong[0] if wrong else None,
                      labels_onnx_wrong=wrong[1] if wrong else None)
 
@@ -147,6 +197,26 @@ def _within_rounding(truth: np.ndarray, side: np.ndarray, tol: Tolerance) -> boo
     with np.errstate(all="ignore"):
         rounded = truth.astype(side.dtype)
     return compare(rounded, side, tol).verdict in (Verdict.PASS, Verdict.ROUNDING)
+
+
+def _accumulation(truth: np.ndarray, side: np.ndarray, length: int | None) -> float:
+    """The largest error of `side` against float64 in units of ACCUMULATION's bound for a
+    `length` reduction (<= 1: within it; inf for a NaN or inf on one side only)."""
+    if length is None:
+        return math.inf
+    t = np.asarray(truth, np.float64)
+    with np.errstate(all="ignore"):
+        s = np.asarray(side).astype(np.float64)
+        err = np.abs(s - t)
+        both = (np.isnan(s) & np.isnan(t)) | (s == t)
+        err = np.where(both, 0.0, err)
+        units = err / ACCUMULATION.bound(length, t)
+    units = np.where(err == 0, 0.0, units)
+    return float(np.nan_to_num(units, nan=math.inf).max(initial=0.0))
+
+
+def _within_accumulation(truth: np.ndarray, side: np.ndarray, length: int) -> bool:
+    return _accumulation(truth, side, length) <= 1.0
 
 
 def _ratio(r: Reference) -> float:

@@ -10,9 +10,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from parity_gate.compare.reference import OutputRules, judge_against_float64
+from parity_gate.compare.reference import ACCUMULATION, OutputRules, judge_against_float64
 from parity_gate.engine.discrete import discrete_outputs
 from parity_gate.engine.exporting import ExportedModel
+from parity_gate.engine.reductions import reduction_lengths
 from parity_gate.engine.referee import range_disagreement, tie_elements
 from parity_gate.engine.references import forward_calls
 from parity_gate.engine.runtime import first_line
@@ -46,8 +47,25 @@ def discrete_of(exported: ExportedModel) -> list[bool]:
         return []
 
 
+def reductions_of(exported: ExportedModel) -> list[int | None]:
+    """Per output, the longest MatMul/Gemm/Conv reduction upstream of it ([] when the graph
+    cannot be read: the accumulation bound is then never considered). Shapes the graph does
+    not state are inferred first (ONNX's shape inference, without the weights' data)."""
+    try:
+        import onnx
+
+        proto = exported.graph if exported.graph is not None \
+            else onnx.load_model_from_string(exported.model)
+        if not proto.graph.value_info:
+            proto = onnx.shape_inference.infer_shapes(proto)
+        return reduction_lengths(proto)
+    except Exception:  # advisory: without lengths, the mismatch is judged as before
+        return []
+
+
 def against_float64(ctx: JobContext, mod: TypedModule, result: CaseResult, ref: EagerRef,
-                     got: list[list[np.ndarray]], discrete: list[bool]) -> CaseResult:
+                     got: list[list[np.ndarray]], discrete: list[bool],
+                     reductions: Sequence[int | None] = ()) -> CaseResult:
     """A mismatch stands only if ONNX is clearly further from float64 than eager is (and,
     in float32, outside float32's rounding of it); otherwise the case passes with the
     figures on record, unless its tolerance is the manifest's own: that contract stands,
@@ -57,7 +75,7 @@ def against_float64(ctx: JobContext, mod: TypedModule, result: CaseResult, ref: 
     if ref.truth is None:
         result.reference = Reference(Ruling.UNVERIFIED, error=ref.truth_error)
         return result
-    judged = judge_float64(ctx.job, result, ref, got, discrete)
+    judged = judge_float64(ctx.job, result, ref, got, discrete, reductions)
     if judged.ruling is Ruling.DISCRETE:
         judged = ties(ctx.job, mod, result, ref, got, discrete, judged)
     result.reference = judged
@@ -154,7 +172,10 @@ def ties(job: ModuleJob, mod: TypedModule, result: CaseResult, ref: EagerRef,
 
 
 def judge_float64(job: ModuleJob, result: CaseResult, ref: EagerRef,
-                   got: list[list[np.ndarray]], discrete: Sequence[bool] = ()) -> Reference:
+                   got: list[list[np.ndarray]], discrete: Sequence[bool] = (),
+                   reductions: Sequence[int | None] = ()) -> Reference:
+    """`reductions` (reductions_of) count only where the case's dtype and provider may
+    accumulate in the narrow type (compare.reference.ACCUMULATION)."""
     truth = ref.truth or []
     specs = {o.name: o for o in job.module.outputs or []}
     count = len(ref.names)
@@ -166,6 +187,7 @@ def judge_float64(job: ModuleJob, result: CaseResult, ref: EagerRef,
     failing = {c.name for c in result.comparisons if not c.passed}
     rules = OutputRules(
         ref.names, [tolerance_for(job, result.key.dtype, specs.get(n)) for n in ref.names],
-        [getattr(specs.get(n), "task", None) == "classification" for n in ref.names], discrete)
+        [getattr(specs.get(n), "task", None) == "classification" for n in ref.names], discrete,
+        list(reductions) if ACCUMULATION.applies(result.key.dtype, result.key.provider) else [])
     return judge_against_float64(eager, onnx, true, rules,
                                  [i for i, n in enumerate(ref.names) if n in failing])

@@ -17,10 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from parity_gate.compare.reference import ACCUMULATION
 from parity_gate.engine import performance, stages
 from parity_gate.engine.exporting import ExportedModel, ExportFailure
 from parity_gate.engine.exports import cached_export, hand_off_exports
-from parity_gate.engine.float64 import against_float64, discrete_of, judge_float64
+from parity_gate.engine.float64 import against_float64, discrete_of, judge_float64, reductions_of
 from parity_gate.engine.judging import Session, run_case
 from parity_gate.engine.references import float64_run, nothing_finite
 from parity_gate.engine.runtime import first_line
@@ -46,6 +47,7 @@ class ProviderRun:
     measurer: Any = None                            # performance.measurer's, when timed
     unoptimized: list[Any] = field(default_factory=list)  # ORT optimizations off, on demand
     discrete: list[bool] | None = None              # per output, read on the first mismatch
+    reductions: list[int | None] | None = None      # per output, likewise (reductions_of)
     warned: set[str] = field(default_factory=set)   # outputs said to hold nothing finite
 
 
@@ -167,8 +169,11 @@ def float64_ruling(state: CaseState) -> None:
     s = state.shared
     if s.discrete is None:
         s.discrete = discrete_of(s.exported)
+    if s.reductions is None:
+        s.reductions = reductions_of(s.exported) if ACCUMULATION.applies(
+            s.mod.dtype, s.provider) else []
     state.result = against_float64(s.ctx, s.mod, state.result, state.ref, state.got,
-                                   s.discrete)
+                                   s.discrete, s.reductions)
 
 
 def hand_off(state: CaseState) -> None:

@@ -46,6 +46,9 @@ class Ruling(str, enum.Enum):
     ONNX_EXACT = "onnx_exact"    # the exported model matches float64 within tolerance
     ONNX_ROUNDING = "onnx_rounding"  # within the dtype's rounding of float64: a correct kernel
     AS_EAGER = "as_eager"        # both are about as far from float64: the reference is the noise
+    # float16 on a GPU provider: eager is closer, and ONNX within a float16 accumulator's
+    # error for its longest reduction (compare.reference.ACCUMULATION): not a defect
+    ONNX_ACCUMULATION = "onnx_accumulation"
     UNVERIFIED = "unverified"    # no float64 run (it failed, or its outputs do not line up)
     # float64 computes another function: an intermediate overflows (or is NaN) in one run only
     OUT_OF_RANGE = "out_of_range"
@@ -79,6 +82,11 @@ class Reference(Record):
     labels_onnx_wrong: int | None = None
     error: str = ""  # why the run is unverified, out of range, or what a discrete output shows
     case_dtype: str = ""  # the case's dtype, whose rounding ONNX_ROUNDING refers to
+    # The longest reduction (K) the output depends on, where the provider may accumulate it
+    # in the case's dtype; `accumulation`: ONNX's largest error against float64 in units of
+    # that accumulator's bound (<= 1: within it). None where the rule did not apply.
+    reduction: int | None = None
+    accumulation: Real | None = None
     # Set when the ruling excuses the mismatch but the tolerance is the manifest's own (a
     # contract): the atol the case needs at the manifest's rtol, and the manifest's atol.
     needed_atol: Real | None = None
@@ -102,6 +110,9 @@ class Reference(Record):
             return self.error
         figures = (f"against {self.dtype}, {self.output}: onnx needs atol>="
                    f"{_num(self.onnx_error)}, eager {_num(self.eager_error)}")
+        if self.reduction is not None and self.ruling is Ruling.ONNX_WORSE:
+            figures += (f"; {_num(self.accumulation)}x the {self.dtype_rounding} accumulation "
+                        f"bound for its K={self.reduction} reduction")
         if self.labels_onnx_wrong is not None:
             figures += (f"; top-1 differs from {self.dtype} in {self.labels_onnx_wrong} "
                         f"sample(s) on onnx, {self.labels_eager_wrong} on eager")
@@ -115,6 +126,11 @@ class Reference(Record):
                                   "not a defect",
             Ruling.AS_EAGER: f"onnx is within {self.factor:g}x of eager's own error: the "
                              "difference is rounding noise on both sides, not a defect",
+            Ruling.ONNX_ACCUMULATION: f"eager is closer to {self.dtype}, but onnx is within "
+                                      f"{self.dtype_rounding} accumulation error for its "
+                                      f"K={self.reduction} reduction ({_num(self.accumulation)}"
+                                      " of the bound): an accumulator in the narrow type, as "
+                                      "the provider's kernels may use, not a defect",
         }[self.ruling]
         if self.ruling is Ruling.AS_EAGER and (self.onnx_error or 0.0) < (self.eager_error or 0.0):
             verdict = ("onnx is closer to float64 than eager: the eager reference is the less "
