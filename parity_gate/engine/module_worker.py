@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from parity_gate.engine import generation, performance, quantize, stages, taskrun
+from parity_gate.engine import generation, performance, quantize, runtime, stages, taskrun
 from parity_gate.engine.binding import Binding, bind
 from parity_gate.engine.cached import WorkerCache
 from parity_gate.engine.evidence import evidence_inputs, evidence_model
@@ -74,6 +74,7 @@ class DtypeExport:
 def run_job(job: ModuleJob, emit: Emit) -> None:
     """Produce a CaseResult for every planned case of `job` (never raises)."""
     ctx = JobContext(job, emit)
+    runtime.set_engine_cache(job.cache_dir / "tensorrt" if job.cache_dir is not None else None)
     try:
         _run(ctx)
     except Exception:  # a bug in parity-gate must not lose the other cases
@@ -281,6 +282,7 @@ def _run_provider(ctx: JobContext, done: DtypeExport, provider: str, keys: list[
     then the `shapes: auto` probes on the same session."""
     mod = done.mod
     provenance = ctx.provenance(mod.device, done.exported, done.cached)
+    engines = performance.cache_files(provider)
     opened = open_session(ctx, done.exported, mod.dtype, provider, keys, provenance)
     if opened is None:
         return
@@ -290,6 +292,10 @@ def _run_provider(ctx: JobContext, done: DtypeExport, provider: str, keys: list[
     shared = ProviderRun(ctx, mod, done.exported, provider, run, done.example,
                          performance.measurer(ctx.job, done.exported.source, provider,
                                               mod.typed, _case_cost(timings, len(keys))))
+    if shared.measurer is not None and provider != "cpu":  # a GPU session's set-up cost
+        shared.measurer.startup = performance.first_run(
+            session, {k: v for k, v in done.example.items() if k in run.feed_names},
+            session_s, provider, engines)
     for key in keys:
         ref = refs[(key.inputs, key.batch_size)]
         ctx.step(Stage.RUNNING, key.id,

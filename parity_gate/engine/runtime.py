@@ -8,6 +8,8 @@ here, because a "CUDA pass" that really ran on CPU proves nothing.
 from __future__ import annotations
 
 import re
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from parity_gate.model.outcomes import Outcome
@@ -32,11 +34,35 @@ def set_thread_budget(threads: int) -> None:
     _THREADS = max(0, threads)
 
 
+_ENGINE_CACHE: Path | None = None  # TensorRT's engine cache folder (set_engine_cache)
+
+
+def set_engine_cache(folder: Path | None) -> None:
+    """Where this worker's TensorRT sessions keep their engines: the run's cache folder
+    when there is one (`<cache>/tensorrt`, reused by the next run), else a temporary
+    folder shared by this worker's sessions (created on first use)."""
+    global _ENGINE_CACHE
+    _ENGINE_CACHE = folder
+
+
+def engine_cache() -> Path:
+    """The TensorRT engine cache folder, created if needed."""
+    global _ENGINE_CACHE
+    if _ENGINE_CACHE is None:
+        _ENGINE_CACHE = Path(tempfile.mkdtemp(prefix="parity-gate-tensorrt-"))
+    _ENGINE_CACHE.mkdir(parents=True, exist_ok=True)
+    return _ENGINE_CACHE
+
+
 def create_session(model: bytes | str, provider: str, options: dict[str, Any],
-                   *, optimization: str = "all", profile_prefix: str | None = None) -> Any:
+                   *, optimization: str = "all", profile_prefix: str | None = None,
+                   optimized_path: str | None = None) -> Any:
     """One session per (model, provider), reused for every batch size and sample; `model`
     is the serialized model or, when its weights are external, its file. `profile_prefix`:
-    write ONNX Runtime's JSON profile there (the performance check's placement)."""
+    write ONNX Runtime's JSON profile there (the performance check's placement);
+    `optimized_path`: write the optimized graph there (with the Memcpy nodes the session
+    inserted; weights of 1 KiB and more in `<path>.data`, so a large model's file stays
+    small)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -44,6 +70,12 @@ def create_session(model: bytes | str, provider: str, options: dict[str, Any],
     if profile_prefix is not None:
         so.enable_profiling = True
         so.profile_file_prefix = profile_prefix
+    if optimized_path is not None:
+        so.optimized_model_filepath = optimized_path
+        so.add_session_config_entry("session.optimized_model_external_initializers_file_name",
+                                    Path(optimized_path).name + ".data")
+        so.add_session_config_entry(
+            "session.optimized_model_external_initializers_min_size_in_bytes", "1024")
     if _THREADS:
         so.intra_op_num_threads = _THREADS
         so.inter_op_num_threads = 1
@@ -53,7 +85,8 @@ def create_session(model: bytes | str, provider: str, options: dict[str, Any],
         "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
         "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
     }[optimization]
-    session = ort.InferenceSession(model, so, providers=provider_chain(provider, options))
+    cache = str(engine_cache()) if provider == "tensorrt" else None
+    session = ort.InferenceSession(model, so, providers=provider_chain(provider, options, cache))
     wanted = EXECUTION_PROVIDERS[provider]
     if wanted not in session.get_providers():
         raise ProviderFallback(

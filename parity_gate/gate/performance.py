@@ -60,8 +60,9 @@ def _fallback(p: Performance, _: Context) -> Verdict:
     if placed is None or not placed.fallback or not p.limits.gpu:
         return None
     over = limit is not None and len(placed.fallback) > limit
-    names = ", ".join(f"{n.name} ({n.op} on {n.provider.removesuffix('ExecutionProvider')})"
-                      for n in placed.fallback[:10])
+    names = ", ".join(f"{n.name} ({n.op} on {n.provider.removesuffix('ExecutionProvider')}"
+                      + "".join(f"; copy {c.describe()}" for c in placed.copies_of(n.name))
+                      + ")" for n in placed.fallback[:10])
     more = f" and {len(placed.fallback) - 10} more" if len(placed.fallback) > 10 else ""
     bound = f", more than max_fallback_nodes {limit}" if over else ""
     return (f"{len(placed.fallback)} of {placed.nodes} node(s) fell back from "
@@ -72,7 +73,8 @@ def _memcpy(p: Performance, _: Context) -> Verdict:
     placed, action = p.placement, p.limits.memcpy
     if placed is None or not placed.memcpy or action == "off":
         return None
-    names = ", ".join(f"{n.name} ({n.op})" for n in placed.memcpy[:10])
+    cost = {c.name: f": {c.describe()}" for c in placed.copies}
+    names = ", ".join(f"{n.name} ({n.op}{cost.get(n.name, '')})" for n in placed.memcpy[:10])
     return (f"ONNX Runtime inserted {len(placed.memcpy)} Memcpy node(s) between devices "
             f"(memcpy: {action}): {names}", action == "fail", list(placed.memcpy))
 

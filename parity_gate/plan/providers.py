@@ -45,9 +45,23 @@ def availability(name: str, available: list[str]) -> Availability:
     return Availability(False, f"{ep}{said}{', '.join(available)}; {hint})")
 
 
-def provider_chain(name: str, options: dict[str, Any]) -> list[Any]:
-    """The providers list for a session: the EP under test, then its usual fallbacks."""
-    merged = {**DEFAULT_PROVIDER_OPTIONS.get(name, {}), **options}
+def engine_cache_options(folder: str) -> dict[str, Any]:
+    """TensorRT's engine and timing caches in `folder`: an engine is built once per model,
+    shape profile and GPU, then loaded by every later session (the fusion re-check's, the
+    profiled one, the next run's), so a build of seconds to minutes is paid once and
+    never lands in a timed call."""
+    return {"trt_engine_cache_enable": True, "trt_engine_cache_path": folder,
+            "trt_timing_cache_enable": True, "trt_timing_cache_path": folder}
+
+
+def provider_chain(name: str, options: dict[str, Any], cache: str | None = None
+                   ) -> list[Any]:
+    """The providers list for a session: the EP under test, then its usual fallbacks.
+    `cache`: the folder for TensorRT's engine cache (engine_cache_options); the manifest's
+    own options win over it."""
+    merged = {**DEFAULT_PROVIDER_OPTIONS.get(name, {}),
+              **(engine_cache_options(cache) if cache and name == "tensorrt" else {}),
+              **options}
     if name == "cpu":
         return [("CPUExecutionProvider", merged)]
     if name == "cuda":
