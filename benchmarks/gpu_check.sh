@@ -26,8 +26,11 @@
 #    benchmarks/gpu_check/zoo-cuda.yml (float16 transformers and vision models, eager on
 #    CUDA too); both measure latency and placement (the performance check's default).
 # 5. benchmarks/gpu_summary.py writes OUT/summary.txt (versions, GPU, driver, every case's
-#    outcome per provider, fallbacks, latency ratios, skips and why) and exits 1 when the
-#    runs did not use the GPU (no CUDA case ran, or every one fell back to the CPU).
+#    outcome per provider, the nodes that fell back with the copies around each (bytes and
+#    µs), each GPU session's start-up (TensorRT's engine build, kept out of the latency),
+#    latency ratios and whether ONNX Runtime was timed through IOBinding, skips and why)
+#    and exits 1 when the runs did not use the GPU (no CUDA case ran, or every one fell
+#    back to the CPU).
 #
 # Exit: 0 the GPU was used (parity failures are results, listed in the summary); 1 it was
 # not, or a run crashed; 2 no usable GPU or driver. Budget: under 8 minutes on one modern

@@ -87,7 +87,7 @@ def run_lines(name: str, run: RunResult, rc: str) -> list[str]:
     for row, by in table.items():
         lines.append(f"  {row:<{width}}  "
                      + "  ".join(f"{by.get(p, '-'):<16}" for p in providers).rstrip())
-    lines += _placements(run) + _latencies(run)
+    lines += _placements(run) + _startups(run) + _latencies(run)
     skips: dict[tuple[str, str], int] = defaultdict(int)
     for c in run.cases:
         if c.outcome is Outcome.SKIPPED:
@@ -106,7 +106,8 @@ def run_lines(name: str, run: RunResult, rc: str) -> list[str]:
 
 def _placements(run: RunResult) -> list[str]:
     """Per module, dtype and provider (one profiled session each): nodes per provider, the
-    nodes that left the requested provider, and the inserted copies."""
+    nodes that left the requested provider with the copies around each (bytes, µs), and
+    the inserted copies' total."""
     seen: dict[tuple[str, str, str], str] = {}
     for c in run.cases:
         p = c.performance.placement if c.performance else None
@@ -117,6 +118,22 @@ def _placements(run: RunResult) -> list[str]:
         return ["  placement on the GPU: none read"]
     return ["  placement on the GPU:"] + [f"    {m}/{d} on {p}: {text}"
                                           for (m, d, p), text in seen.items()]
+
+
+def _startups(run: RunResult) -> list[str]:
+    """Per module, dtype and GPU provider: creating the session and its first run (where
+    TensorRT builds or loads its engine), which the latency figures leave out."""
+    seen: dict[tuple[str, str, str], str] = {}
+    for c in run.cases:
+        s = c.performance.startup if c.performance else None
+        key = (c.key.module, c.key.dtype, c.key.provider)
+        if s is not None and key not in seen and c.key.provider in GPU_PROVIDERS:
+            seen[key] = s.describe() + (f"; engine cache {s.cache_path}" if s.cache_path
+                                        else "")
+    if not seen:
+        return ["  session start-up on the GPU: none measured"]
+    return ["  session start-up on the GPU (TensorRT engine build included):"] + [
+        f"    {m}/{d} on {p}: {text}" for (m, d, p), text in seen.items()]
 
 
 def _latencies(run: RunResult) -> list[str]:
@@ -130,7 +147,8 @@ def _latencies(run: RunResult) -> list[str]:
         interval = f"95% {figure(lat.low)}-{figure(lat.high)}"
         out.append(f"    {c.id}: {figure(lat.ratio)}x ({interval}, {lat.pairs} pairs"
                    f"{'' if lat.stable else ', unstable'}; ONNX {lat.onnx_ms:.3g} ms, "
-                   f"eager {lat.eager_ms:.3g} ms)")
+                   f"eager {lat.eager_ms:.3g} ms; "
+                   f"{'IOBinding' if lat.io_binding else 'session.run, copies timed'})")
     return ["  latency ONNX/eager on the GPU:", *out] if out else [
         "  latency ONNX/eager on the GPU: none measured"]
 

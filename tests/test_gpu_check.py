@@ -28,11 +28,13 @@ from parity_gate.compare import Tolerance, compare
 from parity_gate.model.keys import CaseKey
 from parity_gate.model.outcomes import Outcome
 from parity_gate.model.performance import (
+    Copy,
     Latency,
     Performance,
     PerformanceLimits,
     PlacedNode,
     Placement,
+    Startup,
 )
 from parity_gate.model.results import CaseResult, Provenance, RunResult
 
@@ -139,7 +141,7 @@ def test_a_real_cpu_run_is_said_not_to_have_used_the_gpu(tmp_path: Path) -> None
 
 def _case(provider: str, batch: int, placement: Placement | None,
           latency: Latency | None = None, outcome: Outcome = Outcome.PASS,
-          reason: str = "") -> CaseResult:
+          reason: str = "", startup: Startup | None = None) -> CaseResult:
     ref = np.linspace(-1, 1, 12, dtype=np.float16)
     comparisons = [] if outcome is not Outcome.PASS else [
         compare(ref, ref + np.float16(1e-3), Tolerance(atol=1e-2, rtol=1e-2), name="logits")]
@@ -148,7 +150,8 @@ def _case(provider: str, batch: int, placement: Placement | None,
                       provenance=Provenance(exporter="dynamo", reference_device="cuda"),
                       performance=Performance(PerformanceLimits(max_fallback_nodes=0,
                                                                 gpu=True),
-                                              latency=latency, placement=placement))
+                                              latency=latency, placement=placement,
+                                              startup=startup))
 
 
 def _write(out: Path, runs: dict[str, tuple[RunResult, int]]) -> None:
@@ -167,13 +170,18 @@ ON_CUDA = Placement("CUDAExecutionProvider",
                     fallback=[PlacedNode("/Shape", "Shape", "CPUExecutionProvider"),
                               PlacedNode("/Gather_3", "Gather", "CPUExecutionProvider")],
                     memcpy=[PlacedNode("Memcpy_token_0", "MemcpyToHost",
-                                       "CUDAExecutionProvider")])
+                                       "CUDAExecutionProvider")],
+                    copies=[Copy("Memcpy_token_0", "MemcpyToHost", "/Add_output_0",
+                                 ["/Shape"], 8192, 11.5)])
 
 
 def test_the_summary_of_a_run_on_the_gpu(tmp_path: Path) -> None:
     timed = Latency(eager_ms=1.2, onnx_ms=0.6, ratio=0.5, low=0.47, high=0.53, pairs=12,
-                    stable=True)
+                    stable=True, io_binding=True)
+    built = Startup(session_ms=2100, first_run_ms=41000, engine_cache="built",
+                    cache_path="/cache/tensorrt")
     run = RunResult(cases=[_case("cuda", 1, ON_CUDA, timed), _case("cuda", 4, ON_CUDA),
+                           _case("tensorrt", 4, None, timed, startup=built),
                            _case("tensorrt", 1, None, outcome=Outcome.SKIPPED,
                                  reason="TensorrtExecutionProvider not available")],
                     versions={"torch": "2.13.0", "onnxruntime-gpu": "1.31.1", "gpu": GPU,
@@ -187,11 +195,14 @@ def test_the_summary_of_a_run_on_the_gpu(tmp_path: Path) -> None:
     assert "torch built for CUDA 13.0" in text
     assert "TensorRT provider: does not load" in text
     assert "resnet/float16 on cuda: 43 node(s) on CUDA 41, CPU 2; 2 fell back from CUDA: " \
-        "/Shape (Shape), /Gather_3 (Gather); 1 Memcpy node(s) inserted" in text
+        "/Shape (Shape; copies 8.0KiB to host in 11.5 µs), /Gather_3 (Gather); 1 Memcpy " \
+        "node(s) inserted (8.0KiB per run, 11.5 µs)" in text
     assert "resnet/float16/images/b1/cuda: 0.50x (95% 0.47-0.53, 12 pairs; ONNX 0.6 ms, " \
-        "eager 1.2 ms)" in text
+        "eager 1.2 ms; IOBinding)" in text
+    assert "resnet/float16 on tensorrt: session 2.1 s, first run 41 s, engine " \
+        "built and cached (not in the latency); engine cache /cache/tensorrt" in text
     assert "1 x tensorrt: TensorrtExecutionProvider not available" in text
-    assert "GPU use: 2 case(s) ran on a GPU provider (cuda)" in text
+    assert "GPU use: 3 case(s) ran on a GPU provider (cuda, tensorrt)" in text
     assert "FAILED" not in text and "eager reference on cuda" in text
     row = next(line for line in text.splitlines() if "resnet/float16/images/b1" in line)
     assert row.split()[1:] == ["pass", "skipped"]
