@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import cmarkgfm
@@ -120,17 +121,25 @@ def table(records: list[dict[str, str]], cols: list[str]) -> str:
     return f"{line}\n{sep}\n{body}"
 
 
-def verified(run: RunResult) -> tuple[int, int]:
-    """(drafts written, their attached node repros that exit 1 when run again)."""
+def verified(run: RunResult) -> tuple[int, int, int]:
+    """(drafts written, their repros that exit 1 when run again, those that stand alone).
+    A draft's script is run as a maintainer would, from the draft's text alone, in an
+    empty folder; one that needs files reads them from the draft's `.repro/` folder."""
     drafts = [Path(r.draft) for r in run.upstream if r.draft]
-    ok = 0
+    ok = alone = 0
     for d in drafts:
         folder = d.with_suffix(".repro")
-        if (folder / "repro.py").is_file():
-            done = subprocess.run([sys.executable, "repro.py"], cwd=folder,
-                                  capture_output=True, text=True, timeout=300, check=False)
+        block = re.search(r"```python\n(.*?)\n```", d.read_text(encoding="utf-8"), re.S)
+        with tempfile.TemporaryDirectory() as empty:
+            where = folder if (folder / "repro.py").is_file() else Path(empty)
+            if where == Path(empty) and block is not None:
+                (where / "repro.py").write_text(block.group(1) + "\n", encoding="utf-8")
+                alone += 1
+            done = subprocess.run([sys.executable, "repro.py"], cwd=where, capture_output=True,
+                                  text=True, timeout=300, check=False)
             ok += done.returncode == 1
-    return len(drafts), ok
+        print(f"  {done.returncode}  {d.read_text(encoding='utf-8').splitlines()[1]}")
+    return len(drafts), ok, alone
 
 
 def report(run: RunResult, name: str, said: str) -> None:
@@ -142,10 +151,11 @@ def report(run: RunResult, name: str, said: str) -> None:
     loc = [c for c in failing if localised(c) is not None]
     with_status = [r for r in records if r["status"] not in ("-", "NONE")]
     shown = [r for r in records if r["shown"] == "yes"]
-    written, ok = verified(run)
+    written, ok, alone = verified(run)
     print(f"\nfailures {len(failing)}, localised {len(loc)}, with an upstream status "
           f"{len(with_status)}, statuses shown in the PR comment {len(shown)}, "
-          f"drafts written {written}, their repros verified (exit 1) {ok}")
+          f"drafts written {written}, their repros verified (exit 1) {ok}, standing alone "
+          f"(no attached file) {alone}")
 
 
 def main() -> int:
@@ -161,16 +171,27 @@ def main() -> int:
     print(table([{"model": c.key.module, "known finding": (
         c.localisation.known_op.finding if c.localisation and c.localisation.known_op
         else "-")} for c in run.cases if c.failed], ["model", "known finding"]))
+    walls: dict[str, float] = {}
     for mode, extra in (("search only", ("--search-only",)), ("search and draft", ())):
         copy = base / mode.replace(" ", "-")
         shutil.rmtree(copy, ignore_errors=True)
         shutil.copytree(run_dir, copy)
         with FakeGitHub() as gh:
             n = seed(gh)
+            started = time.monotonic()
             said = upstream(copy / "results.json", gh, *extra)
+            walls[mode] = time.monotonic() - started
             if gh.errors:
                 raise SystemExit(f"GitHub server errors: {gh.errors}")
         report(read_results(copy / "results.json")[1], f"{mode} ({n} upstream texts)", said)
+    searches = int(m.group(1)) if (m := re.search(r"(\d+) searches", said)) else 0
+    drafting = walls["search and draft"] - walls["search only"]
+    print(f"\nwall: search only {walls['search only']:.1f} s (server unpaced), search and "
+          f"draft {walls['search and draft']:.1f} s: drafting {drafting:.1f} s; the "
+          f"{searches} searches paced as GitHub allows: {searches * 6:.0f} s without a token "
+          f"(10/min), {searches * 2:.0f} s with one (30/min); drafting / paced search time "
+          f"{drafting / max(searches * 6, 1):.2f} (no token), "
+          f"{drafting / max(searches * 2, 1):.2f} (token)")
     print(f"\noutputs: {base}")
     return 0
 

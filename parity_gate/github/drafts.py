@@ -229,14 +229,16 @@ def raised_title(sig: Signature, cause: causes.Cause | None, status: str) -> str
 
 def title(sig: Signature, cause: causes.Cause | None = None,
           example: Example | None = None, ignored: Sequence[str] = (), status: str = "",
-          needless: Sequence[str] = (), kinds: Mapping[str, str] | None = None) -> str:
+          needless: Sequence[str] = (), kinds: Mapping[str, str] | None = None,
+          call: str = "") -> str:
     """A title as a user writes it, raw text to paste: the repository's prefix (onnxscript
     `[torchlib]`, pytorch `[ONNX]`), the op the user calls, the symptom with the values
     seen, and the trigger ("on an empty input", "with divisor_override"); a keyword
     argument measured not to be needed (`needless`: the repro fails without it) is no
     trigger; one measured to be ignored (`ignored`: ONNX Runtime returns eager's result
     without it) is the symptom ("avg_pool2d ignores divisor_override"); a kernel that
-    raises, with what ONNX Runtime said (`status`)."""
+    raises, with what ONNX Runtime said (`status`). A one-element repro's `call`
+    (`atan2(0.0, -2.0)`) names the op with its trigger: no other trigger word then."""
     if cause is not None and cause.listing:
         text = gap_title(cause)
     elif sig.owner is Owner.KERNEL and sig.symptom is Symptom.MISSING_KERNEL:
@@ -258,7 +260,7 @@ def title(sig: Signature, cause: causes.Cause | None = None,
         # a kernel's wrong value is its ONNX op's, as ONNX Runtime's reports name it
         named = sig.kernel.split("(")[0].split(" ")[0] if sig.owner is Owner.KERNEL \
             and sig.kernel and sig.kernel[:1].isupper() else sig.op_name
-        text = " ".join([named, what, *words])
+        text = " ".join([call, what] if call else [named, what, *words])
         if sig.owner is Owner.KERNEL:
             text = f"CPUExecutionProvider: {text}"
     return one_line(f"{sig.owner.route.prefix} {_plain(text)}".strip())[:TITLE_LIMIT]

@@ -17,6 +17,7 @@ import re
 import sys
 import tempfile
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -30,11 +31,12 @@ from parity_gate.model.findings import Example
 from parity_gate.model.localisation import Culprit
 from parity_gate.model.results import CaseResult, RunResult
 from parity_gate.model.text import code_block, code_span, md_link, md_text, one_line
-from parity_gate.model.upstream import OpRef, Owner, Signature, UpstreamReport
-from parity_gate.ops import localised
+from parity_gate.model.upstream import OpRef, Owner, Signature, Symptom, UpstreamReport
+from parity_gate.ops import elements, localised
+from parity_gate.ops.signatures import value_symptom
 
-FILES = ("model.onnx", "inputs.npz", "args.npz", "expected.npz", "reference.npz", "case.json",
-         "repro.py")
+FILES = ("model.onnx", "inputs.npz", "args.npz", "expected.npz", "reference.npz",
+         "onnxruntime.npz", "case.json", "repro.py")
 CLASSES = {"normal": "ordinary values", "specials": "NaN or ±inf among them",
            "empty": "an empty tensor among them"}
 # An export failure's repro re-exports the user's model: searched and given a status, but a
@@ -51,38 +53,124 @@ def prepare(run: RunResult, reports: list[UpstreamReport],
             found: list[tuple[Signature, list[CaseResult]]], options: UpstreamOptions,
             ) -> tuple[list[UpstreamReport], drafts.Drafted]:
     """Drafts for the searched, unmatched localised signatures whose node repro still
-    reproduces (exit 1; every one with `verify` off); the others say why not."""
+    reproduces (exit 1; every one with `verify` off); the others say why not. Each
+    report's repros are run once, the reports side by side (one per core: the runs are
+    processes, the threads only wait on them)."""
     cases = {sig.key: cs for sig, cs in found}
-    out: list[UpstreamReport] = []
+    with ThreadPoolExecutor(max_workers=max(1, min(len(reports), os.cpu_count() or 1))) as pool:
+        made = list(pool.map(lambda r: _draft(run, r, cases, options), reports))
     drafted: drafts.Drafted = {}
-    for r in reports:
-        sig = r.signature
-        if r.match is not None or not r.searched or sig is None or sig.key not in cases:
-            out.append(r)
-            continue
-        lead = cases[sig.key][0]
-        if lead.localisation is None or lead.localisation.culprit is None:
-            out.append(_replace(r, not_drafted=EXPORT_NOT_DRAFTED))
-            continue
-        folder, output, why = _checked(lead, options.verify, options.results_dir)
-        if folder is None or lead.localisation.culprit is None:
-            out.append(_replace(r, not_drafted=why))
-            continue
-        culprit = lead.localisation.culprit
-        level = localised.optimizer_level(lead) if sig.owner is Owner.KERNEL else ""
-        # a translation or capture defect: the eager call as a module, exported; a kernel
-        # (or an optimizer) defect, or a call with no literal form: the ONNX nodes inline
-        script = (module_script(folder) if sig.owner is not Owner.KERNEL else None) \
-            or standalone(folder, level)
-        alone = ""
-        if script is not None and options.verify:
-            shows, alone = _verified(script)
-            script = script if shows else None
+    for r, entry in made:
+        if entry is not None and r.signature is not None:
+            drafted[r.signature.key] = entry
+    return [r for r, _ in made], drafted
+
+
+def _draft(run: RunResult, r: UpstreamReport, cases: Mapping[str, list[CaseResult]],
+           options: UpstreamOptions) -> tuple[UpstreamReport, tuple[str, str, str] | None]:
+    """One report and its draft (repository, title, body), or why it has none."""
+    sig = r.signature
+    if r.match is not None or not r.searched or sig is None or sig.key not in cases:
+        return r, None
+    lead = cases[sig.key][0]
+    if lead.localisation is None or lead.localisation.culprit is None:
+        return _replace(r, not_drafted=EXPORT_NOT_DRAFTED), None
+    # the standalone scripts are verified themselves: the node repro is run again only
+    # where none holds (its folder is then the repro, attached)
+    folder, output, why = _checked(lead, False, options.results_dir)
+    if folder is None or lead.localisation.culprit is None:
+        return _replace(r, not_drafted=why), None
+    culprit = lead.localisation.culprit
+    level = localised.optimizer_level(lead) if sig.owner is Owner.KERNEL else ""
+    script, alone, example = _script(folder, sig.owner, level, options.verify)
+    if script is None and options.verify:
+        folder, output, why = _checked(lead, True, options.results_dir)
+        if folder is None:
+            return _replace(r, not_drafted=why), None
+    if example is None:
         example = stable(printed_alone(alone) if script else printed(output))
-        drafted[sig.key] = (sig.owner.route.repo, title_of(sig, culprit, example, level),
-                            body(sig, run, culprit, folder, output, r, script, alone))
-        out.append(r)
-    return out, drafted
+    return r, (sig.owner.route.repo, title_of(sig, culprit, example, level),
+               body(sig, run, culprit, folder, output, r, script, alone))
+
+
+def _script(folder: Path, owner: Owner, level: str, verify: bool
+            ) -> tuple[str | None, str, Example | None]:
+    """The draft's standalone script, what running it printed, and the example its title
+    quotes. A translation's or capture's defect: the eager call as a module, exported; a
+    kernel's (or an optimizer's), or a call with no literal form: the ONNX nodes inline.
+    Candidates simplest first, each run once, the first that holds kept: the one output
+    element that differs most (`ops.elements`) with its values of random data rounded,
+    where it fails with the same symptom (NaN, inf, the sign of zero); that element as it
+    was, where it prints the very values the culprit showed there (the same defect, not
+    another); then the values the culprit saw. Unverified (`verify` off): never cut."""
+    worst = localised.node_worst(str(folder)) if verify else None
+    module = owner is not Owner.KERNEL
+    shown = ""
+    candidates: list[tuple[str | None, str]] = []  # (script, what its output must show)
+    if worst is not None:
+        at = worst[0]
+        shown = "expected: {} | onnxruntime: {}".format(*(str(a[at]) for a in worst[1:]))
+        if module:
+            candidates += [(module_script(folder, at, simple=True), "symptom"),
+                           (module_script(folder, at), "value")]
+        candidates.append((standalone(folder, level, at), "value"))
+    if module:
+        candidates.append((module_script(folder), "failure"))
+    candidates.append((standalone(folder, level), "failure"))
+    for script, must in candidates:
+        if script is None:
+            continue
+        if not verify:
+            return script, "", None
+        shows, alone = _verified(script)
+        same = shown != "" and shown in alone
+        if not shows or (must == "value" and not same) or \
+                (must == "symptom" and _symptom(alone) is not _symptom(shown)):
+            continue
+        if worst is None or not (same or must == "symptom"):
+            return script, alone, None
+        example = one_element_example(folder, worst[0], simple=must == "symptom")
+        found = _ALONE.search(alone)
+        if example is not None and found is not None:  # what this script printed
+            example = Example(example.output, example.index, found.group(1),
+                              found.group(2), inputs=example.inputs)
+        return script, alone, example
+    return None, "", None
+
+
+def _symptom(printed: str) -> Symptom | None:
+    """The symptom a standalone script printed ("expected: 0.0 | onnxruntime: nan")."""
+    found = _ALONE.search(printed)
+    if found is None:
+        return None
+    try:
+        return value_symptom(float(found.group(1)), float(found.group(2)))
+    except ValueError:
+        return None
+
+
+def one_element_example(folder: Path, at: tuple[int, ...], simple: bool = False
+                        ) -> Example | None:
+    """What a one-element repro's title may quote: the call on its values
+    (`atan2(0.0, -2.0)`) and eager's and ONNX Runtime's results at `at`, where every input
+    value is plain (`ops.elements.plain`: no value of random data, so the results are
+    fixed by the call); None otherwise."""
+    loaded = _call_args(folder)
+    worst = localised.node_worst(str(folder))
+    if loaded is None or worst is None:
+        return None
+    call, args = loaded
+    one = args if all(a.size == 1 for a in args.values()) else \
+        elements.one_element(args, _expected_shape(folder), at)
+    if one is not None and simple:
+        one = elements.rounded(one) or one
+    if one is None:
+        return None
+    values = {k: str(v.ravel()[0]) for k, v in one.items()}
+    text = elements.call_text(call, values)
+    if text is None or not all(elements.plain(v) for v in values.values()):
+        return None
+    return Example("o0", [], str(worst[1][at]), str(worst[2][at]), inputs={"call": text})
 
 
 def title_of(sig: Signature, culprit: Culprit, example: Example | None, level: str = "") -> str:
@@ -95,7 +183,9 @@ def title_of(sig: Signature, culprit: Culprit, example: Example | None, level: s
         return one_line(f"CPUExecutionProvider: graph optimizations at {level} make {op} "
                         f"{sig.symptom.info.title.replace('returns', 'return')}{dtypes} "
                         "(correct with ORT_DISABLE_ALL)")[:drafts.TITLE_LIMIT]
-    return drafts.title(sig, example=example, kinds=culprit.options)
+    call = example.inputs.get("call", "") if example is not None \
+        and sig.owner is not Owner.KERNEL else ""
+    return drafts.title(sig, example=example, kinds=culprit.options, call=call)
 
 
 _ALONE = re.compile(r"expected: (\S+) \| onnxruntime: (\S+)")
@@ -240,15 +330,16 @@ def _attribute(attr: Any) -> str | None:
     return _num(value)
 
 
-def standalone(folder: Path, level: str = "") -> str | None:
+def standalone(folder: Path, level: str = "", at: tuple[int, ...] | None = None) -> str | None:
     """A script that stands alone: the culprit's ONNX nodes built inline with
     `onnx.helper` (tensors renamed x0.., t0.., y: no name from the model), the values they
     were fed and eager's output written out (deterministic: what showed the defect), run in
     ONNX Runtime's CPUExecutionProvider at `level` ("": its default; an optimizer's defect:
     the level it first shows at, beside the run with optimizations off), and an assertion
-    that fails where the defect shows. Needs numpy, onnx and onnxruntime only. None where
-    the cut cannot be written briefly (functions, subgraphs, more than MAX_NODES nodes or
-    MAX_ELEMENTS values, a dtype numpy lacks)."""
+    that fails where the defect shows. Needs numpy, onnx and onnxruntime only. With `at`:
+    fed only the elements of output element `at` (`ops.elements`; every weight a single
+    value). None where the cut cannot be written briefly (functions, subgraphs, more than
+    MAX_NODES nodes or MAX_ELEMENTS values, a dtype numpy lacks) or cut to `at`."""
     try:
         import onnx
         from onnx import numpy_helper
@@ -264,6 +355,12 @@ def standalone(folder: Path, level: str = "") -> str | None:
         return None
     graph = model.graph
     nodes = [n for n in graph.node]
+    if at is not None:
+        shrunk = elements.one_element(feeds, tuple(expected.shape), at) \
+            if all(numpy_helper.to_array(t).size <= 1 for t in graph.initializer) else None
+        if shrunk is None:
+            return None
+        feeds, expected = shrunk, np.asarray(expected[at]).reshape((1,) * expected.ndim)
     arrays = [*feeds.values(), expected, *(numpy_helper.to_array(t) for t in graph.initializer)]
     if model.functions or len(nodes) > MAX_NODES or not graph.output \
             or sum(a.size for a in arrays) > MAX_ELEMENTS \
@@ -334,34 +431,45 @@ _CHECK = (
     "print('expected:', expected.ravel()[i], '| onnxruntime:', got.ravel()[i])\n")
 
 
-def module_script(folder: Path) -> str | None:
+def module_script(folder: Path, at: tuple[int, ...] | None = None, simple: bool = False
+                  ) -> str | None:
     """A script that stands alone for a translation's or capture's defect: a one-line
     module making the culprit's eager call (`torch.ops.aten...`, arguments renamed x0..:
-    no name from the model), its arguments written out, exported with
-    `torch.onnx.export(..., dynamo=True)`, run in ONNX Runtime and compared with eager; the
-    assertion fails where the defect shows. None without a literal call, or arguments too
-    large to write out (MAX_ELEMENTS) or of a dtype numpy lacks."""
-    try:
-        meta = json.loads((folder / "case.json").read_text(encoding="utf-8"))
-        with np.load(folder / "args.npz") as data:
-            args = {k: data[k] for k in data.files}
-    except (OSError, ValueError):
+    no name from the model; none where the call is all literals), its arguments written
+    out (with `at`: only the elements feeding that output element, `ops.elements`),
+    exported with `torch.onnx.export(..., dynamo=True)`, run in ONNX Runtime and compared
+    with eager; the assertion fails where the defect shows. `simple`: each value of random
+    data rounded (`ops.elements.rounded`; eager's answer is computed in the script, so it
+    stays true). None without a literal call, arguments too large to write out
+    (MAX_ELEMENTS) or of a dtype numpy lacks, an `at` the arguments cannot be cut to, or
+    nothing to round."""
+    loaded = _call_args(folder)
+    if loaded is None:
         return None
-    call = str(meta.get("call") or "")
+    call, args = loaded
     used = list(dict.fromkeys(_ARG.findall(call)))
-    if not call.startswith("torch.ops.") or not used or any(u not in args for u in used) \
-            or sum(args[u].size for u in used) > MAX_ELEMENTS \
-            or any(str(args[u].dtype) not in _NP for u in used):
+    if at is not None:
+        shrunk = elements.one_element({u: args[u] for u in used}, _expected_shape(folder), at)
+        if shrunk is None:
+            return None
+        args = shrunk
+    if simple:
+        simpler = elements.rounded({u: args[u] for u in used})
+        if simpler is None:
+            return None
+        args = simpler
+    if sum(args[u].size for u in used) > MAX_ELEMENTS:
         return None
     names = {u: f"x{i}" for i, u in enumerate(used)}
     body = _ARG.sub(lambda m: names[m.group(1)], call)
-    params = ", ".join(names.values())
+    params = "".join(f", {n}" for n in names.values())
     values = "".join(f"\n    torch.from_numpy({_array(args[u])})," for u in used)
+    values += "\n" if values else ""
     return (
         "import numpy as np\nimport onnxruntime as ort\nimport torch\n\n\n"
         "class M(torch.nn.Module):\n"
-        f"    def forward(self, {params}):\n        return {body}\n\n\n"
-        f"A = ({values}\n)\n"
+        f"    def forward(self{params}):\n        return {body}\n\n\n"
+        f"A = ({values})\n"
         "expected = M()(*A).numpy()\n"
         "program = torch.onnx.export(M().eval(), A, dynamo=True)\n"
         "session = ort.InferenceSession(program.model_proto.SerializeToString(), "
@@ -369,6 +477,30 @@ def module_script(folder: Path) -> str | None:
         f"feeds = dict(zip({list(names.values())!r}, (a.numpy() for a in A)))\n"
         "got = session.run(None, {i.name: feeds[i.name] for i in session.get_inputs()})[0]\n"
         + _CHECK + "assert not bad.any(), 'ONNX Runtime differs from eager'\n")
+
+
+def _call_args(folder: Path) -> tuple[str, dict[str, np.ndarray]] | None:
+    """The culprit's literal eager call and the arrays it reads (all of a dtype numpy
+    spells), from the node repro's folder; None without one."""
+    try:
+        meta = json.loads((folder / "case.json").read_text(encoding="utf-8"))
+        args: dict[str, np.ndarray] = {}
+        if (folder / "args.npz").is_file():
+            with np.load(folder / "args.npz") as data:
+                args = {k: data[k] for k in data.files}
+    except (OSError, ValueError):
+        return None
+    call = str(meta.get("call") or "")
+    used = set(_ARG.findall(call))
+    if not call.startswith("torch.ops.") or any(u not in args for u in used) \
+            or any(str(args[u].dtype) not in _NP for u in used):
+        return None
+    return call, {u: args[u] for u in used}
+
+
+def _expected_shape(folder: Path) -> tuple[int, ...]:
+    with np.load(folder / "expected.npz") as data:
+        return tuple(data[data.files[0]].shape)
 
 
 def _verified(script: str) -> tuple[bool, str]:
@@ -409,7 +541,12 @@ def body(sig: Signature, run: RunResult, culprit: Culprit, folder: Path, output:
     """The report: what, the repro (a standalone script where one could be written and
     verified; else the node repro's, its folder attached), expected vs actual with the
     repro's output, the nodes, whose code, versions, related."""
-    if script is not None:
+    if script is not None and "import torch" in script:
+        repro = (f"The call as a one-line module, exported and run in ONNX Runtime beside "
+                 "eager; it needs torch, numpy and onnxruntime only and fails its assertion "
+                 f"where the defect shows.\n\n{code_block(script, 'python')}")
+        output = alone
+    elif script is not None:
         repro = (f"The ONNX nodes {code_span(culprit.aten)} became, built inline and fed the "
                  "values they saw; it needs numpy, onnx and onnxruntime only and fails its "
                  f"assertion where the defect shows.\n\n{code_block(script, 'python')}")

@@ -204,6 +204,7 @@ class NodeParts:
     eager: np.ndarray
     reference: np.ndarray | None = None
     call: str | None = None
+    got: np.ndarray | None = None  # ONNX Runtime's value of it: the symptom is read there
     args: dict[str, np.ndarray] = field(default_factory=dict)
 
 
@@ -224,6 +225,10 @@ def write_node(folder: Path, case: ReproCase, parts: NodeParts) -> Path:
         out.put("reference.npz", _npz({parts.output: parts.reference}))
     else:
         remove(folder / "reference.npz")
+    if parts.got is not None:
+        out.put("onnxruntime.npz", _npz({parts.output: parts.got}))
+    else:
+        remove(folder / "onnxruntime.npz")
     out.put("case.json", json.dumps({
         "case": case.case_id, "scope": parts.scope, "aten": parts.aten, "call": call,
         "atol": case.atol, "rtol": case.rtol, "providers": [provider],

@@ -952,7 +952,7 @@ def _node_repro(job: LocaliseJob, result: CaseResult, sample: _Sample, tol: cmp.
         scope=loc.culprit.scope if loc.culprit else "",
         aten=loc.culprit.aten if loc.culprit else "", model=found.cut.model,
         feeds=found.feeds, output=found.cut.output, eager=found.eager,
-        reference=found.verdict.ref, call=call, args=args))
+        reference=found.verdict.ref, call=call, args=args, got=found.verdict.onnx))
     code, printed = repro.run_script(folder)
     if code == 1:
         loc.node_repro = str(folder)

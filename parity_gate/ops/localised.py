@@ -13,12 +13,14 @@ Pure but for reading the node repro's arrays: a RunResult in, records out.
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+from parity_gate.compare.tolerance import close
 from parity_gate.model.comparison import Verdict
 from parity_gate.model.localisation import Culprit
 from parity_gate.model.outcomes import Outcome
@@ -60,13 +62,51 @@ def localised(case: CaseResult) -> Culprit | None:
     return loc.culprit if loc.culprit.aten.startswith(OP_NAMESPACES) else None
 
 
+def node_worst(node_repro: str | None) -> tuple[tuple[int, ...], np.ndarray, np.ndarray] | None:
+    """The culprit node's worst element by the repro's own rule (out of tolerance, NaN
+    worst): (its index, eager's output, ONNX Runtime's output); None without both values
+    recorded, or where they agree."""
+    if not node_repro:
+        return None
+    folder = Path(node_repro)
+    try:
+        meta = json.loads((folder / "case.json").read_text(encoding="utf-8"))
+        with np.load(folder / "expected.npz") as data:
+            eager = data[meta["output"]]
+        with np.load(folder / "onnxruntime.npz") as data:
+            got = data[meta["output"]]
+        atol, rtol = float(meta["atol"]), float(meta["rtol"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if eager.shape != got.shape or eager.dtype.kind not in "biuf" or got.dtype.kind not in "biuf":
+        return None
+    bad = ~close(eager, got, atol, rtol)
+    if not bad.any():
+        return None
+    with np.errstate(all="ignore"):
+        diff = np.abs(got.astype(np.float64) - eager.astype(np.float64))
+    score = np.where(bad, np.where(np.isnan(diff), np.inf, diff), -1.0)
+    at = tuple(int(i) for i in np.unravel_index(int(np.argmax(score)), eager.shape))
+    return at, eager, got
+
+
 def symptom_of(case: CaseResult) -> Symptom:
-    """What a maintainer sees: the worst output's verdict, or its worst element's values."""
+    """What a maintainer sees at the culprit: its node's worst element (overflow to inf,
+    NaN, ...: the model's own output may be a bool computed from it), else the worst
+    output's verdict, or its worst element's values."""
+    loc = case.localisation
+    node = node_worst(loc.node_repro if loc is not None else None)
+    found = value_symptom(float(node[1][node[0]]), float(node[2][node[0]])) \
+        if node is not None else None
+    if found is not None:
+        return found
     worst = case.worst()
     if worst is None or worst.passed:
         return Symptom.WRONG_VALUES
     if worst.verdict in _BY_VERDICT:
         return _BY_VERDICT[worst.verdict]
+    if node is not None:  # the culprit's values differ, nothing special among them
+        return Symptom.WRONG_VALUES
     return value_symptom(worst.ref_value, worst.got_value) or Symptom.WRONG_VALUES
 
 
