@@ -160,11 +160,34 @@ def wrong_inputs(found: Sequence[Found]) -> set[tuple[str, str]]:
             if s.symptom is Symptom.INVALID_MODEL and gap(s) == "float32"}
 
 
-def cause_key(sig: Signature, blame: str, provider: str = "") -> tuple[str, str]:
-    """(key, function) of a signature's cause, given its culprit overload: a decomposed call
-    whose node at fault is not known is its own function, one per mode it is called in
+def behaviour(sig: Signature, blame: str, found: Sequence[Found]) -> str:
+    """What the function at fault does wrong, as its cause is keyed: the symptom itself
+    where it is seen at that function (a direct call, or the direct call of the op it is
+    blamed on: NaN dropped and ±inf lost are two fixes, even on one trigger); the symptom's
+    family where it is seen only downstream (a predicate's wrong bool shows as an inf), for
+    any symptom not about values, and for a kernel (its reports name the op and the input
+    it fails on, one fix for whatever that input makes of it)."""
+    if sig.symptom not in VALUES or sig.owner is Owner.KERNEL:
+        return family(sig.symptom)
+    if blame == sig.overload:
+        return sig.symptom.value
+    if not blame:
+        return family(sig.symptom)
+    seen = [o.symptom for o, _ in found if o.overload == blame and direct(o)
+            and o.owner is sig.owner and family(o.symptom) == family(sig.symptom)
+            and set(o.input_classes) & set(sig.input_classes)]
+    return sig.symptom.value if sig.symptom in seen else seen[0].value if seen \
+        else family(sig.symptom)
+
+
+def cause_key(sig: Signature, blame: str, provider: str = "", seen: str = "",
+              ) -> tuple[str, str]:
+    """(key, function) of a signature's cause, given its culprit overload and what that
+    does wrong (`behaviour`; the symptom's family by default): a decomposed call whose
+    node at fault is not known is its own function, one per mode it is called in
     (`reduction='mean'` and `reduction='sum'` run different nodes); a dtype gap is the
     execution provider's (no kernel) or the translation's (type constraints), per dtype."""
+    seen = seen or family(sig.symptom)
     if provider and gap(sig):
         function = PROVIDERS.get(provider, provider) if sig.symptom is Symptom.MISSING_KERNEL \
             else "ONNX type constraints"
@@ -172,15 +195,14 @@ def cause_key(sig: Signature, blame: str, provider: str = "") -> tuple[str, str]
     if sig.symptom is Symptom.MISSING_KERNEL:
         return f"kernel|{sig.kernel}", sig.kernel
     if sig.owner is Owner.KERNEL and sig.kernel:  # the node type ONNX Runtime raised in
-        return "|".join((sig.owner.value, sig.kernel, family(sig.symptom),
-                         trigger(sig))), sig.kernel
+        return "|".join((sig.owner.value, sig.kernel, seen, trigger(sig))), sig.kernel
     if blame:
         function = f"aten_{_name(blame)}" if sig.owner is Owner.TRANSLATION else _name(blame)
         mode = ""
     else:
         function = sig.user_op or sig.overload
         mode = ",".join(a for a in sig.args if "=" in a)
-    key = "|".join((sig.owner.value, function, mode, family(sig.symptom), trigger(sig)))
+    key = "|".join((sig.owner.value, function, mode, seen, trigger(sig)))
     return key, function
 
 
@@ -199,7 +221,7 @@ def group(found: Sequence[Found]) -> list[Cause]:
             key = "|".join((sig.owner.value, sig.kernel, EXCLUDED))
         else:
             key, function = cause_key(sig, blame, (cases[0].key.provider if cases else "cpu")
-                                      if listing else "")
+                                      if listing else "", behaviour(sig, blame, found))
         cause = causes.setdefault(key, Cause(key, sig.owner, function, blame,
                                              gap(sig) if listing else trigger(sig),
                                              listing=listing))
