@@ -139,3 +139,94 @@ def test_model_run_drafts_stand_alone_on_one_chosen_element_one_per_defect(
                         r"of inf", titles["remainder"]), titles["remainder"]
     assert titles["scalar_tensor"].startswith("# [torchlib] scalar_tensor(")
     assert "dtype=torch.float64) returns inf instead of" in titles["scalar_tensor"]
+
+
+ATAN2_ON_INTEGERS = """\
+import torch
+import onnxruntime as ort
+
+
+class Model(torch.nn.Module):
+    def forward(self, input, other):
+        return torch.atan2(input, other)
+
+
+inputs = (
+    torch.tensor([{y}], dtype=torch.int64),
+    torch.tensor([{x}], dtype=torch.int64),
+)
+model = Model().eval()
+onnx_program = torch.onnx.export(model, inputs, dynamo=True)
+session = ort.InferenceSession(onnx_program.model_proto.SerializeToString(), \
+providers=['CPUExecutionProvider'])
+feeds = {{i.name: t.detach().numpy() for i, t in zip(session.get_inputs(), inputs)}}
+got = torch.from_numpy(session.run(None, feeds)[0])
+expected = model(*inputs).detach()
+torch.testing.assert_close(got, expected, equal_nan=True, atol=0.0, rtol=0.0)
+"""
+
+
+@pytest.mark.process
+def test_an_integer_scope_is_measured_on_float32_before_a_title_says_it() -> None:
+    """atan2(0, -3) on int64 fails because atan2(+0.0, -3.0) does: the float32 probe fails
+    the same way, so the title must not say "on integer inputs"; a probe that passes keeps
+    the scope, and a repro that is not one element gets no probe."""
+    from parity_gate.ops import upstream_repro
+    from parity_gate.ops.upstream_check import run_one
+
+    stages = {15: "export", 16: "session", 20: "assert"}
+    wrong = upstream_repro.Repro(ATAN2_ON_INTEGERS.format(y=0, x=-3), stages, "assert",
+                                 "one element")
+    probe = upstream_repro.float_probe(wrong)
+    assert probe is not None
+    assert "torch.tensor([0.0], dtype=torch.float32)" in probe.script
+    assert "atol=0.0001, rtol=0.001)" in probe.script and "return torch.atan2(" in probe.script
+    answer = run_one(probe.script, probe.stages)
+    assert upstream_repro.reproduced(probe, answer["stage"], answer["error"], answer["output"])
+    fine = upstream_repro.float_probe(upstream_repro.Repro(
+        ATAN2_ON_INTEGERS.format(y=1, x=2), stages, "assert", "one element"))
+    assert fine is not None
+    answer = run_one(fine.script, fine.stages)
+    assert not upstream_repro.reproduced(fine, answer["stage"], answer["error"],
+                                         answer["output"])
+    assert upstream_repro.float_probe(upstream_repro.Repro(
+        ATAN2_ON_INTEGERS.format(y=0, x=-3), stages, "assert", "seeded")) is None
+
+
+@pytest.mark.process
+def test_sweep_titles_name_the_verified_trigger_and_no_unverified_scope(
+        tmp_path: Path) -> None:
+    """The bundled sweep's atan2 and scatter_reduce findings, drafted with every repro run:
+    atan2's integer scope is measured wrong on float32 and its one-element repro's values
+    name the trigger; scatter_reduce's sweep value at the worst index (a -0 that does not
+    feed that output element) is no trigger, and its two behaviours are two drafts."""
+    import gzip
+    import json
+
+    from test_github_upstream import client
+
+    from parity_gate.github import upstream, upstream_pass
+    from parity_gate.model.results import RunResult
+
+    path = ROOT / "tests" / "data" / "upstream" / "bundled-findings.json.gz"
+    run = RunResult.from_dict(json.loads(gzip.decompress(path.read_bytes())))
+    keep = ("atan2", "scatter_reduce")
+    run.cases = [c for c in run.cases if c.op is not None
+                 and c.op.variant.split(".")[0].split("_")[0] in ("atan2", "scatter")
+                 and c.failed]
+    assert run.cases
+    with FakeGitHub() as gh:
+        _, warnings = upstream_pass.attach(run, client(gh), upstream.UpstreamOptions(
+            mode="draft", drafts=tmp_path / "d", verify=True,
+            check_cache=tmp_path / "checks.json"))
+        assert gh.errors == [] and warnings == []
+    titles = sorted(f.read_text(encoding="utf-8").splitlines()[1]
+                    for f in (tmp_path / "d").iterdir())
+    atan2 = [t for t in titles if "atan2" in t]
+    assert "# [torchlib] atan2(0.0, -3.0) returns -3.142 where eager returns 3.142" in atan2
+    assert not any("integer" in t for t in atan2), atan2
+    scatter = [t for t in titles if "scatter_reduce" in t and "instead of" in t]
+    assert any("instead of -inf" in t for t in scatter) and \
+        any("instead of NaN" in t for t in scatter), titles
+    assert not any("-0 input" in t for t in scatter), scatter
+    assert all(k in " ".join(titles) for k in keep)

@@ -40,7 +40,7 @@ from parity_gate.model.upstream import (
     Symptom,
     UpstreamReport,
 )
-from parity_gate.ops import causes, upstream_check, upstream_repro
+from parity_gate.ops import causes, elements, upstream_check, upstream_repro
 from parity_gate.ops.jobs import SOURCES, source_of
 
 TITLE_LIMIT = 256  # GitHub rejects longer issue titles
@@ -126,8 +126,8 @@ def _dtypes_of(sig: Signature, cause: causes.Cause | None) -> list[str]:
 
 
 def trigger_words(sig: Signature, cause: causes.Cause | None, example: Example | None,
-                  needless: Sequence[str] = (), kinds: Mapping[str, str] | None = None
-                  ) -> list[str]:
+                  needless: Sequence[str] = (), kinds: Mapping[str, str] | None = None,
+                  scoped: bool = True) -> list[str]:
     """What it takes to show the defect, as a title says it: the input class ("on an empty
     input"), the notable input value, the one dtype a value defect shows on or the dtypes
     an error alone shows on ("on bfloat16"), the keyword arguments every call of it
@@ -149,7 +149,7 @@ def trigger_words(sig: Signature, cause: causes.Cause | None, example: Example |
         and dtypes != ["float32"] else \
         ["integer inputs"] if phrase and cause is not None and len(dtypes) > 1 \
         and all(d.startswith(("int", "uint")) for d in dtypes) else []
-    words.append(f"on {_and(on)}" if on else "")
+    words.append(f"on {_and(on)}" if on and scoped else "")
     return [w for w in (*words, _with(sig, cause, needless, kinds)) if w]
 
 
@@ -230,7 +230,7 @@ def raised_title(sig: Signature, cause: causes.Cause | None, status: str) -> str
 def title(sig: Signature, cause: causes.Cause | None = None,
           example: Example | None = None, ignored: Sequence[str] = (), status: str = "",
           needless: Sequence[str] = (), kinds: Mapping[str, str] | None = None,
-          call: str = "") -> str:
+          call: str = "", scoped: bool = True) -> str:
     """A title as a user writes it, raw text to paste: the repository's prefix (onnxscript
     `[torchlib]`, pytorch `[ONNX]`), the op the user calls, the symptom with the values
     seen, and the trigger ("on an empty input", "with divisor_override"); a keyword
@@ -238,7 +238,9 @@ def title(sig: Signature, cause: causes.Cause | None = None,
     trigger; one measured to be ignored (`ignored`: ONNX Runtime returns eager's result
     without it) is the symptom ("avg_pool2d ignores divisor_override"); a kernel that
     raises, with what ONNX Runtime said (`status`). A one-element repro's `call`
-    (`atan2(0.0, -2.0)`) names the op with its trigger: no other trigger word then."""
+    (`atan2(0.0, -2.0)`) names the op with its trigger: no other trigger word then (but a
+    sweep's options and dtypes). Not
+    `scoped`: the dtypes are measured not to be the trigger (no "on integer inputs")."""
     if cause is not None and cause.listing:
         text = gap_title(cause)
     elif sig.owner is Owner.KERNEL and sig.symptom is Symptom.MISSING_KERNEL:
@@ -253,17 +255,34 @@ def title(sig: Signature, cause: causes.Cause | None = None,
         what = info.phrase.format(**_values(example)) \
             if info.phrase and example is not None and \
             (typed or causes.family(sig.symptom) != "types") else info.title
-        words = trigger_words(sig, cause, example, needless, kinds)
+        words = trigger_words(sig, cause, example, needless, kinds, scoped)
         if ignored:  # the values stay in the body
             what = f"ignores {' and '.join(ignored)}"
             words = [w for w in words if not w.startswith("with ")]
         # a kernel's wrong value is its ONNX op's, as ONNX Runtime's reports name it
         named = sig.kernel.split("(")[0].split(" ")[0] if sig.owner is Owner.KERNEL \
             and sig.kernel and sig.kernel[:1].isupper() else sig.op_name
-        text = " ".join([call, what] if call else [named, what, *words])
+        # a call on its values is the trigger; a sweep's still says its dtypes and options
+        kept = [w for w in words if w.startswith(("with ", "on "))] if cause is not None \
+            else []
+        text = " ".join([call, what, *kept] if call else [named, what, *words])
         if sig.owner is Owner.KERNEL:
             text = f"CPUExecutionProvider: {text}"
     return one_line(f"{sig.owner.route.prefix} {_plain(text)}".strip())[:TITLE_LIMIT]
+
+
+def on_values(name: str, example: Example | None, scoped: bool) -> str:
+    """A sweep call on the verified one-element repro's own values, where every one is
+    plain and ordinary (`atan2(0.0, -3.0)`: a special value is said as "for a NaN input"
+    instead); integers as floats where the integer scope was measured wrong (`scoped`
+    off: the float32 repro fails the same way); "" otherwise."""
+    values = list(example.inputs.values()) if example is not None else []
+    if not values or len(values) > 3 or not all(elements.plain(v) for v in values) \
+            or any(_notable(v, "") for v in values):
+        return ""
+    if not scoped:
+        values = [repr(float(v)) if v.lstrip("-").isdigit() else v for v in values]
+    return f"{name}({', '.join(values)})"
 
 
 def _gap_names(cause: causes.Cause) -> list[str]:
@@ -609,7 +628,7 @@ def prepare(run: RunResult, reports: list[UpstreamReport],
     overloads = [_blamed(cause_of[s.key], s) for s in leads.values()
                  if s.owner is not Owner.KERNEL and built.get(s.key)]
     chosen, answers, lowerings, unavailable = _verify(run, built, overloads, options)
-    ignored, needless = measured_args(
+    ignored, needless, unscoped = measured_args(
         run, chosen, {s.key: cause_of[s.key].args for s in leads.values()},
         {s.key for s in leads.values() if causes.family(s.symptom) == "values"}, options)
     drafted: Drafted = {}
@@ -633,8 +652,15 @@ def prepare(run: RunResult, reports: list[UpstreamReport],
         example = as_printed(lead.op.example if lead.op is not None else None,
                              answers.get(sig.key), pick.values if sig.key in answers else None)
         status = status_message(lead.detail or lead.reason)
+        scoped = sig.key not in unscoped
+        # the verified one-element repro's values name a wrong value's trigger
+        # (`atan2(0.0, -3.0)`); a dtype is wrong whatever the values
+        call = on_values(sig.op_name, example, scoped) if sig.key in answers \
+            and pick.kind == "one element" and sig.owner is not Owner.KERNEL \
+            and causes.family(sig.symptom) == "values" else ""
         text = (sig.owner.route.repo, title(sig, cause, example, ignored.get(sig.key, ()),
-                                            status, needless.get(sig.key, ())),
+                                            status, needless.get(sig.key, ()),
+                                            call=call, scoped=scoped),
                 body(sig, run, pick.script, answers.get(sig.key),
                      _replace(report, signature=sig.to_dict()), cause, lead))
         drafted.update({member.key: text for member, _ in cause.members})
@@ -661,7 +687,9 @@ def as_printed(example: Example | None, answer: Mapping[str, Any] | None,
     """The example with the values the verified repro printed, where it printed one element
     each side (or the two dtypes): the title then quotes what the reader's run of the repro
     shows (a shrunk input gives other values than the sweep's); `inputs`, the repro's own
-    one-element inputs where it has them."""
+    one-element inputs where it has them: a verified repro of another kind (`{}`) shows
+    the defect on many values, so the sweep's values at the worst element are no trigger
+    (a scatter's output element is not fed by the inputs at its index)."""
     output = str((answer or {}).get("output", ""))
     typed = _DTYPES.search(output) or _COMPUTES.search(output)
     if example is None and typed is None:
@@ -671,7 +699,7 @@ def as_printed(example: Example | None, answer: Mapping[str, Any] | None,
                        typed.group(1), typed.group(2), dict(inputs or {}))
     assert example is not None
     found = _PRINTED.search(output)
-    given = dict(inputs) if inputs else example.inputs
+    given = dict(inputs) if inputs is not None else example.inputs
     if found is None or found.group(1).startswith("["):
         return Example(example.output, example.index, example.eager, example.onnx, given)
     eager, onnx = found.groups()
@@ -718,15 +746,26 @@ def _salt(run: RunResult) -> str:
 
 def measured_args(run: RunResult, chosen: Mapping[str, upstream_repro.Repro],
                   wanted: Mapping[str, Sequence[str]], values: set[str],
-                  options: UpstreamOptions) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+                  options: UpstreamOptions
+                  ) -> tuple[dict[str, list[str]], dict[str, list[str]], set[str]]:
     """Signature key → (the keyword arguments of `wanted` ONNX Runtime was measured to
-    ignore, those the defect was measured not to need). Ignored: a probe on the chosen
-    repro's inputs finds its output equal to eager's without the argument
-    (upstream_repro.ignored_probe; value defects, `values`, only). Not needed: the repro
-    without it still fails the same way (upstream_repro.needless_probe), so the title does
-    not name it as the trigger. Nothing is claimed unverified."""
+    ignore, those the defect was measured not to need), and the keys whose integer scope
+    was measured wrong. Ignored: a probe on the chosen repro's inputs finds its output
+    equal to eager's without the argument (upstream_repro.ignored_probe; value defects,
+    `values`, only). Not needed: the repro without it still fails the same way
+    (upstream_repro.needless_probe), so the title does not name it as the trigger. Not
+    the integers': the one-element repro on float32 inputs fails the same way
+    (upstream_repro.float_probe; value defects), so the title does not say "on integer
+    inputs". Nothing is claimed unverified."""
     probes: list[dict[str, Any]] = []
     needless: dict[str, upstream_repro.Repro] = {}
+    for key in values:
+        repro = chosen.get(key)
+        floated = upstream_repro.float_probe(repro) if repro is not None else None
+        if floated is not None:
+            needless[f"float\n{key}\n"] = floated
+            probes.append({"key": f"float\n{key}\n", "script": floated.script,
+                           "stages": floated.stages})
     for key, names in wanted.items():
         repro = chosen.get(key)
         if repro is None:
@@ -742,21 +781,25 @@ def measured_args(run: RunResult, chosen: Mapping[str, upstream_repro.Repro],
                 probes.append({"key": f"needless\n{key}\n{name}", "script": bare.script,
                                "stages": bare.stages})
     if not probes or not options.verify:
-        return {}, {}
+        return {}, {}, set()
     checked = upstream_check.check_all(probes, [], options.check_cache, _salt(run))
     ignored: dict[str, list[str]] = {}
     unneeded: dict[str, list[str]] = {}
+    unscoped: set[str] = set()
     for item in probes:
         answer = checked.answers.get(item["key"]) or {}
         kind, key, name = str(item["key"]).split("\n", 2)
+        same = bool(answer) and kind in ("needless", "float") and upstream_repro.reproduced(
+            needless[item["key"]], answer["stage"], answer["error"],
+            str(answer.get("output", "")))
         if kind == "ignored" and answer.get("stage") == "ok" \
                 and upstream_repro.IGNORED in str(answer.get("output")):
             ignored.setdefault(key, []).append(name)
-        elif kind == "needless" and answer and upstream_repro.reproduced(
-                needless[item["key"]], answer["stage"], answer["error"],
-                str(answer.get("output", ""))):
+        elif kind == "needless" and same:
             unneeded.setdefault(key, []).append(name)
-    return ignored, unneeded
+        elif kind == "float" and same:
+            unscoped.add(key)
+    return ignored, unneeded, unscoped
 
 
 def _verify(run: RunResult, built: dict[str, list[upstream_repro.Repro]], overloads: list[str],

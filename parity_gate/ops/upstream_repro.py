@@ -451,6 +451,31 @@ def needless_probe(repro: Repro, kwarg: str) -> Repro | None:
     return replace(repro, script=repro.script[:start] + call + repro.script[end:])
 
 
+_EXACT = re.compile(r"atol=0\.0, rtol=0\.0\)$", re.M)
+FLOAT_PROBE_TOL = (1e-4, 1e-3)  # past float32 rounding of any one-element op by far
+_INTEGER_INPUT = re.compile(r"(torch\.tensor\(\[)(-?\d+)(\], dtype=torch\.)(?:u?int\d+)\)")
+
+
+def float_probe(repro: Repro) -> Repro | None:
+    """The one-element repro with its integer inputs as float32 (`0` → `0.0`): where it
+    still fails the same way, the defect is not the integer dtypes' (atan2(0, -3) is
+    atan2(+0.0, -3.0)'s), and a title does not scope it "on integer inputs". None where
+    the repro has no integer input to turn, or is not one element per input."""
+    if repro.kind != "one element":
+        return None
+    head, sep, rest = repro.script.partition("\ninputs = (\n")
+    block, end, tail = rest.partition("\n)\n")
+    if not sep or not end:
+        return None
+    turned = _INTEGER_INPUT.sub(lambda m: f"{m.group(1)}{float(m.group(2))!r}{m.group(3)}"
+                                          "float32)", block)
+    if turned == block:
+        return None
+    # an integer's tolerance is none; float32 rounds: only a difference past rounding counts
+    tail = _EXACT.sub(f"atol={FLOAT_PROBE_TOL[0]!r}, rtol={FLOAT_PROBE_TOL[1]!r})", tail)
+    return replace(repro, script=f"{head}{sep}{turned}{end}{tail}")
+
+
 def ignored_probe(repro: Repro, kwarg: str) -> str | None:
     """A script that prints IGNORED when ONNX Runtime returns what eager returns without
     `kwarg` (the repro already shows it differs from eager with it): what a title may
