@@ -199,17 +199,9 @@ def printed_alone(output: str) -> Example | None:
 
 def stable(example: Example | None) -> Example | None:
     """An example a title may quote: both values special (NaN, ±inf), zero, a whole number
-    or a boolean; a value of the model's own data (-0.3896) is left to the body."""
-    def plain(text: str) -> bool:
-        if text in ("True", "False"):
-            return True
-        try:
-            v = float(text)
-        except ValueError:
-            return False
-        return v != v or v in (float("inf"), -float("inf")) or (v == int(v) and abs(v) <= 1e6)
-
-    if example is None or not (plain(example.eager) and plain(example.onnx)):
+    or a boolean (`ops.elements.whole`); a value of the model's own data (-0.3896) is left
+    to the body."""
+    if example is None or not (elements.whole(example.eager) and elements.whole(example.onnx)):
         return None
     return example
 

@@ -37,18 +37,27 @@ def one_element(arrays: Mapping[str, np.ndarray], shape: tuple[int, ...],
     return out
 
 
-def plain(text: str) -> bool:
-    """A value a title may quote as a trigger or a result: a boolean, NaN, ±inf, zero or a
-    whole number, or a short decimal (at most 4 significant digits: `0.5`, `-2.25`); not a
-    value of random data (`-0.3896045`)."""
+def whole(text: str) -> bool:
+    """A boolean, NaN, ±inf, zero or a whole number (at most a million): a value no random
+    draw gives."""
     if text in ("True", "False"):
         return True
     try:
         v = float(text)
     except ValueError:
         return False
-    if v != v or v in (float("inf"), -float("inf")) or (v == int(v) and abs(v) <= 1e6):
+    return v != v or v in (float("inf"), -float("inf")) or (v == int(v) and abs(v) <= 1e6)
+
+
+def plain(text: str) -> bool:
+    """A value a title may quote as a trigger or a result: `whole`, or a short decimal (at
+    most 4 significant digits: `0.5`, `-2.25`); not a value of random data (`-0.3896045`)."""
+    if whole(text):
         return True
+    try:
+        v = float(text)
+    except ValueError:
+        return False
     return float(f"{v:.4g}") == v
 
 
