@@ -96,6 +96,65 @@ def suppression(reports: list, items: list[dict[str, object]]) -> dict[str, int]
     }
 
 
+def membership(run: RunResult, reports: list) -> dict[str, int]:  # type: ignore[type-arg]
+    """Each cause's grouping checked against its own repro: for every member of a cause
+    drafted with more than one member, the cause's call (its drafted lead's variant) on that
+    member's trigger (its dtype and its worst element's inputs, one element each, as
+    `upstream_repro.candidates` writes them, each candidate) is run; the member belongs where
+    one fails the way the member does (where it must fail, with its symptom's special value
+    printed). A
+    member that is another op (a call decomposed through the cause's) is not measurable
+    this way and is counted apart."""
+    from parity_gate.github import drafts
+    from parity_gate.ops import signatures, upstream_check, upstream_repro
+
+    found = signatures.group(run)
+    cases = {sig.key: cs for sig, cs in found}
+    cause_of, leads = drafts._leads(reports, found)
+    variants, _ = drafts._variants([cases[s.key][0] for s in leads.values()])
+    probes: list[dict[str, object]] = []
+    built: dict[str, upstream_repro.Repro] = {}
+    counts = {"members": 0, "measurable": 0}
+    for lead in leads.values():
+        cause = cause_of[lead.key]
+        if len(cause.members) < 2 or cause.listing:
+            continue
+        lead_case = cases[lead.key][0]
+        variant = variants.get(lead_case.op.variant) if lead_case.op is not None else None
+        for sig, member_cases in cause.members:
+            if sig.key == lead.key:
+                continue
+            counts["members"] += 1
+            case = member_cases[0]
+            own = variants.get(case.op.variant) if case.op is not None else None
+            if variant is None or own is None or own.arg_names != variant.arg_names \
+                    or sig.op_name != lead.op_name:
+                continue  # another op: the cause's repro is not its call
+            try:
+                candidates = upstream_repro.candidates(sig, case, variant)
+            except Exception:
+                continue
+            if not candidates:
+                continue
+            counts["measurable"] += 1
+            for i, c in enumerate(candidates):
+                name = f"{sig.key}\n{i}\n{cause.function} ← {sig.op_name} {sig.symptom.value} " \
+                    f"{','.join(sig.dtypes)} {','.join(sig.input_classes)}"
+                built[name] = c
+                probes.append({"key": name, "script": c.script, "stages": c.stages})
+    checked = upstream_check.check_all(  # type: ignore[arg-type]
+        probes, [], Path(tempfile.gettempdir()) / "parity-gate-membership-checks.json",
+        drafts._salt(run))
+    belongs = {name.split("\n")[0] for name, c in built.items()
+               if (a := checked.answers.get(name)) and upstream_repro.reproduced(
+                   c, a["stage"], a["error"], str(a.get("output", "")))}
+    for about in sorted({n.split("\n")[2] for n in built if n.split("\n")[0] not in belongs}):
+        print(f"  not reproduced by its cause's repro: {about}")
+    return {"grouped_members_of_multi_member_causes": counts["members"],
+            "members_measurable_on_the_cause_call": counts["measurable"],
+            "members_reproduced_by_the_cause_repro": len(belongs)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="?", type=Path)
@@ -103,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--paced", choices=("token", "no-token"), default=None,
                         help="pace searches as the client does against GitHub (10 a minute "
                              "without a token, 30 with one): the wall time a user waits")
+    parser.add_argument("--membership", action="store_true",
+                        help="check each cause's members against its own repro (minutes)")
     parser.add_argument("--keep", type=Path, default=None,
                         help="copy the drafts into this folder, to read them")
     args = parser.parse_args(argv)
@@ -153,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
         "paced_min with token (30/min)": round(searches / 30, 1),
         "warnings": len(warnings),
     }
+    if args.membership:
+        figures.update(membership(run, reports))
     for name, value in figures.items():
         print(f"{name}: {value}")
     return 0
