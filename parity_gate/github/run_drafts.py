@@ -185,6 +185,8 @@ def title_of(sig: Signature, culprit: Culprit, example: Example | None, level: s
                         "(correct with ORT_DISABLE_ALL)")[:drafts.TITLE_LIMIT]
     call = example.inputs.get("call", "") if example is not None \
         and sig.owner is not Owner.KERNEL else ""
+    if "(" in call:  # the op as users call it (`erfcx`, not ATen's `special_erfcx`)
+        call = sig.op_name + call[call.index("("):]
     return drafts.title(sig, example=example, kinds=culprit.options, call=call)
 
 
