@@ -230,3 +230,15 @@ def test_sweep_titles_name_the_verified_trigger_and_no_unverified_scope(
         any("instead of NaN" in t for t in scatter), titles
     assert not any("-0 input" in t for t in scatter), scatter
     assert all(k in " ".join(titles) for k in keep)
+
+
+def test_a_fully_masked_row_is_opened_only_where_one_is() -> None:
+    mask = np.array([[True, False], [False, False]])
+    additive = np.array([[0.0, -np.inf], [-np.inf, -np.inf]], np.float32)
+    out = elements.unmasked({"m": mask, "a": additive, "x": np.ones((2, 2), np.float32)})
+    assert out is not None
+    assert out["m"].tolist() == [[True, False], [True, True]]
+    assert out["a"].tolist() == [[0.0, -np.inf], [0.0, 0.0]]
+    assert mask.tolist() == [[True, False], [False, False]]  # the caller's arrays untouched
+    assert elements.unmasked({"m": np.array([[True, False]]),
+                              "e": np.zeros((2, 0), np.float32)}) is None

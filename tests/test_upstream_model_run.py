@@ -125,9 +125,11 @@ def test_each_localised_failure_is_a_signature_searched_and_shown_beside_its_cas
     draft = Path(float_r.draft)
     text = draft.read_text(encoding="utf-8")
     # the title quotes what the repro prints for its worst element (special values, not the
-    # model's data) and names the option by its kind, never a dangling "with attn_mask"
+    # model's data), names the option by its kind, never a dangling "with attn_mask", and
+    # the fully masked row the defect was measured to need (opened, the repro passes)
     assert text.splitlines()[1] == ("# [torchlib] scaled_dot_product_attention returns NaN "
-                                    "instead of 0 with a float32 attn_mask")
+                                    "instead of 0 with a float32 attn_mask for a fully "
+                                    "masked row")
     # the repro stands alone: torchlib's defect as the one eager call in a module, its
     # arguments written out and renamed; no file attached, no case id or tool name
     assert not draft.with_suffix(".repro").exists()

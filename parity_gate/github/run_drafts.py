@@ -89,7 +89,13 @@ def _draft(run: RunResult, r: UpstreamReport, cases: Mapping[str, list[CaseResul
             return _replace(r, not_drafted=why), None
     if example is None:
         example = stable(printed_alone(alone) if script else printed(output))
-    return r, (sig.owner.route.repo, title_of(sig, culprit, example, level),
+    title = title_of(sig, culprit, example, level)
+    if script is not None and options.verify and "call" not in (example.inputs if example
+                                                                 else {}):
+        opened = module_script(folder, opened=True) if sig.owner is not Owner.KERNEL else None
+        if opened is not None and _passes(opened):  # measured: the masked row is the trigger
+            title = f"{title} for a fully masked row"[:drafts.TITLE_LIMIT]
+    return r, (sig.owner.route.repo, title,
                body(sig, run, culprit, folder, output, r, script, alone))
 
 
@@ -136,6 +142,11 @@ def _script(folder: Path, owner: Owner, level: str, verify: bool
                               found.group(2), inputs=example.inputs)
         return script, alone, example
     return None, "", None
+
+
+def _passes(script: str) -> bool:
+    """Whether a standalone script finishes (exit 0), its assertion holding."""
+    return _run(script)[0] == 0
 
 
 def _symptom(printed: str) -> Symptom | None:
@@ -425,8 +436,8 @@ _CHECK = (
     "print('expected:', expected.ravel()[i], '| onnxruntime:', got.ravel()[i])\n")
 
 
-def module_script(folder: Path, at: tuple[int, ...] | None = None, simple: bool = False
-                  ) -> str | None:
+def module_script(folder: Path, at: tuple[int, ...] | None = None, simple: bool = False,
+                  opened: bool = False) -> str | None:
     """A script that stands alone for a translation's or capture's defect: a one-line
     module making the culprit's eager call (`torch.ops.aten...`, arguments renamed x0..:
     no name from the model; none where the call is all literals), its arguments written
@@ -434,9 +445,9 @@ def module_script(folder: Path, at: tuple[int, ...] | None = None, simple: bool 
     exported with `torch.onnx.export(..., dynamo=True)`, run in ONNX Runtime and compared
     with eager; the assertion fails where the defect shows. `simple`: each value of random
     data rounded (`ops.elements.rounded`; eager's answer is computed in the script, so it
-    stays true). None without a literal call, arguments too large to write out
-    (MAX_ELEMENTS) or of a dtype numpy lacks, an `at` the arguments cannot be cut to, or
-    nothing to round."""
+    stays true). `opened`: every fully masked row let through (`ops.elements.unmasked`).
+    None without a literal call, arguments too large to write out (MAX_ELEMENTS) or of a
+    dtype numpy lacks, an `at` the arguments cannot be cut to, or nothing to round or open."""
     loaded = _call_args(folder)
     if loaded is None:
         return None
@@ -447,6 +458,11 @@ def module_script(folder: Path, at: tuple[int, ...] | None = None, simple: bool 
         if shrunk is None:
             return None
         args = shrunk
+    if opened:
+        through = elements.unmasked({u: args[u] for u in used})
+        if through is None:
+            return None
+        args = through
     if simple:
         simpler = elements.rounded({u: args[u] for u in used})
         if simpler is None:
@@ -500,15 +516,21 @@ def _expected_shape(folder: Path) -> tuple[int, ...]:
 def _verified(script: str) -> tuple[bool, str]:
     """Run a standalone script as a reader would, in an empty folder, in the sandbox with
     no credential: (whether it failed with the assertion, what it printed)."""
-    with tempfile.TemporaryDirectory(prefix="parity-gate-standalone-") as where:
-        (Path(where) / "repro.py").write_text(script, encoding="utf-8")
-        done = sandbox.run([sys.executable, "repro.py"], Path(where), 120, None, stdout=True)
-    printed = done.stderr.strip()
+    code, printed = _run(script)
     # what a reader needs of it: the values it printed and the assertion, not the
     # exporter's progress lines and warnings
     shown = "\n".join(line for line in printed.splitlines()
                       if line.startswith(("expected:", "optimizations off:", "AssertionError")))
-    return done.returncode == 1 and "AssertionError" in printed, shown
+    return code == 1 and "AssertionError" in printed, shown
+
+
+def _run(script: str) -> tuple[int | None, str]:
+    """Run a standalone script as a reader would, in an empty folder, in the sandbox with
+    no credential: (its exit code, None past 120 s; what it printed)."""
+    with tempfile.TemporaryDirectory(prefix="parity-gate-standalone-") as where:
+        (Path(where) / "repro.py").write_text(script, encoding="utf-8")
+        done = sandbox.run([sys.executable, "repro.py"], Path(where), 120, None, stdout=True)
+    return done.returncode, done.stderr.strip()
 
 
 def _what(sig: Signature, culprit: Culprit) -> str:

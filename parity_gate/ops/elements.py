@@ -109,3 +109,26 @@ def rounded(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
         changed = changed or not np.array_equal(new, a, equal_nan=True)
         out[name] = new
     return out if changed else None
+
+
+def unmasked(arrays: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+    """The arrays with every fully masked row let through: a boolean mask's row of all
+    False set True, an additive float mask's row of all -inf set 0 (rows along the last
+    axis); None where no array has such a row. Where the defect vanishes on these, a fully
+    masked row is its trigger (the caller runs both)."""
+    out: dict[str, np.ndarray] = {}
+    changed = False
+    for name, a in arrays.items():
+        rows = None
+        if a.ndim >= 1 and a.shape[-1] > 0 and a.dtype.kind == "b":
+            rows = ~a.any(axis=-1)
+        elif a.ndim >= 1 and a.shape[-1] > 0 and a.dtype.kind == "f":
+            rows = np.isneginf(a).all(axis=-1)
+        if rows is None or not rows.any():
+            out[name] = a
+            continue
+        opened = a.copy()
+        opened[rows] = True if a.dtype.kind == "b" else 0.0
+        out[name] = opened
+        changed = True
+    return out if changed else None
