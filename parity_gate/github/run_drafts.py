@@ -135,12 +135,11 @@ def _script(folder: Path, owner: Owner, level: str, verify: bool
             continue
         if worst is None or not (same or must == "symptom"):
             return script, alone, None
-        example = one_element_example(folder, worst[0], simple=must == "symptom")
-        found = _ALONE.search(alone)
-        if example is not None and found is not None:  # what this script printed
-            example = Example(example.output, example.index, found.group(1),
-                              found.group(2), inputs=example.inputs)
-        return script, alone, example
+        call = call_on_values(folder, worst[0], simple=must == "symptom")
+        found = _ALONE.search(alone)  # what this script printed, else the culprit's values
+        eager, got = found.groups() if found else (str(worst[1][at]), str(worst[2][at]))
+        return script, alone, Example("o0", [], eager, got, inputs={"call": call}) \
+            if call is not None else None
     return None, "", None
 
 
@@ -160,15 +159,13 @@ def _symptom(printed: str) -> Symptom | None:
         return None
 
 
-def one_element_example(folder: Path, at: tuple[int, ...], simple: bool = False
-                        ) -> Example | None:
-    """What a one-element repro's title may quote: the call on its values
-    (`atan2(0.0, -2.0)`) and eager's and ONNX Runtime's results at `at`, where every input
-    value is plain (`ops.elements.plain`: no value of random data, so the results are
-    fixed by the call); None otherwise."""
+def call_on_values(folder: Path, at: tuple[int, ...], simple: bool = False) -> str | None:
+    """The call a one-element repro's title names (`atan2(0.0, -2.0)`), on the values feeding
+    output element `at` (rounded with `simple`), where every one is plain
+    (`ops.elements.plain`: no value of random data, so the results are fixed by the call);
+    None otherwise."""
     loaded = _call_args(folder)
-    worst = localised.node_worst(str(folder))
-    if loaded is None or worst is None:
+    if loaded is None:
         return None
     call, args = loaded
     one = args if all(a.size == 1 for a in args.values()) else \
@@ -179,9 +176,8 @@ def one_element_example(folder: Path, at: tuple[int, ...], simple: bool = False
         return None
     values = {k: str(v.ravel()[0]) for k, v in one.items()}
     text = elements.call_text(call, values)
-    if text is None or not all(elements.plain(v) for v in values.values()):
-        return None
-    return Example("o0", [], str(worst[1][at]), str(worst[2][at]), inputs={"call": text})
+    return text if text is not None and all(elements.plain(v) for v in values.values()) \
+        else None
 
 
 def title_of(sig: Signature, culprit: Culprit, example: Example | None, level: str = "") -> str:
